@@ -1,0 +1,378 @@
+// SPDX-License-Identifier: Apache-2.0
+#ifndef KVKEY_IDENTITY_HPP
+#define KVKEY_IDENTITY_HPP
+
+#include <cstdint>
+#include <iterator>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <utility>
+
+#include "kvkey/config.hpp"
+#include "kvkey/digest.hpp"
+#include "kvkey/errors.hpp"
+
+KVKEY_BEGIN_NAMESPACE
+
+/// Element type of the stored KV (and of quantization scales). The numeric codes
+/// are part of the byte format (docs/format.md) and never change; new types get
+/// new codes. `unset` is not a type: validation rejects it, so a deployment
+/// cannot forget to say what its bytes are.
+enum class KvDtype : std::uint8_t {
+  unset = 0,
+  fp32 = 1,
+  fp16 = 2,
+  bf16 = 3,
+  fp8_e4m3 = 4,
+  fp8_e5m2 = 5,
+  int8 = 6,
+  int4 = 7,
+  uint8 = 8,
+  uint4 = 9,
+  fp4_e2m1 = 10,
+};
+
+namespace detail {
+struct DtypeName {
+  KvDtype dtype;
+  std::string_view name;
+};
+inline constexpr DtypeName dtype_names[] = {
+    {KvDtype::fp32, "fp32"},         {KvDtype::fp16, "fp16"},         {KvDtype::bf16, "bf16"},
+    {KvDtype::fp8_e4m3, "fp8_e4m3"}, {KvDtype::fp8_e5m2, "fp8_e5m2"}, {KvDtype::int8, "int8"},
+    {KvDtype::int4, "int4"},         {KvDtype::uint8, "uint8"},       {KvDtype::uint4, "uint4"},
+    {KvDtype::fp4_e2m1, "fp4_e2m1"},
+};
+}  // namespace detail
+
+/// Every KvDtype except `unset`, in code order.
+inline constexpr std::size_t kv_dtype_count = std::size(detail::dtype_names);
+
+/// "fp16", "fp8_e4m3", ...; "unset" for KvDtype::unset; "invalid" for a value
+/// that is not an enumerator.
+constexpr std::string_view to_string(KvDtype d) noexcept {
+  if (d == KvDtype::unset) return "unset";
+  for (const auto& e : detail::dtype_names) {
+    if (e.dtype == d) return e.name;
+  }
+  return "invalid";
+}
+
+/// Parses a dtype name as printed by to_string (exact, lowercase).
+constexpr std::optional<KvDtype> kv_dtype_from_string(std::string_view s) noexcept {
+  for (const auto& e : detail::dtype_names) {
+    if (e.name == s) return e.dtype;
+  }
+  return std::nullopt;
+}
+
+/// True for the enumerators that name a real type (not `unset`, not an
+/// out-of-range value read from the wire).
+constexpr bool is_valid(KvDtype d) noexcept {
+  return d != KvDtype::unset && to_string(d) != "invalid";
+}
+
+/// The model's weights lineage.
+struct Model {
+  std::string name;          ///< readable model name, e.g. "Qwen/Qwen2.5-7B-Instruct"
+  std::string revision;      ///< immutable checkpoint id (hub commit, content hash); required
+  std::uint64_t weights_epoch = 0;  ///< bumped by the deployment on every accepted weight update
+  std::optional<Digest> weights_fingerprint;  ///< optional fingerprint of the live weights
+};
+
+/// How KV values are quantized. scheme "none" means the KV is stored in kv.dtype
+/// without scales; then every other member must keep its default.
+struct Quant {
+  std::string scheme = "none";         ///< e.g. "none", "per_token_asym", "per_tensor_static"
+  std::uint32_t group_size = 0;        ///< elements per scale group; 0 = per tensor / not grouped
+  std::optional<KvDtype> scale_dtype;  ///< type of the stored scales, when scales are stored
+  bool zero_point = false;             ///< asymmetric quantization with a stored zero point
+  std::optional<Digest> scales_fingerprint;  ///< fingerprint of static (calibrated) scales
+};
+
+/// What one stored KV object's bytes are.
+struct Kv {
+  KvDtype dtype = KvDtype::unset;
+  Quant quant;
+  std::uint32_t block_size = 0;    ///< tokens per block
+  std::uint32_t num_layers = 0;    ///< layers of the whole model
+  std::uint32_t num_kv_heads = 0;  ///< KV heads of the whole model (1 for an MLA latent cache)
+  std::uint32_t head_dim = 0;      ///< elements per head (latent + rope dims for MLA)
+  std::string layout;              ///< the engine's byte layout of one object, e.g. "lmdeploy.v1.layer_major"
+  bool mla = false;                ///< multi-head latent attention: the latent cache is whole on every rank
+};
+
+/// Where this process sits in the tensor/pipeline-parallel grid.
+struct Shard {
+  std::uint32_t tp_size = 1;
+  std::uint32_t tp_rank = 0;
+  std::uint32_t pp_size = 1;
+  std::uint32_t pp_rank = 0;
+};
+
+/// A LoRA (or other) adapter: its weights, not only its name, are identity.
+struct Adapter {
+  std::string name;
+  Digest weights_fingerprint;
+
+  Adapter() = default;
+  Adapter(std::string name_, const Digest& weights_fingerprint_)
+      : name(std::move(name_)), weights_fingerprint(weights_fingerprint_) {}
+};
+
+/// Everything that changes the meaning or the ownership of stored KV bytes.
+/// Plain data: fill it in, then build a KeyNamespace, which validates it.
+struct Identity {
+  std::string tenant;
+  Model model;
+  Kv kv;
+  Shard shard;
+  std::optional<Adapter> adapter;
+};
+
+/// The KV-head and layer range one rank holds: [begin, end). Two ranks with the
+/// same Slice hold byte-identical objects and share store keys.
+struct Slice {
+  std::uint32_t kv_head_begin = 0;
+  std::uint32_t kv_head_end = 0;
+  std::uint32_t layer_begin = 0;
+  std::uint32_t layer_end = 0;
+
+  friend bool operator==(const Slice& a, const Slice& b) noexcept {
+    return a.kv_head_begin == b.kv_head_begin && a.kv_head_end == b.kv_head_end &&
+           a.layer_begin == b.layer_begin && a.layer_end == b.layer_end;
+  }
+  friend bool operator!=(const Slice& a, const Slice& b) noexcept { return !(a == b); }
+};
+
+/// How the namespace treats the tenant.
+enum class TenantPolicy : std::uint8_t {
+  required,       ///< default: the identity names its tenant
+  single_tenant,  ///< the store is not shared: tenant must be empty and is encoded as `single_tenant_name`
+};
+
+/// Options of a KeyNamespace beyond the identity.
+struct Policy {
+  TenantPolicy tenant = TenantPolicy::required;
+};
+
+/// The policy for a store that is not shared between tenants, chosen by name:
+/// `kvkey::KeyNamespace<> ns{id, kvkey::single_tenant};`
+inline constexpr Policy single_tenant{TenantPolicy::single_tenant};
+
+/// The fixed, visible tenant a single-tenant namespace encodes. It starts with
+/// '_', which a real tenant cannot, so it never collides with one.
+inline constexpr std::string_view single_tenant_name = "_single";
+
+/// Limits on the identity's strings (bytes). They bound the envelope size.
+namespace limits {
+inline constexpr std::size_t tenant = 64;
+inline constexpr std::size_t model_name = 128;
+inline constexpr std::size_t revision = 128;
+inline constexpr std::size_t quant_scheme = 32;
+inline constexpr std::size_t layout = 64;
+inline constexpr std::size_t adapter_name = 128;
+}  // namespace limits
+
+/// The salient fields, in encoding order: the one list that the canonical
+/// encoder, the decoder, the mismatch report and the tests all walk. Adding a
+/// field here adds it everywhere (and changes the format version).
+///
+/// v(path, member) is called for each field. Member types: std::string,
+/// std::uint32_t, std::uint64_t, bool, KvDtype, std::optional<KvDtype>,
+/// std::optional<Digest>, std::optional<Adapter>; for the adapter, the visitor
+/// walks its members with visit_adapter_fields. The shard is not listed: it
+/// enters the object hash and the envelope as the resolved Slice.
+template <class Id, class Visitor>
+void visit_identity_fields(Id& id, Visitor&& v) {
+  v("tenant", id.tenant);
+  v("model.name", id.model.name);
+  v("model.revision", id.model.revision);
+  v("model.weights_epoch", id.model.weights_epoch);
+  v("model.weights_fingerprint", id.model.weights_fingerprint);
+  v("kv.dtype", id.kv.dtype);
+  v("kv.quant.scheme", id.kv.quant.scheme);
+  v("kv.quant.group_size", id.kv.quant.group_size);
+  v("kv.quant.scale_dtype", id.kv.quant.scale_dtype);
+  v("kv.quant.zero_point", id.kv.quant.zero_point);
+  v("kv.quant.scales_fingerprint", id.kv.quant.scales_fingerprint);
+  v("kv.block_size", id.kv.block_size);
+  v("kv.num_layers", id.kv.num_layers);
+  v("kv.num_kv_heads", id.kv.num_kv_heads);
+  v("kv.head_dim", id.kv.head_dim);
+  v("kv.layout", id.kv.layout);
+  v("kv.mla", id.kv.mla);
+  v("adapter", id.adapter);
+}
+
+/// The adapter's members, in encoding order (present adapters only).
+template <class A, class Visitor>
+void visit_adapter_fields(A& a, Visitor&& v) {
+  v("adapter.name", a.name);
+  v("adapter.weights_fingerprint", a.weights_fingerprint);
+}
+
+namespace detail {
+
+inline bool is_alnum(char c) noexcept {
+  return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9');
+}
+
+inline void check_length(std::string_view field, std::string_view s, std::size_t max) {
+  if (s.empty()) throw identity_error(field, "must not be empty");
+  if (s.size() > max) {
+    throw identity_error(field, "is " + std::to_string(s.size()) + " bytes, at most " +
+                                    std::to_string(max) + " allowed");
+  }
+}
+
+// Printable ASCII without space: revisions and layouts are identifiers.
+inline void check_printable(std::string_view field, std::string_view s, std::size_t max) {
+  check_length(field, s, max);
+  for (std::size_t i = 0; i < s.size(); ++i) {
+    const auto c = static_cast<unsigned char>(s[i]);
+    if (c < 0x21 || c > 0x7e) {
+      throw identity_error(field, "byte " + std::to_string(i) +
+                                      " is not printable ASCII (space and control characters are not allowed)");
+    }
+  }
+}
+
+// Free text (model and adapter names): any bytes except control characters.
+inline void check_text(std::string_view field, std::string_view s, std::size_t max) {
+  check_length(field, s, max);
+  for (std::size_t i = 0; i < s.size(); ++i) {
+    const auto c = static_cast<unsigned char>(s[i]);
+    if (c < 0x20 || c == 0x7f) {
+      throw identity_error(field, "byte " + std::to_string(i) + " is a control character");
+    }
+  }
+}
+
+inline void check_tenant(std::string_view t) {
+  if (t.empty()) {
+    throw identity_error("tenant",
+                         "must not be empty: name the tenant, or build the namespace with the "
+                         "kvkey::single_tenant policy for a store no one else shares");
+  }
+  check_length("tenant", t, limits::tenant);
+  if (!is_alnum(t[0])) throw identity_error("tenant", "must start with a letter or digit");
+  for (std::size_t i = 0; i < t.size(); ++i) {
+    const char c = t[i];
+    if (!is_alnum(c) && c != '.' && c != '_' && c != '-') {
+      throw identity_error("tenant", "byte " + std::to_string(i) +
+                                         " is not allowed: use letters, digits, '.', '_' and '-' only");
+    }
+  }
+}
+
+inline void check_scheme(std::string_view s) {
+  check_length("kv.quant.scheme", s, limits::quant_scheme);
+  for (char c : s) {
+    if (!((c >= 'a' && c <= 'z') || (c >= '0' && c <= '9') || c == '.' || c == '_' || c == '-')) {
+      throw identity_error("kv.quant.scheme", "use lowercase letters, digits, '.', '_' and '-' only");
+    }
+  }
+}
+
+inline void check_positive(std::string_view field, std::uint32_t v) {
+  if (v == 0) throw identity_error(field, "must be greater than 0");
+}
+
+inline std::string str(std::uint32_t v) { return std::to_string(v); }
+
+}  // namespace detail
+
+/// Resolves the rank's slice: tp <= H needs H % tp == 0 and gives heads
+/// [r*H/tp, (r+1)*H/tp); tp > H needs tp % H == 0 and gives head r/(tp/H)
+/// (replicas); an MLA latent cache is whole on every rank; layers split evenly
+/// across pp stages. Throws identity_error naming the field on bad geometry.
+inline Slice resolve_slice(const Kv& kv, const Shard& shard) {
+  using detail::str;
+  detail::check_positive("kv.num_layers", kv.num_layers);
+  detail::check_positive("kv.num_kv_heads", kv.num_kv_heads);
+  detail::check_positive("shard.tp_size", shard.tp_size);
+  detail::check_positive("shard.pp_size", shard.pp_size);
+  if (shard.tp_rank >= shard.tp_size) {
+    throw identity_error("shard.tp_rank", str(shard.tp_rank) + " is not below shard.tp_size " + str(shard.tp_size));
+  }
+  if (shard.pp_rank >= shard.pp_size) {
+    throw identity_error("shard.pp_rank", str(shard.pp_rank) + " is not below shard.pp_size " + str(shard.pp_size));
+  }
+  const std::uint32_t heads = kv.num_kv_heads;
+  const std::uint32_t tp = shard.tp_size;
+  const std::uint32_t r = shard.tp_rank;
+  Slice s;
+  if (kv.mla) {
+    s.kv_head_begin = 0;
+    s.kv_head_end = heads;
+  } else if (tp <= heads) {
+    if (heads % tp != 0) {
+      throw identity_error("shard.tp_size", str(tp) + " does not divide kv.num_kv_heads " + str(heads));
+    }
+    const std::uint32_t per_rank = heads / tp;
+    s.kv_head_begin = r * per_rank;
+    s.kv_head_end = (r + 1) * per_rank;
+  } else {
+    if (tp % heads != 0) {
+      throw identity_error("shard.tp_size",
+                           str(tp) + " is not a multiple of kv.num_kv_heads " + str(heads) +
+                               " (more ranks than heads requires whole replicas)");
+    }
+    const std::uint32_t head = r / (tp / heads);
+    s.kv_head_begin = head;
+    s.kv_head_end = head + 1;
+  }
+  if (kv.num_layers % shard.pp_size != 0) {
+    throw identity_error("shard.pp_size",
+                         str(shard.pp_size) + " does not divide kv.num_layers " + str(kv.num_layers));
+  }
+  const std::uint32_t per_stage = kv.num_layers / shard.pp_size;
+  s.layer_begin = shard.pp_rank * per_stage;
+  s.layer_end = (shard.pp_rank + 1) * per_stage;
+  return s;
+}
+
+/// Checks every field and returns the identity as it is encoded: under the
+/// single_tenant policy the (empty) tenant becomes single_tenant_name.
+/// Throws identity_error whose field() names the first invalid field.
+inline Identity validated(Identity id, const Policy& policy = {}) {
+  if (policy.tenant == TenantPolicy::single_tenant) {
+    if (!id.tenant.empty()) {
+      throw identity_error("tenant", "must be empty under the single_tenant policy (got a tenant name; "
+                                     "drop the policy to use it)");
+    }
+    id.tenant = std::string(single_tenant_name);
+  } else {
+    detail::check_tenant(id.tenant);
+  }
+  detail::check_text("model.name", id.model.name, limits::model_name);
+  detail::check_printable("model.revision", id.model.revision, limits::revision);
+  if (!is_valid(id.kv.dtype)) {
+    throw identity_error("kv.dtype", id.kv.dtype == KvDtype::unset ? "must be set" : "is not a known dtype code");
+  }
+  const Quant& q = id.kv.quant;
+  detail::check_scheme(q.scheme);
+  if (q.scale_dtype && !is_valid(*q.scale_dtype)) {
+    throw identity_error("kv.quant.scale_dtype", "is not a known dtype");
+  }
+  if (q.scheme == "none") {
+    if (q.group_size != 0) throw identity_error("kv.quant.group_size", "must be 0 when kv.quant.scheme is \"none\"");
+    if (q.scale_dtype) throw identity_error("kv.quant.scale_dtype", "must be empty when kv.quant.scheme is \"none\"");
+    if (q.zero_point) throw identity_error("kv.quant.zero_point", "must be false when kv.quant.scheme is \"none\"");
+    if (q.scales_fingerprint) {
+      throw identity_error("kv.quant.scales_fingerprint", "must be empty when kv.quant.scheme is \"none\"");
+    }
+  }
+  detail::check_positive("kv.block_size", id.kv.block_size);
+  detail::check_positive("kv.head_dim", id.kv.head_dim);
+  detail::check_printable("kv.layout", id.kv.layout, limits::layout);
+  if (id.adapter) detail::check_text("adapter.name", id.adapter->name, limits::adapter_name);
+  (void)resolve_slice(id.kv, id.shard);  // geometry
+  return id;
+}
+
+KVKEY_END_NAMESPACE
+
+#endif  // KVKEY_IDENTITY_HPP

@@ -1,0 +1,379 @@
+// SPDX-License-Identifier: Apache-2.0
+#ifndef KVKEY_KEY_NAMESPACE_HPP
+#define KVKEY_KEY_NAMESPACE_HPP
+
+#include <algorithm>
+#include <cstring>
+#include <cstddef>
+#include <cstdint>
+#include <limits>
+#include <string>
+#include <string_view>
+#include <tuple>
+#include <type_traits>
+#include <utility>
+#include <vector>
+
+#include "kvkey/config.hpp"
+#include "kvkey/digest.hpp"
+#include "kvkey/encode.hpp"
+#include "kvkey/envelope.hpp"
+#include "kvkey/errors.hpp"
+#include "kvkey/identity.hpp"
+#include "kvkey/prefix.hpp"
+#include "kvkey/sha256.hpp"
+
+KVKEY_BEGIN_NAMESPACE
+
+/// A key that enters only the blocks overlapping tokens [token_begin, token_end)
+/// of the sequence, e.g. the content hash of an image whose placeholder tokens
+/// sit there. Positions are absolute token indices.
+struct ExtraKey {
+  std::uint64_t token_begin = 0;
+  std::uint64_t token_end = 0;
+  std::string key;
+};
+
+/// Per-request inputs of the chain besides the tokens.
+struct HashOptions {
+  /// Per-request salt (like vLLM's cache_salt): when non-empty it changes every
+  /// block hash of the request. Empty means no salt.
+  std::string salt;
+  /// Per-block extra keys (multimodal content hashes and the like).
+  std::vector<ExtraKey> extras;
+};
+
+/// The first bytes of every store key: the key format's tag.
+inline constexpr std::string_view store_key_tag = "kvk1/";
+
+/// Longest store key kvkey produces.
+inline constexpr std::size_t max_store_key_size = 256;
+
+/// "kvk1/<tenant>/": every key of one tenant starts with it (list or purge a
+/// tenant by prefix). Throws identity_error if the tenant is not valid.
+inline std::string tenant_key_prefix(std::string_view tenant) {
+  if (tenant != single_tenant_name) detail::check_tenant(tenant);
+  std::string p(store_key_tag);
+  p.append(tenant).push_back('/');
+  return p;
+}
+
+namespace detail {
+
+// Message domains: the first byte of every message the namespace hashes, other
+// than the identity encoding (which opens with 'k'). docs/format.md.
+inline constexpr std::uint8_t domain_salt = 'S';
+inline constexpr std::uint8_t domain_block = 'B';
+inline constexpr std::uint8_t domain_object = 'O';
+
+/// The readable model segment of a store key: bytes outside [A-Za-z0-9._-] are
+/// percent-encoded (so '/', '@' and spaces cannot create ambiguity), cut to at
+/// most 96 characters without splitting an escape. Readability only: the object
+/// hash in the key carries the full identity.
+inline std::string model_key_segment(std::string_view name) {
+  static constexpr char hex[] = "0123456789ABCDEF";
+  static constexpr std::size_t max_len = 96;
+  std::string out;
+  for (char ch : name) {
+    const auto c = static_cast<unsigned char>(ch);
+    const bool plain = is_alnum(ch) || ch == '.' || ch == '_' || ch == '-';
+    const std::size_t need = plain ? 1 : 3;
+    if (out.size() + need > max_len) break;
+    if (plain) {
+      out.push_back(ch);
+    } else {
+      out.push_back('%');
+      out.push_back(hex[c >> 4]);
+      out.push_back(hex[c & 0x0f]);
+    }
+  }
+  return out;
+}
+
+// A Hash whose result() returns it to its initial state can be reused for many
+// messages; any other Hash (e.g. Boost.Hash2's) is copied afresh per message.
+template <class Hash, class = void>
+struct resets_after_result : std::false_type {};
+template <class Hash>
+struct resets_after_result<Hash, std::void_t<decltype(Hash::resets_after_result)>>
+    : std::bool_constant<Hash::resets_after_result> {};
+
+template <class Hash>
+Digest to_digest(Hash& h) {
+  const auto r = h.result();
+  static_assert(sizeof r == Digest::size_bytes || std::is_same_v<std::decay_t<decltype(r)>, Digest>,
+                "KeyNamespace needs a hash with a 32-byte result");
+  if constexpr (std::is_same_v<std::decay_t<decltype(r)>, Digest>) {
+    return r;
+  } else {
+    return Digest::from_bytes(r.data(), r.size());
+  }
+}
+
+inline void put_token(std::uint8_t* p, std::int32_t t, std::size_t index) {
+  if (t < 0) throw input_error("token " + std::to_string(index) + " is " + std::to_string(t) + ", outside [0, 2^32)");
+  store_u32(p, static_cast<std::uint32_t>(t));
+}
+inline void put_token(std::uint8_t* p, std::int64_t t, std::size_t index) {
+  if (t < 0 || t > static_cast<std::int64_t>(std::numeric_limits<std::uint32_t>::max())) {
+    throw input_error("token " + std::to_string(index) + " is " + std::to_string(t) + ", outside [0, 2^32)");
+  }
+  store_u32(p, static_cast<std::uint32_t>(t));
+}
+inline void put_token(std::uint8_t* p, std::uint32_t t, std::size_t) noexcept { store_u32(p, t); }
+
+}  // namespace detail
+
+/// Keys, block hashes and envelopes of one deployment's rank.
+///
+/// Build one per (identity, rank) and share it: every const member is safe to
+/// call from many threads at once. Hash is any hasher with the Boost.Hash2
+/// shape, update(const void*, size_t) and result(), returning 32 bytes;
+/// copies must be independent. kvkey::Sha256 is the default.
+template <class Hash = Sha256>
+class KeyNamespace {
+ public:
+  using hash_type = Hash;
+
+  /// Validates id (throws identity_error naming the field) and precomputes the
+  /// root, the rank's slice, the key prefix and the envelope template.
+  explicit KeyNamespace(const Identity& id, const Policy& policy = {}) : KeyNamespace(id, Hash(), policy) {}
+
+  /// As above with a configured hasher (e.g. a keyed one); the namespace keeps a copy.
+  KeyNamespace(const Identity& id, Hash hasher, const Policy& policy = {})
+      : id_(validated(id, policy)),
+        policy_(policy),
+        slice_(resolve_slice(id_.kv, id_.shard)),
+        encoding_(encode_identity(id_)),
+        hasher_(std::move(hasher)) {
+    root_ = hash_message(encoding_.data(), encoding_.size());
+    key_prefix_ = tenant_key_prefix(id_.tenant);
+    key_prefix_.append(detail::model_key_segment(id_.model.name));
+    key_prefix_.append("/e").append(std::to_string(id_.model.weights_epoch)).push_back('/');
+    envelope_ = detail::envelope_template(encoding_, slice_);
+  }
+
+  /// The validated identity as encoded (single-tenant policy applied).
+  const Identity& identity() const noexcept { return id_; }
+  const Policy& policy() const noexcept { return policy_; }
+  /// The KV-head and layer range this rank holds.
+  const Slice& slice() const noexcept { return slice_; }
+  /// The canonical identity encoding (docs/format.md), without the shard.
+  const Bytes& encoding() const noexcept { return encoding_; }
+  /// H(encoding): the parent of block 0 for unsalted requests.
+  const Digest& root() const noexcept { return root_; }
+  std::uint32_t block_size() const noexcept { return id_.kv.block_size; }
+
+  // ---- the chain ------------------------------------------------------------
+
+  /// Hashes of every full block of tokens (a partial tail is ignored).
+  /// Token ids must lie in [0, 2^32); others throw input_error naming the index.
+  std::vector<Digest> block_hashes(const std::vector<std::int32_t>& tokens, const HashOptions& opt = {}) const {
+    return block_hashes(tokens.data(), tokens.size(), opt);
+  }
+  std::vector<Digest> block_hashes(const std::vector<std::int64_t>& tokens, const HashOptions& opt = {}) const {
+    return block_hashes(tokens.data(), tokens.size(), opt);
+  }
+  std::vector<Digest> block_hashes(const std::vector<std::uint32_t>& tokens, const HashOptions& opt = {}) const {
+    return block_hashes(tokens.data(), tokens.size(), opt);
+  }
+  template <class T>
+  std::vector<Digest> block_hashes(const T* tokens, std::size_t count, const HashOptions& opt = {}) const {
+    std::vector<Digest> out;
+    extend_block_hashes(out, tokens, count, opt);
+    return out;
+  }
+
+  /// Incremental form: `hashes` holds the hashes of the first hashes.size()
+  /// blocks of this same sequence (from an earlier call); appends the hashes of
+  /// the remaining full blocks of `tokens` (the whole sequence so far). The
+  /// result equals block_hashes(tokens, opt). Throws input_error if hashes has
+  /// more entries than tokens has full blocks.
+  template <class T>
+  void extend_block_hashes(std::vector<Digest>& hashes, const T* tokens, std::size_t count,
+                           const HashOptions& opt = {}) const {
+    static_assert(std::is_same_v<T, std::int32_t> || std::is_same_v<T, std::int64_t> ||
+                      std::is_same_v<T, std::uint32_t>,
+                  "token ids must be int32_t, int64_t or uint32_t");
+    const std::size_t bs = block_size();
+    const std::size_t full = count / bs;
+    if (hashes.size() > full) {
+      throw input_error("extend_block_hashes: " + std::to_string(hashes.size()) + " previous hashes but only " +
+                        std::to_string(full) + " full blocks in " + std::to_string(count) + " tokens");
+    }
+    const auto extras = sorted_extras(opt.extras);
+    Digest parent = hashes.empty() ? first_parent(opt.salt) : hashes.back();
+    hashes.reserve(full);
+    Hash h = hasher_;
+    for (std::size_t b = hashes.size(); b < full; ++b) {
+      if constexpr (!detail::resets_after_result<Hash>::value) h = hasher_;
+      parent = hash_block(h, parent, tokens + b * bs, b * bs, extras);
+      hashes.push_back(parent);
+    }
+  }
+  template <class T>
+  void extend_block_hashes(std::vector<Digest>& hashes, const std::vector<T>& tokens,
+                           const HashOptions& opt = {}) const {
+    extend_block_hashes(hashes, tokens.data(), tokens.size(), opt);
+  }
+
+  /// The parent of block 0: root() without salt, H('S', root, salt) with one.
+  Digest first_parent(std::string_view salt) const {
+    if (salt.empty()) return root_;
+    Hash h = hasher_;
+    Bytes m;
+    m.reserve(1 + Digest::size_bytes + 4 + salt.size());
+    detail::put_u8(m, detail::domain_salt);
+    detail::put_bytes(m, root_.data(), root_.size());
+    detail::put_str(m, salt);
+    h.update(m.data(), m.size());
+    return detail::to_digest(h);
+  }
+
+  // ---- store keys -------------------------------------------------------------
+
+  /// H('O', block_hash, slice): the content address of this rank's object for
+  /// the block. Ranks holding the same slice get the same object hash.
+  Digest object_hash(const Digest& block_hash) const {
+    std::uint8_t m[1 + Digest::size_bytes + 16];
+    m[0] = detail::domain_object;
+    std::memcpy(m + 1, block_hash.data(), Digest::size_bytes);
+    detail::store_u32(m + 33, slice_.kv_head_begin);
+    detail::store_u32(m + 37, slice_.kv_head_end);
+    detail::store_u32(m + 41, slice_.layer_begin);
+    detail::store_u32(m + 45, slice_.layer_end);
+    Hash h = hasher_;
+    h.update(m, sizeof m);
+    return detail::to_digest(h);
+  }
+
+  /// "kvk1/<tenant>/<model>/e<epoch>/<64 hex of object_hash>": printable ASCII,
+  /// at most max_store_key_size bytes.
+  std::string store_key(const Digest& block_hash) const {
+    std::string key;
+    key.reserve(key_prefix_.size() + 2 * Digest::size_bytes);
+    key.append(key_prefix_);
+    key.resize(key_prefix_.size() + 2 * Digest::size_bytes);
+    object_hash(block_hash).write_hex(key.data() + key_prefix_.size());
+    return key;
+  }
+
+  /// "kvk1/<tenant>/<model>/e<epoch>/": the prefix of every key of this
+  /// namespace's epoch (all ranks, all adapters and formats of that model name).
+  const std::string& key_prefix() const noexcept { return key_prefix_; }
+  /// "kvk1/<tenant>/": the prefix of every key of this tenant.
+  std::string tenant_prefix() const { return tenant_key_prefix(id_.tenant); }
+
+  // ---- envelopes ----------------------------------------------------------------
+
+  /// The header to store with this rank's object for block_hash, whose KV bytes
+  /// are payload_size long. Always envelope_size bytes.
+  Envelope seal(const Digest& block_hash, std::uint64_t payload_size) const noexcept {
+    Envelope e = envelope_;
+    detail::envelope_fill(e, block_hash, payload_size);
+    return e;
+  }
+
+  /// Checks a header read from the store against what this namespace would have
+  /// sealed for block_hash and payload_size. Fail closed: anything but ok()
+  /// means the object is a miss. Never throws, never reads outside
+  /// [header, header + header_len).
+  Verdict verify(const std::uint8_t* header, std::size_t header_len, const Digest& block_hash,
+                 std::uint64_t payload_size) const {
+    const Envelope expected = seal(block_hash, payload_size);
+    return detail::verify_envelope(header, header_len, expected, id_);
+  }
+  Verdict verify(const Envelope& header, const Digest& block_hash, std::uint64_t payload_size) const {
+    return verify(header.data(), header.size(), block_hash, payload_size);
+  }
+
+  // ---- accounting -----------------------------------------------------------------
+
+  /// reusable_prefix() with this namespace's block size.
+  template <class Results>
+  ReusablePrefix reusable_prefix(const Results& block_major_results, std::size_t shards_per_block,
+                                 std::size_t max_tokens = std::numeric_limits<std::size_t>::max()) const {
+    return kvkey::reusable_prefix(block_major_results, shards_per_block, block_size(), max_tokens);
+  }
+
+ private:
+  using ExtraRef = const ExtraKey*;
+
+  static std::vector<ExtraRef> sorted_extras(const std::vector<ExtraKey>& extras) {
+    std::vector<ExtraRef> out;
+    out.reserve(extras.size());
+    for (std::size_t i = 0; i < extras.size(); ++i) {
+      const ExtraKey& e = extras[i];
+      if (e.token_begin >= e.token_end) {
+        throw input_error("extra key " + std::to_string(i) + ": token_begin must be below token_end");
+      }
+      if (e.key.size() > std::numeric_limits<std::uint32_t>::max()) {
+        throw input_error("extra key " + std::to_string(i) + " is too long");
+      }
+      out.push_back(&e);
+    }
+    std::sort(out.begin(), out.end(), [](ExtraRef a, ExtraRef b) {
+      return std::tie(a->token_begin, a->token_end, a->key) < std::tie(b->token_begin, b->token_end, b->key);
+    });
+    return out;
+  }
+
+  Digest hash_message(const void* data, std::size_t n) const {
+    Hash h = hasher_;
+    h.update(data, n);
+    return detail::to_digest(h);
+  }
+
+  // H('B', parent, tokens as u32le, u32le count of overlapping extras, extras).
+  template <class T>
+  Digest hash_block(Hash& h, const Digest& parent, const T* tokens, std::size_t first_token,
+                    const std::vector<ExtraRef>& extras) const {
+    constexpr std::size_t chunk_tokens = 256;
+    std::uint8_t buf[1 + Digest::size_bytes + 4 * chunk_tokens + 4];  // + trailer count
+    buf[0] = detail::domain_block;
+    std::memcpy(buf + 1, parent.data(), Digest::size_bytes);
+    std::size_t used = 1 + Digest::size_bytes;
+    const std::size_t bs = block_size();
+    for (std::size_t i = 0; i < bs;) {
+      const std::size_t n = std::min(chunk_tokens, bs - i);
+      for (std::size_t j = 0; j < n; ++j) detail::put_token(buf + used + 4 * j, tokens[i + j], first_token + i + j);
+      used += 4 * n;
+      i += n;
+      if (i < bs) {
+        h.update(buf, used);
+        used = 0;
+      }
+    }
+    // Trailer: the extras that overlap [first_token, first_token + bs).
+    const std::uint64_t lo = first_token;
+    const std::uint64_t hi = first_token + bs;
+    std::uint32_t count = 0;
+    for (ExtraRef e : extras) count += (e->token_begin < hi && e->token_end > lo) ? 1 : 0;
+    detail::store_u32(buf + used, count);
+    h.update(buf, used + 4);
+    if (count != 0) {
+      Bytes m;
+      for (ExtraRef e : extras) {
+        if (!(e->token_begin < hi && e->token_end > lo)) continue;
+        detail::put_u64(m, e->token_begin);
+        detail::put_u64(m, e->token_end);
+        detail::put_str(m, e->key);
+      }
+      h.update(m.data(), m.size());
+    }
+    return detail::to_digest(h);
+  }
+
+  Identity id_;
+  Policy policy_;
+  Slice slice_;
+  Bytes encoding_;
+  Hash hasher_;
+  Digest root_;
+  std::string key_prefix_;
+  Envelope envelope_;
+};
+
+KVKEY_END_NAMESPACE
+
+#endif  // KVKEY_KEY_NAMESPACE_HPP

@@ -1,0 +1,32 @@
+#!/usr/bin/env bash
+# Installs the Debian packages kvkey needs that are not installed yet.
+#   scripts/install-deps.sh example   # build the C++ library and examples
+#   scripts/install-deps.sh test      # everything the test suite uses (default)
+set -euo pipefail
+
+profile="${1:-test}"
+example_pkgs=(build-essential cmake pkg-config libssl-dev libfmt-dev)
+test_pkgs=("${example_pkgs[@]}" clang libclang-rt-14-dev catch2 nlohmann-json3-dev libcli11-dev
+  python3-dev python3-pybind11 python3-pytest python3-numpy python3-pip python3-setuptools python3-venv
+  redis-server libhiredis-dev libbenchmark-dev gnuplot-nox)
+case "$profile" in
+  example) pkgs=("${example_pkgs[@]}") ;;
+  test) pkgs=("${test_pkgs[@]}") ;;
+  *) echo "install-deps.sh: unknown profile '$profile' (use: example | test)" >&2; exit 2 ;;
+esac
+
+missing=()
+for p in "${pkgs[@]}"; do
+  if ! dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed"; then
+    missing+=("$p")
+  fi
+done
+if [ "${#missing[@]}" -eq 0 ]; then
+  echo "install-deps: all ${#pkgs[@]} packages present"
+  exit 0
+fi
+sudo=""
+if [ "$(id -u)" -ne 0 ]; then sudo="sudo"; fi
+echo "install-deps: installing ${missing[*]}"
+$sudo apt-get update -qq
+DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
