@@ -137,7 +137,12 @@ class KeyNamespace {
 
   /// Validates id (throws identity_error naming the field) and precomputes the
   /// root, the rank's slice, the key prefix and the envelope template.
-  explicit KeyNamespace(const Identity& id, const Policy& policy = {}) : KeyNamespace(id, Hash(), policy) {}
+  explicit KeyNamespace(const Identity& id, const Policy& policy = {}) : KeyNamespace(id, Hash(), policy) {
+    // A default Sha256 is plain SHA-256: the hot paths may use the CPU's SHA
+    // instructions for it (same digests, no allocation). A hasher passed in
+    // may carry state, so it always hashes itself.
+    if constexpr (std::is_same_v<Hash, Sha256>) native_ = detail::sha256_native_available();
+  }
 
   /// As above with a configured hasher (e.g. a keyed one); the namespace keeps a copy.
   KeyNamespace(const Identity& id, Hash hasher, const Policy& policy = {})
@@ -202,14 +207,18 @@ class KeyNamespace {
                         std::to_string(full) + " full blocks in " + std::to_string(count) + " tokens");
     }
     const auto extras = sorted_extras(opt.extras);
-    Digest parent = hashes.empty() ? first_parent(opt.salt) : hashes.back();
-    hashes.reserve(full);
-    Hash h = hasher_;
-    for (std::size_t b = hashes.size(); b < full; ++b) {
-      if constexpr (!detail::resets_after_result<Hash>::value) h = hasher_;
-      parent = hash_block(h, parent, tokens + b * bs, b * bs, extras);
-      hashes.push_back(parent);
+    if (hashes.size() == full) return;
+    // Geometric growth: a sequence extended block by block must not copy its
+    // hashes on every call.
+    if (full > hashes.capacity()) hashes.reserve(std::max(full, 2 * hashes.capacity()));
+    if constexpr (std::is_same_v<Hash, Sha256>) {
+      if (native_) {
+        detail::Sha256Native h;
+        return extend_chain(h, hashes, tokens, full, opt.salt, extras);
+      }
     }
+    Hash h = hasher_;
+    extend_chain(h, hashes, tokens, full, opt.salt, extras);
   }
   template <class T>
   void extend_block_hashes(std::vector<Digest>& hashes, const std::vector<T>& tokens,
@@ -220,14 +229,12 @@ class KeyNamespace {
   /// The parent of block 0: root() without salt, H('S', root, salt) with one.
   Digest first_parent(std::string_view salt) const {
     if (salt.empty()) return root_;
-    Hash h = hasher_;
     Bytes m;
     m.reserve(1 + Digest::size_bytes + 4 + salt.size());
     detail::put_u8(m, detail::domain_salt);
     detail::put_bytes(m, root_.data(), root_.size());
     detail::put_str(m, salt);
-    h.update(m.data(), m.size());
-    return detail::to_digest(h);
+    return hash_message(m.data(), m.size());
   }
 
   // ---- store keys -------------------------------------------------------------
@@ -242,9 +249,7 @@ class KeyNamespace {
     detail::store_u32(m + 37, slice_.kv_head_end);
     detail::store_u32(m + 41, slice_.layer_begin);
     detail::store_u32(m + 45, slice_.layer_end);
-    Hash h = hasher_;
-    h.update(m, sizeof m);
-    return detail::to_digest(h);
+    return hash_message(m, sizeof m);
   }
 
   /// "kvk1/<tenant>/<model>/e<epoch>/<64 hex of object_hash>": printable ASCII,
@@ -280,6 +285,18 @@ class KeyNamespace {
   /// [header, header + header_len).
   Verdict verify(const std::uint8_t* header, std::size_t header_len, const Digest& block_hash,
                  std::uint64_t payload_size) const {
+    if (header != nullptr && header_len == envelope_size) {
+      // One constant-time pass against what seal() would write, without
+      // building it. It settles the common outcomes; any other difference is
+      // diagnosed (field by field) by verify_envelope.
+      const auto diff = compare_sealed(header, block_hash, payload_size);
+      if (diff.rest == 0) {
+        if (diff.block == 0 && diff.payload == 0) return {Reason::ok, {}};
+        // Same identity and slice: what verify_envelope would conclude too.
+        return diff.block != 0 ? Verdict{Reason::block_mismatch, "block_hash"}
+                               : Verdict{Reason::size_mismatch, "payload_size"};
+      }
+    }
     const Envelope expected = seal(block_hash, payload_size);
     return detail::verify_envelope(header, header_len, expected, id_);
   }
@@ -319,14 +336,31 @@ class KeyNamespace {
   }
 
   Digest hash_message(const void* data, std::size_t n) const {
+    if constexpr (std::is_same_v<Hash, Sha256>) {
+      if (native_) return detail::Sha256Native::hash(data, n);
+    }
     Hash h = hasher_;
     h.update(data, n);
     return detail::to_digest(h);
   }
 
+  // Appends the hashes of blocks hashes.size() .. full-1. H is Hash (a copy of
+  // hasher_) or, for plain SHA-256, detail::Sha256Native.
+  template <class H, class T>
+  void extend_chain(H& h, std::vector<Digest>& hashes, const T* tokens, std::size_t full, std::string_view salt,
+                    const std::vector<ExtraRef>& extras) const {
+    const std::size_t bs = block_size();
+    Digest parent = hashes.empty() ? first_parent(salt) : hashes.back();
+    for (std::size_t b = hashes.size(); b < full; ++b) {
+      if constexpr (!detail::resets_after_result<H>::value) h = hasher_;
+      parent = hash_block(h, parent, tokens + b * bs, b * bs, extras);
+      hashes.push_back(parent);
+    }
+  }
+
   // H('B', parent, tokens as u32le, u32le count of overlapping extras, extras).
-  template <class T>
-  Digest hash_block(Hash& h, const Digest& parent, const T* tokens, std::size_t first_token,
+  template <class H, class T>
+  Digest hash_block(H& h, const Digest& parent, const T* tokens, std::size_t first_token,
                     const std::vector<ExtraRef>& extras) const {
     constexpr std::size_t chunk_tokens = 256;
     std::uint8_t buf[1 + Digest::size_bytes + 4 * chunk_tokens + 4];  // + trailer count
@@ -352,16 +386,46 @@ class KeyNamespace {
     detail::store_u32(buf + used, count);
     h.update(buf, used + 4);
     if (count != 0) {
-      Bytes m;
-      for (ExtraRef e : extras) {
+      for (ExtraRef e : extras) {  // u64le begin, u64le end, u32le length, key
         if (!(e->token_begin < hi && e->token_end > lo)) continue;
-        detail::put_u64(m, e->token_begin);
-        detail::put_u64(m, e->token_end);
-        detail::put_str(m, e->key);
+        std::uint8_t head[20];
+        detail::store_u64(head, e->token_begin);
+        detail::store_u64(head + 8, e->token_end);
+        detail::store_u32(head + 16, static_cast<std::uint32_t>(e->key.size()));
+        h.update(head, sizeof head);
+        h.update(e->key.data(), e->key.size());
       }
-      h.update(m.data(), m.size());
     }
     return detail::to_digest(h);
+  }
+
+  // XOR-OR of header against seal(block_hash, payload_size), split by region:
+  // the block hash, the payload size and everything else. No data-dependent
+  // branch, like CRYPTO_memcmp.
+  struct SealedDiff {
+    std::uint64_t block, payload, rest;
+  };
+  SealedDiff compare_sealed(const std::uint8_t* header, const Digest& block_hash,
+                            std::uint64_t payload_size) const noexcept {
+    namespace L = envelope_layout;
+    static_assert(L::block_hash % 8 == 0 && L::payload_size == L::block_hash + Digest::size_bytes &&
+                      L::slice == L::payload_size + 8 && envelope_size % 8 == 0,
+                  "compare_sealed assumes 8-byte aligned fields");
+    const auto word = [](const std::uint8_t* p) noexcept {
+      std::uint64_t w;
+      std::memcpy(&w, p, sizeof w);
+      return w;
+    };
+    SealedDiff d{0, 0, 0};
+    for (std::size_t i = 0; i < L::block_hash; i += 8) d.rest |= word(header + i) ^ word(envelope_.data() + i);
+    for (std::size_t i = 0; i < Digest::size_bytes; i += 8) {
+      d.block |= word(header + L::block_hash + i) ^ word(block_hash.data() + i);
+    }
+    std::uint8_t size_le[8];
+    detail::store_u64(size_le, payload_size);
+    d.payload = word(header + L::payload_size) ^ word(size_le);
+    for (std::size_t i = L::slice; i < envelope_size; i += 8) d.rest |= word(header + i) ^ word(envelope_.data() + i);
+    return d;
   }
 
   Identity id_;
@@ -372,6 +436,7 @@ class KeyNamespace {
   Digest root_;
   std::string key_prefix_;
   Envelope envelope_;
+  bool native_ = false;  // hash with detail::Sha256Native (see the constructor)
 };
 
 KVKEY_END_NAMESPACE

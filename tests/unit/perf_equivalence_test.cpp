@@ -25,6 +25,11 @@ namespace {
 
 using Bytes = std::vector<std::uint8_t>;
 
+// Not kvkey::Sha256 itself, so KeyNamespace takes its generic path (copies of
+// the EVP hasher), which is also what kvkey::Sha256 uses on a CPU without SHA
+// extensions: both paths are checked on every machine.
+struct EvpSha256 : kvkey::Sha256 {};
+
 // ---- the reference: one EVP_Digest per hand-built message ----------------------
 
 kvkey::Digest ref_sha256(const Bytes& m) {
@@ -241,6 +246,8 @@ TEST_CASE("perf: every optimized output equals the hand-built reference", "[perf
       const kvkey::Identity id = make_identity(which, bs);
       const kvkey::KeyNamespace<> ns = which == 2 ? kvkey::KeyNamespace<>(id, kvkey::single_tenant)
                                                   : kvkey::KeyNamespace<>(id);
+      const kvkey::KeyNamespace<EvpSha256> evp = which == 2 ? kvkey::KeyNamespace<EvpSha256>(id, kvkey::single_tenant)
+                                                            : kvkey::KeyNamespace<EvpSha256>(id);
       REQUIRE(ns.root() == ref_sha256(ns.encoding()));
       out.add(ns.root().data(), 32);
       const std::size_t max_blocks = bs == 1 ? 300 : 6;
@@ -252,6 +259,7 @@ TEST_CASE("perf: every optimized output equals the hand-built reference", "[perf
           const auto expect = ref_chain(ns.encoding(), bs, tokens, c.salt, c.extras);
           const auto got = ns.block_hashes(tokens, opt);
           REQUIRE(got == expect);
+          REQUIRE(evp.block_hashes(tokens, opt) == expect);
           REQUIRE(ns.block_hashes(as<std::int64_t>(tokens), opt) == expect);
           {  // int32 ids cannot reach 2^31: the same check on ids below it
             auto small = tokens;
@@ -285,8 +293,10 @@ TEST_CASE("perf: every optimized output equals the hand-built reference", "[perf
         const auto& h = hashes[i];
         const auto obj = ns.object_hash(h);
         REQUIRE(obj == ref_object(h, ns.slice()));
+        REQUIRE(evp.object_hash(h) == obj);
         const std::string key = ns.store_key(h);
         REQUIRE(key == ref_key(ns.identity(), obj));
+        REQUIRE(evp.store_key(h) == key);
         const std::uint64_t payload = i == 0 ? 0 : i == 1 ? 123456789 : ~std::uint64_t{0};
         const kvkey::Envelope env = ns.seal(h, payload);
         const Bytes expect_env = ref_envelope(ns.encoding(), ns.slice(), h, payload);
@@ -294,6 +304,8 @@ TEST_CASE("perf: every optimized output equals the hand-built reference", "[perf
         REQUIRE(ns.verify(env, h, payload).ok());
         REQUIRE(ns.verify(env, h, payload + 1).reason == kvkey::Reason::size_mismatch);
         REQUIRE(ns.verify(env, obj, payload).reason == kvkey::Reason::block_mismatch);
+        REQUIRE(ns.verify(env, obj, payload + 1).reason == kvkey::Reason::block_mismatch);
+        REQUIRE(evp.verify(env, h, payload).ok());
         out.add(obj.data(), 32);
         out.add(key.data(), key.size());
         out.add(env.data(), env.size());
@@ -318,4 +330,42 @@ TEST_CASE("perf: a bad token fails the same way in every path", "[perf][equivale
   std::vector<std::int32_t> neg(16, 1);
   neg[15] = -7;
   REQUIRE_THROWS_WITH(ns.block_hashes(neg), Catch::Contains("token 15 is -7"));
+}
+
+TEST_CASE("perf: verify's one-pass check gives verify_envelope's verdict for every byte changed", "[perf][equivalence]") {
+  const kvkey::KeyNamespace<> ns(make_identity(1, 64));
+  const auto blocks = ns.block_hashes(make_tokens(3 * 64, 3));
+  const std::uint64_t payload = 917504;
+  const kvkey::Envelope expected = ns.seal(blocks[1], payload);
+  const auto reference = [&](const kvkey::Envelope& h) {
+    return kvkey::detail::verify_envelope(h.data(), h.size(), expected, ns.identity());
+  };
+  const auto same = [](const kvkey::Verdict& a, const kvkey::Verdict& b) {
+    return a.reason == b.reason && a.field == b.field;
+  };
+  std::size_t reasons[8] = {};
+  for (std::size_t i = 0; i < kvkey::envelope_size; ++i) {
+    for (std::uint8_t flip : {std::uint8_t{0x01}, std::uint8_t{0x80}}) {
+      kvkey::Envelope h = expected;
+      h[i] ^= flip;
+      const auto got = ns.verify(h, blocks[1], payload);
+      CAPTURE(i, flip);
+      REQUIRE(same(got, reference(h)));
+      REQUIRE_FALSE(got.ok());
+      ++reasons[static_cast<int>(got.reason)];
+    }
+  }
+  // Every rejection kind a single byte can cause was met.
+  CHECK(reasons[static_cast<int>(kvkey::Reason::malformed)] > 0);
+  CHECK(reasons[static_cast<int>(kvkey::Reason::unsupported_version)] > 0);
+  CHECK(reasons[static_cast<int>(kvkey::Reason::identity_mismatch)] > 0);
+  CHECK(reasons[static_cast<int>(kvkey::Reason::block_mismatch)] > 0);
+  CHECK(reasons[static_cast<int>(kvkey::Reason::size_mismatch)] > 0);
+  // Block and size both wrong; another block's header; short and null headers.
+  kvkey::Envelope both = ns.seal(blocks[2], payload + 1);
+  CHECK(same(ns.verify(both, blocks[1], payload), reference(both)));
+  CHECK(ns.verify(both, blocks[1], payload).reason == kvkey::Reason::block_mismatch);
+  CHECK(ns.verify(expected, blocks[1], payload).ok());
+  CHECK(ns.verify(expected.data(), 1023, blocks[1], payload).reason == kvkey::Reason::malformed);
+  CHECK(ns.verify(nullptr, 1024, blocks[1], payload).reason == kvkey::Reason::malformed);
 }
