@@ -122,6 +122,34 @@ inline void put_token(std::uint8_t* p, std::int64_t t, std::size_t index) {
 }
 inline void put_token(std::uint8_t* p, std::uint32_t t, std::size_t) noexcept { store_u32(p, t); }
 
+/// Writes n token ids as u32le, or throws put_token's error for the first id
+/// outside [0, 2^32) (first_index is the index of t[0]). The range check is
+/// one branch-free pass, so both loops vectorize.
+template <class T>
+void put_tokens(std::uint8_t* p, const T* t, std::size_t n, std::size_t first_index) {
+  if constexpr (!std::is_same_v<T, std::uint32_t>) {
+    std::uint64_t out_of_range = 0;
+    for (std::size_t i = 0; i < n; ++i) {
+      if constexpr (std::is_same_v<T, std::int32_t>) {
+        out_of_range |= static_cast<std::uint32_t>(t[i]) >> 31;
+      } else {
+        out_of_range |= static_cast<std::uint64_t>(t[i]) >> 32;
+      }
+    }
+    if (out_of_range != 0) {
+      for (std::size_t i = 0; i < n; ++i) put_token(p + 4 * i, t[i], first_index + i);  // throws
+    }
+  }
+#if defined(__BYTE_ORDER__) && __BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__
+  for (std::size_t i = 0; i < n; ++i) {
+    const auto v = static_cast<std::uint32_t>(t[i]);
+    std::memcpy(p + 4 * i, &v, 4);
+  }
+#else
+  for (std::size_t i = 0; i < n; ++i) store_u32(p + 4 * i, static_cast<std::uint32_t>(t[i]));
+#endif
+}
+
 }  // namespace detail
 
 /// Keys, block hashes and envelopes of one deployment's rank.
@@ -363,14 +391,32 @@ class KeyNamespace {
   Digest hash_block(H& h, const Digest& parent, const T* tokens, std::size_t first_token,
                     const std::vector<ExtraRef>& extras) const {
     constexpr std::size_t chunk_tokens = 256;
-    std::uint8_t buf[1 + Digest::size_bytes + 4 * chunk_tokens + 4];  // + trailer count
+    constexpr std::size_t head = 1 + Digest::size_bytes;
+    const std::size_t bs = block_size();
+    // Trailer: the extras that overlap [first_token, first_token + bs).
+    const std::uint64_t lo = first_token;
+    const std::uint64_t hi = first_token + bs;
+    std::uint32_t count = 0;
+    for (ExtraRef e : extras) count += (e->token_begin < hi && e->token_end > lo) ? 1 : 0;
+    if constexpr (std::is_same_v<H, detail::Sha256Native>) {
+      // The whole message in one buffer, padded in place: one compression call.
+      constexpr std::size_t capacity = detail::Sha256Native::padded_size(head + 4 * chunk_tokens + 4);
+      if (count == 0 && bs <= chunk_tokens) {
+        alignas(16) std::uint8_t msg[capacity];
+        msg[0] = detail::domain_block;
+        std::memcpy(msg + 1, parent.data(), Digest::size_bytes);
+        detail::put_tokens(msg + head, tokens, bs, first_token);
+        detail::store_u32(msg + head + 4 * bs, 0);
+        return detail::Sha256Native::hash_padded(msg, head + 4 * bs + 4);
+      }
+    }
+    std::uint8_t buf[head + 4 * chunk_tokens + 4];  // + trailer count
     buf[0] = detail::domain_block;
     std::memcpy(buf + 1, parent.data(), Digest::size_bytes);
-    std::size_t used = 1 + Digest::size_bytes;
-    const std::size_t bs = block_size();
+    std::size_t used = head;
     for (std::size_t i = 0; i < bs;) {
       const std::size_t n = std::min(chunk_tokens, bs - i);
-      for (std::size_t j = 0; j < n; ++j) detail::put_token(buf + used + 4 * j, tokens[i + j], first_token + i + j);
+      detail::put_tokens(buf + used, tokens + i, n, first_token + i);
       used += 4 * n;
       i += n;
       if (i < bs) {
@@ -378,21 +424,16 @@ class KeyNamespace {
         used = 0;
       }
     }
-    // Trailer: the extras that overlap [first_token, first_token + bs).
-    const std::uint64_t lo = first_token;
-    const std::uint64_t hi = first_token + bs;
-    std::uint32_t count = 0;
-    for (ExtraRef e : extras) count += (e->token_begin < hi && e->token_end > lo) ? 1 : 0;
     detail::store_u32(buf + used, count);
     h.update(buf, used + 4);
     if (count != 0) {
       for (ExtraRef e : extras) {  // u64le begin, u64le end, u32le length, key
         if (!(e->token_begin < hi && e->token_end > lo)) continue;
-        std::uint8_t head[20];
-        detail::store_u64(head, e->token_begin);
-        detail::store_u64(head + 8, e->token_end);
-        detail::store_u32(head + 16, static_cast<std::uint32_t>(e->key.size()));
-        h.update(head, sizeof head);
+        std::uint8_t frame[20];
+        detail::store_u64(frame, e->token_begin);
+        detail::store_u64(frame + 8, e->token_end);
+        detail::store_u32(frame + 16, static_cast<std::uint32_t>(e->key.size()));
+        h.update(frame, sizeof frame);
         h.update(e->key.data(), e->key.size());
       }
     }

@@ -181,9 +181,10 @@ KVKEY_SHA_TARGET __attribute__((always_inline)) inline void sha256_x86_rounds(__
   (sha256_x86_group<I>(abef, cdgh, x, block, bswap), ...);
 }
 
-/// Compresses `blocks` 64-byte blocks into state (a, b, ..., h).
-KVKEY_SHA_TARGET inline void sha256_compress_x86(std::uint32_t* state, const std::uint8_t* data,
-                                                 std::size_t blocks) noexcept {
+/// Compresses `blocks` 64-byte blocks into state (a, b, ..., h); with `digest`,
+/// also writes the big-endian digest of the final state there.
+KVKEY_SHA_TARGET inline void sha256_compress_x86(std::uint32_t* state, const std::uint8_t* data, std::size_t blocks,
+                                                 std::uint8_t* digest = nullptr) noexcept {
   const __m128i bswap = _mm_load_si128(reinterpret_cast<const __m128i*>(sha256_bswap_mask));
   // (a, b, c, d), (e, f, g, h) -> (a, b, e, f), (c, d, g, h) as the instructions want them.
   __m128i dcba = _mm_loadu_si128(reinterpret_cast<const __m128i*>(state));
@@ -205,6 +206,10 @@ KVKEY_SHA_TARGET inline void sha256_compress_x86(std::uint32_t* state, const std
   hgfe = _mm_alignr_epi8(dchg, feba, 8);
   _mm_storeu_si128(reinterpret_cast<__m128i*>(state), dcba);
   _mm_storeu_si128(reinterpret_cast<__m128i*>(state + 4), hgfe);
+  if (digest != nullptr) {
+    _mm_storeu_si128(reinterpret_cast<__m128i*>(digest), _mm_shuffle_epi8(dcba, bswap));
+    _mm_storeu_si128(reinterpret_cast<__m128i*>(digest + 16), _mm_shuffle_epi8(hgfe, bswap));
+  }
 }
 
 #undef KVKEY_SHA_TARGET
@@ -257,11 +262,11 @@ class Sha256Native {
       p += take;
       size -= take;
       if (used_ < 64) return;
-      compress(buf_, 1);
+      compress(state_, buf_, 1);
       used_ = 0;
     }
     if (size >= 64) {
-      compress(p, size / 64);
+      compress(state_, p, size / 64);
       p += size & ~std::size_t{63};
       size &= 63;
     }
@@ -275,16 +280,13 @@ class Sha256Native {
     buf_[used_++] = 0x80;
     if (used_ > 56) {
       std::memset(buf_ + used_, 0, 64 - used_);
-      compress(buf_, 1);
+      compress(state_, buf_, 1);
       used_ = 0;
     }
     std::memset(buf_ + used_, 0, 56 - used_);
-    for (int i = 0; i < 8; ++i) buf_[56 + i] = static_cast<std::uint8_t>(bits >> (56 - 8 * i));
-    compress(buf_, 1);
+    put_length(buf_ + 56, bits);
     Digest out;
-    for (std::size_t i = 0; i < 8; ++i) {
-      for (std::size_t j = 0; j < 4; ++j) out[4 * i + j] = static_cast<std::uint8_t>(state_[i] >> (24 - 8 * j));
-    }
+    compress(state_, buf_, 1, out.data());
     reset();
     return out;
   }
@@ -296,14 +298,37 @@ class Sha256Native {
     return h.result();
   }
 
+  /// Bytes a buffer needs for hash_padded() of a size-byte message.
+  static constexpr std::size_t padded_size(std::size_t size) noexcept { return (size + 9 + 63) / 64 * 64; }
+
+  /// Digest of buf[0, size), padding in place: buf must hold padded_size(size)
+  /// bytes. Saves the copy through the block buffer on the hottest path.
+  static Digest hash_padded(std::uint8_t* buf, std::size_t size) noexcept {
+    const std::size_t total = padded_size(size);
+    buf[size] = 0x80;
+    std::memset(buf + size + 1, 0, total - 8 - size - 1);
+    put_length(buf + total - 8, std::uint64_t{size} * 8);
+    std::uint32_t state[8];
+    std::memcpy(state, sha256_iv, sizeof state);
+    Digest out;
+    compress(state, buf, total / 64, out.data());
+    return out;
+  }
+
  private:
-  void compress(const std::uint8_t* blocks, std::size_t count) noexcept {
+  static void compress(std::uint32_t* state, const std::uint8_t* blocks, std::size_t count,
+                       std::uint8_t* digest = nullptr) noexcept {
 #if KVKEY_SHA256_X86
-    sha256_compress_x86(state_, blocks, count);
+    sha256_compress_x86(state, blocks, count, digest);
 #else
+    (void)state;  // unreachable: sha256_native_available() is false
     (void)blocks;
-    (void)count;  // unreachable: sha256_native_available() is false
+    (void)count;
+    (void)digest;
 #endif
+  }
+  static void put_length(std::uint8_t* p, std::uint64_t bits) noexcept {
+    for (int i = 0; i < 8; ++i) p[i] = static_cast<std::uint8_t>(bits >> (56 - 8 * i));
   }
 
   std::uint32_t state_[8];
