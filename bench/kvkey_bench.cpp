@@ -1,0 +1,391 @@
+// kvkey benchmarks (Google Benchmark). Run through scripts/bench.sh, which
+// builds in Release, runs every case and writes the JSON and the tables that
+// docs/performance.md shows.
+//
+// Cases:
+//   chain/...          KeyNamespace::block_hashes over a whole prompt
+//   evp_baseline/...   the limit it is held to: one-shot EVP_Digest per block
+//                      over exactly the bytes a chain must hash (parent digest
+//                      and the block's 4-byte tokens), same prompt
+//   sha256_stream      SHA-256 over 16 KiB messages: the compression rate,
+//                      the true ceiling (bench/report.py converts it to blocks/s)
+//   extend_one_block, store_key, seal, verify_*, object_roundtrip,
+//   fingerprint_file, batch/...
+//
+// Every case reports allocs_per_block (or allocs_per_op): heap allocations
+// through operator new and OpenSSL's allocator, counted by this binary.
+#include "alloc_counter.hpp"
+
+#include <kvkey/batch.hpp>
+#include <kvkey/kvkey.hpp>
+
+#include <benchmark/benchmark.h>
+#include <openssl/crypto.h>
+#include <openssl/evp.h>
+
+#include <cstdint>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <string>
+#include <vector>
+
+namespace {
+
+std::uint64_t allocs() { return kvkey_bench::allocations(); }
+
+// ---- inputs ----------------------------------------------------------------------------
+
+// The prompt every case and every peer (bench/peers) hashes: token i is
+// (i * 40503 + 17) % 151936, ids spread over a Qwen-sized vocabulary.
+std::vector<std::uint32_t> prompt(std::size_t n) {
+  std::vector<std::uint32_t> t(n);
+  for (std::size_t i = 0; i < n; ++i) t[i] = static_cast<std::uint32_t>((i * 40503 + 17) % 151936);
+  return t;
+}
+
+kvkey::Identity identity(std::uint32_t block_size) {
+  kvkey::Identity id;
+  id.tenant = "team-a";
+  id.model.name = "Qwen/Qwen2.5-7B-Instruct";
+  id.model.revision = "a09a35458c702b33eeacc393d103063234e8bc28";
+  id.model.weights_epoch = 3;
+  id.kv.dtype = kvkey::KvDtype::bf16;
+  id.kv.block_size = block_size;
+  id.kv.num_layers = 28;
+  id.kv.num_kv_heads = 4;
+  id.kv.head_dim = 128;
+  id.kv.layout = "lmdeploy.v1.layer_major";
+  id.shard.tp_size = 2;
+  id.shard.tp_rank = 1;
+  return id;
+}
+
+const EVP_MD* sha256() {
+  static EVP_MD* md = EVP_MD_fetch(nullptr, "SHA256", nullptr);
+  return md;
+}
+
+void set_block_counters(benchmark::State& state, std::size_t tokens, std::size_t blocks, std::uint64_t allocs_run) {
+  const auto iters = static_cast<double>(state.iterations());
+  state.counters["tokens_per_s"] = benchmark::Counter(iters * static_cast<double>(tokens), benchmark::Counter::kIsRate);
+  state.counters["blocks_per_s"] = benchmark::Counter(iters * static_cast<double>(blocks), benchmark::Counter::kIsRate);
+  state.counters["allocs_per_block"] = static_cast<double>(allocs_run) / (iters * static_cast<double>(blocks));
+  state.counters["tokens"] = static_cast<double>(tokens);
+  state.counters["block_size"] = static_cast<double>(tokens / blocks);
+}
+
+// ---- the chain and its limit ---------------------------------------------------------------
+
+void chain(benchmark::State& state) {
+  const auto n = static_cast<std::size_t>(state.range(0));
+  const auto bs = static_cast<std::uint32_t>(state.range(1));
+  const kvkey::KeyNamespace<> ns(identity(bs));
+  const auto tokens = prompt(n);
+  const std::uint64_t a0 = allocs();
+  for (auto _ : state) {
+    auto hashes = ns.block_hashes(tokens);
+    benchmark::DoNotOptimize(hashes.data());
+  }
+  set_block_counters(state, n, n / bs, allocs() - a0);
+}
+
+// One EVP_Digest per block, with a pre-fetched EVP_MD, over parent ‖ tokens
+// (what any chained block hash must hash at the least).
+void evp_baseline(benchmark::State& state) {
+  const auto n = static_cast<std::size_t>(state.range(0));
+  const auto bs = static_cast<std::size_t>(state.range(1));
+  const auto tokens = prompt(n);
+  const EVP_MD* md = sha256();
+  std::vector<unsigned char> msg(32 + 4 * bs);
+  const std::uint64_t a0 = allocs();
+  for (auto _ : state) {
+    unsigned char parent[32] = {};
+    for (std::size_t b = 0; b < n / bs; ++b) {
+      std::memcpy(msg.data(), parent, 32);
+      std::memcpy(msg.data() + 32, tokens.data() + b * bs, 4 * bs);  // little-endian host: the u32le bytes
+      if (EVP_Digest(msg.data(), msg.size(), parent, nullptr, md, nullptr) != 1) state.SkipWithError("EVP_Digest");
+    }
+    benchmark::DoNotOptimize(parent);
+  }
+  set_block_counters(state, n, n / bs, allocs() - a0);
+}
+
+void chain_args(benchmark::internal::Benchmark* b) {
+  for (std::int64_t n : {1 << 10, 1 << 14, 1 << 17, 1 << 20}) {
+    for (std::int64_t bs : {16, 64, 256}) b->Args({n, bs});
+  }
+  b->ArgNames({"tokens", "bs"});
+}
+BENCHMARK(chain)->Apply(chain_args);
+BENCHMARK(evp_baseline)->Apply(chain_args);
+
+// The compression rate: 16 KiB messages through one reused context.
+void sha256_stream(benchmark::State& state) {
+  std::vector<unsigned char> buf(16384, 0x5a);
+  EVP_MD_CTX* ctx = EVP_MD_CTX_new();
+  unsigned char out[32];
+  for (auto _ : state) {
+    EVP_DigestInit_ex2(ctx, sha256(), nullptr);
+    EVP_DigestUpdate(ctx, buf.data(), buf.size());
+    EVP_DigestFinal_ex(ctx, out, nullptr);
+    benchmark::DoNotOptimize(out);
+  }
+  EVP_MD_CTX_free(ctx);
+  const auto bytes = static_cast<double>(state.iterations()) * static_cast<double>(buf.size());
+  state.SetBytesProcessed(static_cast<std::int64_t>(bytes));
+  state.counters["compressions_per_s"] = benchmark::Counter(bytes / 64, benchmark::Counter::kIsRate);
+}
+BENCHMARK(sha256_stream);
+
+// The same through kvkey's SHA-extension code (what the chain uses when the
+// CPU has them): it should match OpenSSL's assembly.
+void sha256_native_stream(benchmark::State& state) {
+  if (!kvkey::detail::sha256_native_available()) {
+    state.SkipWithError("no SHA extensions on this CPU");
+    return;
+  }
+  std::vector<unsigned char> buf(16384, 0x5a);
+  kvkey::detail::Sha256Native h;
+  for (auto _ : state) {
+    h.update(buf.data(), buf.size());
+    auto d = h.result();
+    benchmark::DoNotOptimize(d);
+  }
+  const auto bytes = static_cast<double>(state.iterations()) * static_cast<double>(buf.size());
+  state.SetBytesProcessed(static_cast<std::int64_t>(bytes));
+  state.counters["compressions_per_s"] = benchmark::Counter(bytes / 64, benchmark::Counter::kIsRate);
+}
+BENCHMARK(sha256_native_stream);
+
+// ---- incremental extension --------------------------------------------------------------------
+
+// Decoding: a 16k-token prompt's chain is extended one 64-token block at a
+// time, 256 times (one extend call per block, as a scheduler would after each
+// block of generated tokens). Counters are per extension.
+void extend_one_block(benchmark::State& state) {
+  const std::uint32_t bs = 64;
+  const std::size_t steps = 256;
+  const kvkey::KeyNamespace<> ns(identity(bs));
+  const auto tokens = prompt((1 << 14) + steps * bs);
+  const auto start = ns.block_hashes(tokens.data(), std::size_t{1} << 14);
+  const auto whole = ns.block_hashes(tokens);
+  const std::uint64_t a0 = allocs();
+  for (auto _ : state) {
+    auto hashes = start;
+    for (std::size_t k = 1; k <= steps; ++k) ns.extend_block_hashes(hashes, tokens.data(), (1 << 14) + k * bs);
+    benchmark::DoNotOptimize(hashes.data());
+    if (hashes.back() != whole.back()) state.SkipWithError("extension differs from block_hashes");
+  }
+  set_block_counters(state, steps * bs, steps, allocs() - a0);
+}
+BENCHMARK(extend_one_block);
+
+// Token ids as int64 (numpy's default) and int32: the range check must not
+// cost throughput.
+template <class T>
+void chain_typed(benchmark::State& state) {
+  const std::size_t n = 1 << 17;
+  const std::uint32_t bs = 64;
+  const kvkey::KeyNamespace<> ns(identity(bs));
+  const auto u = prompt(n);
+  const std::vector<T> tokens(u.begin(), u.end());
+  const std::uint64_t a0 = allocs();
+  for (auto _ : state) {
+    auto hashes = ns.block_hashes(tokens);
+    benchmark::DoNotOptimize(hashes.data());
+  }
+  set_block_counters(state, n, n / bs, allocs() - a0);
+}
+BENCHMARK_TEMPLATE(chain_typed, std::int64_t);
+BENCHMARK_TEMPLATE(chain_typed, std::int32_t);
+
+// ---- batches ------------------------------------------------------------------------------------
+
+// 64 prompts of 16k tokens (block size 64), each with its own salt so no two
+// chains are equal. batch_sequential: one thread, a loop of block_hashes.
+// batch_pool/threads:N: a long-lived BatchHasher of N threads.
+// batch_oneshot/threads:N: block_hashes_batch, which starts its threads per call.
+// Wall-clock time (other processes on the machine slow these).
+struct Batch {
+  static constexpr std::size_t prompts = 64, tokens = 1 << 14;
+  kvkey::KeyNamespace<> ns{identity(64)};
+  std::vector<std::uint32_t> ids = prompt(prompts * tokens);
+  std::vector<kvkey::HashOptions> options;
+  std::vector<kvkey::BlockHashRequest<std::uint32_t>> requests;
+  Batch() {
+    options.resize(prompts);
+    for (std::size_t i = 0; i < prompts; ++i) {
+      options[i].salt = "request-" + std::to_string(i);
+      requests.push_back({ids.data() + i * tokens, tokens, &options[i]});
+    }
+  }
+  void count(benchmark::State& state, std::uint64_t allocs_run) const {
+    set_block_counters(state, prompts * tokens, prompts * tokens / 64, allocs_run);
+  }
+};
+
+void batch_sequential(benchmark::State& state) {
+  const Batch b;
+  const std::uint64_t a0 = allocs();
+  for (auto _ : state) {
+    for (const auto& r : b.requests) {
+      auto hashes = b.ns.block_hashes(r.tokens, r.count, *r.options);
+      benchmark::DoNotOptimize(hashes.data());
+    }
+  }
+  b.count(state, allocs() - a0);
+}
+BENCHMARK(batch_sequential)->UseRealTime()->Unit(benchmark::kMillisecond);
+
+void batch_pool(benchmark::State& state) {
+  const Batch b;
+  kvkey::BatchHasher pool(static_cast<unsigned>(state.range(0)));
+  const auto expect = b.ns.block_hashes(b.requests.back().tokens, b.requests.back().count, *b.requests.back().options);
+  const std::uint64_t a0 = allocs();
+  for (auto _ : state) {
+    auto out = pool.block_hashes(b.ns, b.requests);
+    if (out.back() != expect) state.SkipWithError("batch differs from block_hashes");
+    benchmark::DoNotOptimize(out.data());
+  }
+  b.count(state, allocs() - a0);
+}
+BENCHMARK(batch_pool)->Arg(1)->Arg(2)->ArgName("threads")->UseRealTime()->Unit(benchmark::kMillisecond);
+
+void batch_oneshot(benchmark::State& state) {
+  const Batch b;
+  const std::uint64_t a0 = allocs();
+  for (auto _ : state) {
+    auto out = kvkey::block_hashes_batch(b.ns, b.requests, static_cast<unsigned>(state.range(0)));
+    benchmark::DoNotOptimize(out.data());
+  }
+  b.count(state, allocs() - a0);
+}
+BENCHMARK(batch_oneshot)->Arg(2)->ArgName("threads")->UseRealTime()->Unit(benchmark::kMillisecond);
+
+// ---- keys and envelopes ---------------------------------------------------------------------------
+
+struct Objects {
+  kvkey::KeyNamespace<> ns{identity(64)};
+  std::vector<kvkey::Digest> blocks = ns.block_hashes(prompt(64 * 256));
+  std::uint64_t payload = 28 * 2 * 2 * 128 * 64 * 2;
+};
+
+void set_op_counters(benchmark::State& state, std::uint64_t allocs_run) {
+  state.counters["allocs_per_op"] = static_cast<double>(allocs_run) / static_cast<double>(state.iterations());
+}
+
+void store_key(benchmark::State& state) {
+  Objects o;
+  std::size_t i = 0;
+  const std::uint64_t a0 = allocs();
+  for (auto _ : state) {
+    auto key = o.ns.store_key(o.blocks[i++ & 255]);
+    benchmark::DoNotOptimize(key.data());
+  }
+  set_op_counters(state, allocs() - a0);
+}
+BENCHMARK(store_key);
+
+void seal(benchmark::State& state) {
+  Objects o;
+  std::size_t i = 0;
+  const std::uint64_t a0 = allocs();
+  for (auto _ : state) {
+    auto env = o.ns.seal(o.blocks[i++ & 255], o.payload);
+    benchmark::DoNotOptimize(env.data());
+  }
+  set_op_counters(state, allocs() - a0);
+}
+BENCHMARK(seal);
+
+// verify_ok: the header the reader expects. verify_block_mismatch: a header of
+// another block (same identity). verify_identity_mismatch: a header sealed
+// under another KV dtype, which verify parses to name the field.
+void verify(benchmark::State& state) {
+  Objects o;
+  const int kind = static_cast<int>(state.range(0));
+  std::vector<kvkey::Envelope> headers;
+  auto other_id = identity(64);
+  other_id.kv.dtype = kvkey::KvDtype::fp8_e4m3;
+  const kvkey::KeyNamespace<> other(other_id);
+  for (std::size_t b = 0; b < 256; ++b) {
+    const auto& sealer = kind == 2 ? other : o.ns;
+    headers.push_back(sealer.seal(o.blocks[kind == 1 ? (b + 1) & 255 : b], o.payload));
+  }
+  const kvkey::Reason expect = kind == 0   ? kvkey::Reason::ok
+                               : kind == 1 ? kvkey::Reason::block_mismatch
+                                           : kvkey::Reason::identity_mismatch;
+  std::size_t i = 0;
+  const std::uint64_t a0 = allocs();
+  for (auto _ : state) {
+    const std::size_t b = i++ & 255;
+    const auto v = o.ns.verify(headers[b], o.blocks[b], o.payload);
+    if (v.reason != expect) state.SkipWithError("unexpected verdict");
+    benchmark::DoNotOptimize(v);
+  }
+  set_op_counters(state, allocs() - a0);
+}
+BENCHMARK(verify)->Arg(0)->Arg(1)->Arg(2)->ArgName("mismatch");
+
+// What a connector does per stored object: the key, the header on save, the
+// check on load.
+void object_roundtrip(benchmark::State& state) {
+  Objects o;
+  std::size_t i = 0;
+  const std::uint64_t a0 = allocs();
+  for (auto _ : state) {
+    const auto& block = o.blocks[i++ & 255];
+    auto key = o.ns.store_key(block);
+    const auto env = o.ns.seal(block, o.payload);
+    const auto v = o.ns.verify(env, block, o.payload);
+    if (!v.ok()) state.SkipWithError("own header rejected");
+    benchmark::DoNotOptimize(key.data());
+  }
+  set_op_counters(state, allocs() - a0);
+}
+BENCHMARK(object_roundtrip);
+
+// ---- fingerprint_file ----------------------------------------------------------------------------
+
+// KVKEY_BENCH_FILE_MB (default 256) MiB of page-cached data.
+void fingerprint_file(benchmark::State& state) {
+  const char* env = std::getenv("KVKEY_BENCH_FILE_MB");
+  const std::size_t mib = env != nullptr ? std::strtoull(env, nullptr, 10) : 256;
+  char path[] = "/tmp/kvkey-bench-XXXXXX";
+  const int fd = mkstemp(path);
+  if (fd < 0) {
+    state.SkipWithError("mkstemp failed");
+    return;
+  }
+  std::FILE* f = fdopen(fd, "wb");
+  std::vector<unsigned char> chunk(std::size_t{1} << 20);
+  for (std::size_t i = 0; i < chunk.size(); ++i) chunk[i] = static_cast<unsigned char>(i * 131 + 7);
+  for (std::size_t m = 0; m < mib; ++m) std::fwrite(chunk.data(), 1, chunk.size(), f);
+  std::fclose(f);
+  (void)kvkey::fingerprint_file(path);  // page it in
+  for (auto _ : state) {
+    auto d = kvkey::fingerprint_file(path);
+    benchmark::DoNotOptimize(d);
+  }
+  std::remove(path);
+  state.SetBytesProcessed(static_cast<std::int64_t>(state.iterations()) * static_cast<std::int64_t>(mib << 20));
+  state.counters["MB_per_s"] = benchmark::Counter(static_cast<double>(state.iterations()) * static_cast<double>(mib) *
+                                                      1048576.0 / 1e6,
+                                                  benchmark::Counter::kIsRate);
+}
+BENCHMARK(fingerprint_file)->Unit(benchmark::kMillisecond);
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  // Before OpenSSL allocates anything, so every allocation is counted.
+  if (!kvkey_bench::count_openssl_allocations()) {
+    std::fprintf(stderr, "kvkey_bench: CRYPTO_set_mem_functions failed; OpenSSL allocations are not counted\n");
+  }
+  benchmark::Initialize(&argc, argv);
+  if (benchmark::ReportUnrecognizedArguments(argc, argv)) return 1;
+  benchmark::RunSpecifiedBenchmarks();
+  benchmark::Shutdown();
+  return 0;
+}
