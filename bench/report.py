@@ -1,0 +1,239 @@
+#!/usr/bin/python3
+"""Turns one benchmark run (scripts/bench.sh) into the tables of docs/performance.md.
+
+    report.py RUN_DIR [--plot FILE.svg]
+
+RUN_DIR holds kvkey_bench.json (Google Benchmark, median aggregates when the
+run had repetitions), peers.json (bench/peers/peers.py), openssl_speed.txt
+(`openssl speed -bytes 16384 sha256`) and machine.txt. Prints Markdown.
+
+The limit and the ceiling:
+  * evp_baseline: one EVP_Digest per block over parent ‖ 4-byte tokens, the
+    cheapest way to hash a chain through OpenSSL's one-shot API;
+  * ceiling: the SHA-256 compression rate (16 KiB messages) divided by the
+    64-byte compressions one block message needs: ceil((len + 9) / 64) with
+    len = 1 + 32 + 4 * block_size + 4 for kvkey (32 + 4 * block_size for the
+    baseline, which needs as many). No chained hash of those bytes can beat it
+    on one core.
+"""
+
+import json
+import math
+import os
+import re
+import subprocess
+import sys
+
+
+def load_benchmarks(path):
+    with open(path) as f:
+        doc = json.load(f)
+    out = {}
+    for b in doc["benchmarks"]:
+        if b.get("error_occurred"):
+            continue
+        if b.get("run_type") == "aggregate" and b.get("aggregate_name") != "median":
+            continue
+        name = b.get("run_name", b["name"])
+        # A median aggregate wins over a single iteration entry of the same name.
+        if name in out and b.get("run_type") != "aggregate":
+            continue
+        out[name] = b
+    return doc.get("context", {}), out
+
+
+def ns_per_op(b):
+    scale = {"ns": 1.0, "us": 1e3, "ms": 1e6, "s": 1e9}[b.get("time_unit", "ns")]
+    return b["cpu_time"] * scale
+
+
+def compressions(block_size):
+    return math.ceil((1 + 32 + 4 * block_size + 4 + 9) / 64)
+
+
+def openssl_rate(path):
+    """Compressions/s from `openssl speed -bytes 16384 sha256` (its numbers are 1000s of
+    bytes/s; a 16 KiB message takes 257 compressions, padding included)."""
+    try:
+        text = open(path).read()
+    except OSError:
+        return None
+    m = re.search(r"^sha256\s+([\d.]+)k\s*$", text, re.M)
+    return float(m.group(1)) * 1000 / 16384 * 257 if m else None
+
+
+def fmt_rate(v):
+    if v is None:
+        return "-"
+    for unit, div in (("G", 1e9), ("M", 1e6), ("k", 1e3)):
+        if v >= div:
+            return "%.1f%s" % (v / div, unit) if v / div < 100 else "%.0f%s" % (v / div, unit)
+    return "%.0f" % v
+
+
+def main():
+    if len(sys.argv) < 2:
+        sys.exit(__doc__)
+    run = sys.argv[1]
+    plot = sys.argv[sys.argv.index("--plot") + 1] if "--plot" in sys.argv else None
+    context, bm = load_benchmarks(os.path.join(run, "kvkey_bench.json"))
+    peers_path = os.path.join(run, "peers.json")
+    peers = json.load(open(peers_path)) if os.path.exists(peers_path) else {"results": []}
+    stream = bm.get("sha256_stream")
+    ceiling_comp = stream["compressions_per_s"] if stream else None
+    ossl = openssl_rate(os.path.join(run, "openssl_speed.txt"))
+    lines = []
+    p = lines.append
+
+    if os.path.exists(os.path.join(run, "machine.txt")):
+        p("```")
+        p(open(os.path.join(run, "machine.txt")).read().rstrip())
+        p("```")
+        p("")
+
+    p("### The chain against the limit and the ceiling (one thread)")
+    p("")
+    p("Rates per CPU second (median of the run's repetitions). ceiling: SHA-256 compression rate "
+      "measured in the same run (%s compressions/s%s) / compressions per block."
+      % (fmt_rate(ceiling_comp), "; `openssl speed`: %s" % fmt_rate(ossl) if ossl else ""))
+    p("")
+    p("| prompt | block | kvkey tokens/s | kvkey blocks/s | EVP one-shot blocks/s | kvkey / EVP | "
+      "ceiling blocks/s | kvkey / ceiling | allocs/block |")
+    p("|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
+    chain_rows = []
+    for name, b in bm.items():
+        m = re.fullmatch(r"chain/tokens:(\d+)/bs:(\d+)", name)
+        if not m:
+            continue
+        n, bs = int(m.group(1)), int(m.group(2))
+        base = bm.get("evp_baseline/tokens:%d/bs:%d" % (n, bs))
+        ceil_blocks = ceiling_comp / compressions(bs) if ceiling_comp else None
+        chain_rows.append((n, bs, b, base, ceil_blocks))
+    chain_rows.sort(key=lambda r: (r[0], r[1]))
+    for n, bs, b, base, ceil_blocks in chain_rows:
+        k = b["blocks_per_s"]
+        p("| %s | %d | %s | %s | %s | %s | %s | %s | %.4f |" % (
+            fmt_rate(n), bs, fmt_rate(b["tokens_per_s"]), fmt_rate(k),
+            fmt_rate(base["blocks_per_s"]) if base else "-",
+            "%.2f" % (k / base["blocks_per_s"]) if base else "-",
+            fmt_rate(ceil_blocks), "%.2f" % (k / ceil_blocks) if ceil_blocks else "-",
+            b["allocs_per_block"]))
+    p("")
+
+    # ---- peers --------------------------------------------------------------------------
+    if peers["results"]:
+        names = sorted({r["peer"] for r in peers["results"]}, key=["lmdeploy", "lmdeploy_np", "vllm", "sglang"].index)
+        p("### kvkey against the Python peers (one thread, tokens/s)")
+        p("")
+        p("Python %s; each peer's median CPU time over several runs (bench/peers/peers.py)." % peers.get("python"))
+        p("")
+        p("| prompt | block | kvkey | " + " | ".join(names) + " | " +
+          " | ".join("x " + n for n in names) + " |")
+        p("|---:|---:|---:|" + "---:|" * (2 * len(names)))
+        by = {(r["peer"], r["tokens"], r["block_size"]): r["tokens_per_s"] for r in peers["results"]}
+        for n, bs, b, _, _ in chain_rows:
+            rates = [by.get((x, n, bs)) for x in names]
+            if all(r is None for r in rates):
+                continue
+            k = b["tokens_per_s"]
+            p("| %s | %d | %s | %s | %s |" % (
+                fmt_rate(n), bs, fmt_rate(k), " | ".join(fmt_rate(r) for r in rates),
+                " | ".join("%.1f" % (k / r) if r else "-" for r in rates)))
+        p("")
+
+    # ---- per-object operations ---------------------------------------------------------------
+    p("### Keys, envelopes, extension, files (one thread)")
+    p("")
+    p("| operation | time | allocations |")
+    p("|---|---:|---:|")
+    ops = [("store_key", "store_key"), ("seal", "seal"), ("verify/mismatch:0", "verify, accepted"),
+           ("verify/mismatch:1", "verify, another block's header"),
+           ("verify/mismatch:2", "verify, another identity's header (names the field)"),
+           ("object_roundtrip", "store_key + seal + verify of one object")]
+    for key, label in ops:
+        b = bm.get(key)
+        if b:
+            p("| %s | %.0f ns | %.2f / op |" % (label, ns_per_op(b), b["allocs_per_op"]))
+    b = bm.get("extend_one_block")
+    if b:
+        p("| extend_block_hashes by one 64-token block (decode) | %.0f ns / block | %.3f / block |" % (
+            1e9 / b["blocks_per_s"], b["allocs_per_block"]))
+    for t in ("std::int64_t", "std::int32_t"):
+        b = bm.get("chain_typed<%s>" % t)
+        if b:
+            p("| block_hashes, 128k %s tokens, block 64 | %s tokens/s | %.4f / block |" % (
+                t.replace("std::", ""), fmt_rate(b["tokens_per_s"]), b["allocs_per_block"]))
+    b = bm.get("fingerprint_file")
+    if b:
+        p("| fingerprint_file (page-cached) | %.0f MB/s | |" % b["MB_per_s"])
+    for key, label in (("sha256_stream", "SHA-256, OpenSSL EVP, 16 KiB messages"),
+                       ("sha256_native_stream", "SHA-256, kvkey's SHA-extension code, 16 KiB messages")):
+        b = bm.get(key)
+        if b:
+            p("| %s | %.0f MB/s | |" % (label, b["bytes_per_second"] / 1e6))
+    p("")
+
+    # ---- batches ------------------------------------------------------------------------------
+    seq = bm.get("batch_sequential/real_time")
+    if seq:
+        p("### Batches: 64 prompts of 16k tokens, block size 64 (wall-clock)")
+        p("")
+        p("| how | tokens/s | x sequential |")
+        p("|---|---:|---:|")
+        s = seq["tokens_per_s"]
+        for key, label in (("batch_sequential/real_time", "loop of block_hashes, 1 thread"),
+                           ("batch_pool/threads:1/real_time", "BatchHasher(1)"),
+                           ("batch_pool/threads:2/real_time", "BatchHasher(2)"),
+                           ("batch_oneshot/threads:2/real_time", "block_hashes_batch(..., 2)")):
+            b = bm.get(key)
+            if b:
+                p("| %s | %s | %.2f |" % (label, fmt_rate(b["tokens_per_s"]), b["tokens_per_s"] / s))
+        p("")
+
+    print("\n".join(lines))
+
+    if plot:
+        make_plot(plot, chain_rows, ceiling_comp, peers)
+
+
+def make_plot(path, chain_rows, ceiling_comp, peers):
+    bs = 64
+    rows = [r for r in chain_rows if r[1] == bs]
+    data = path + ".dat"
+    peer_names = ["lmdeploy", "lmdeploy_np", "vllm", "sglang"]
+    by = {(r["peer"], r["tokens"]): r["tokens_per_s"] for r in peers["results"] if r["block_size"] == bs}
+    with open(data, "w") as f:
+        f.write("# tokens kvkey evp_baseline ceiling " + " ".join(peer_names) + " (tokens/s, block size 64)\n")
+        for n, _, b, base, ceil_blocks in rows:
+            vals = [b["tokens_per_s"], base["blocks_per_s"] * bs if base else float("nan"),
+                    ceil_blocks * bs if ceil_blocks else float("nan")]
+            vals += [by.get((x, n), float("nan")) for x in peer_names]
+            f.write("%d %s\n" % (n, " ".join("%.6g" % (v / 1e6) for v in vals)))
+    labels = {"lmdeploy": "lmdeploy (Python list)", "lmdeploy_np": "lmdeploy (numpy)", "vllm": "vLLM (pickle)",
+              "sglang": "SGLang HiCache"}
+    series = [(2, "kvkey", "lw 3 lc rgb '#1f77b4' pt 7"),
+              (3, "one-shot EVP per block (the limit)", "lw 2 dt 2 lc rgb '#555555' pt 6"),
+              (4, "SHA-256 compression ceiling", "lw 2 dt 3 lc rgb '#000000' pt 0")]
+    colors = ["#d62728", "#ff7f0e", "#2ca02c", "#9467bd"]
+    for i, x in enumerate(peer_names):
+        series.append((5 + i, labels[x], "lw 2 lc rgb '%s' pt %d" % (colors[i], 5 + i)))
+    script = "\n".join([
+        "set terminal svg size 800,480 dynamic font 'sans,12'",
+        "set output '%s'" % path,
+        "set title 'Block-hash chain throughput, block size 64, one thread'",
+        "set xlabel 'prompt length (tokens)'",
+        "set ylabel 'million tokens / s'",
+        "set logscale x 2",
+        "set logscale y 10",
+        "set xtics ('1k' 1024, '16k' 16384, '128k' 131072, '1M' 1048576)",
+        "set grid",
+        "set key outside right center",
+        "plot " + ", ".join("'%s' using 1:%d with linespoints title '%s' %s" % (data, c, t, style)
+                            for c, t, style in series),
+    ])
+    subprocess.run(["gnuplot"], input=script.encode(), check=True)
+    os.remove(data)
+
+
+if __name__ == "__main__":
+    main()
