@@ -122,12 +122,14 @@ inline void put_token(std::uint8_t* p, std::int64_t t, std::size_t index) {
 }
 inline void put_token(std::uint8_t* p, std::uint32_t t, std::size_t) noexcept { store_u32(p, t); }
 
-/// Writes n token ids as u32le, or throws put_token's error for the first id
-/// outside [0, 2^32) (first_index is the index of t[0]). The range check is
-/// one branch-free pass, so both loops vectorize.
+/// True when every id of t[0, n) lies in [0, 2^32): one branch-free pass.
 template <class T>
-void put_tokens(std::uint8_t* p, const T* t, std::size_t n, std::size_t first_index) {
-  if constexpr (!std::is_same_v<T, std::uint32_t>) {
+bool tokens_in_range(const T* t, std::size_t n) noexcept {
+  if constexpr (std::is_same_v<T, std::uint32_t>) {
+    (void)t;
+    (void)n;
+    return true;
+  } else {
     std::uint64_t out_of_range = 0;
     for (std::size_t i = 0; i < n; ++i) {
       if constexpr (std::is_same_v<T, std::int32_t>) {
@@ -136,9 +138,17 @@ void put_tokens(std::uint8_t* p, const T* t, std::size_t n, std::size_t first_in
         out_of_range |= static_cast<std::uint64_t>(t[i]) >> 32;
       }
     }
-    if (out_of_range != 0) {
-      for (std::size_t i = 0; i < n; ++i) put_token(p + 4 * i, t[i], first_index + i);  // throws
-    }
+    return out_of_range == 0;
+  }
+}
+
+/// Writes n token ids as u32le, or throws put_token's error for the first id
+/// outside [0, 2^32) (first_index is the index of t[0]). The range check goes
+/// first, so both loops vectorize.
+template <class T>
+void put_tokens(std::uint8_t* p, const T* t, std::size_t n, std::size_t first_index) {
+  if (!tokens_in_range(t, n)) {
+    for (std::size_t i = 0; i < n; ++i) put_token(p + 4 * i, t[i], first_index + i);  // throws
   }
 #if defined(__BYTE_ORDER__) && __BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__
   for (std::size_t i = 0; i < n; ++i) {
@@ -151,6 +161,8 @@ void put_tokens(std::uint8_t* p, const T* t, std::size_t n, std::size_t first_in
 }
 
 }  // namespace detail
+
+class BatchHasher;
 
 /// Keys, block hashes and envelopes of one deployment's rank.
 ///
@@ -342,7 +354,11 @@ class KeyNamespace {
   }
 
  private:
+  friend class BatchHasher;
   using ExtraRef = const ExtraKey*;
+
+  // Blocks up to this many tokens are hashed from one stack buffer.
+  static constexpr std::size_t buffered_tokens = 256;
 
   static std::vector<ExtraRef> sorted_extras(const std::vector<ExtraKey>& extras) {
     std::vector<ExtraRef> out;
@@ -372,6 +388,56 @@ class KeyNamespace {
     return detail::to_digest(h);
   }
 
+  // Two requests' chains from scratch, in lockstep on one thread: the batch's
+  // fast path (two SHA streams per core). Returns false, having done nothing,
+  // unless both can take it: plain SHA-256 on the SHA extensions, blocks of at
+  // most buffered_tokens, no extras, empty outputs and only valid token ids (so
+  // any error comes from the ordinary path, for its own request).
+  template <class T>
+  bool block_hashes_pair(std::vector<Digest>& out1, const T* tokens1, std::size_t count1, const HashOptions& opt1,
+                         std::vector<Digest>& out2, const T* tokens2, std::size_t count2,
+                         const HashOptions& opt2) const {
+    if constexpr (!std::is_same_v<Hash, Sha256>) {
+      return false;
+    } else {
+      const std::size_t bs = block_size();
+      if (!native_ || bs > buffered_tokens || !opt1.extras.empty() || !opt2.extras.empty() || !out1.empty() ||
+          !out2.empty()) {
+        return false;
+      }
+      const std::size_t full1 = count1 / bs;
+      const std::size_t full2 = count2 / bs;
+      if (!detail::tokens_in_range(tokens1, full1 * bs) || !detail::tokens_in_range(tokens2, full2 * bs)) {
+        return false;
+      }
+      out1.reserve(full1);
+      out2.reserve(full2);
+      constexpr std::size_t head = 1 + Digest::size_bytes;
+      constexpr std::size_t capacity = detail::Sha256Native::padded_size(head + 4 * buffered_tokens + 4);
+      alignas(16) std::uint8_t m1[capacity];
+      alignas(16) std::uint8_t m2[capacity];
+      m1[0] = m2[0] = detail::domain_block;
+      Digest p1 = first_parent(opt1.salt);
+      Digest p2 = first_parent(opt2.salt);
+      const std::size_t both = std::min(full1, full2);
+      for (std::size_t b = 0; b < both; ++b) {
+        std::memcpy(m1 + 1, p1.data(), Digest::size_bytes);
+        std::memcpy(m2 + 1, p2.data(), Digest::size_bytes);
+        detail::put_tokens(m1 + head, tokens1 + b * bs, bs, b * bs);
+        detail::put_tokens(m2 + head, tokens2 + b * bs, bs, b * bs);
+        detail::store_u32(m1 + head + 4 * bs, 0);  // no extras
+        detail::store_u32(m2 + head + 4 * bs, 0);
+        detail::Sha256Native::hash_padded2(m1, m2, head + 4 * bs + 4, p1, p2);
+        out1.push_back(p1);
+        out2.push_back(p2);
+      }
+      // The longer chain goes on alone.
+      if (full1 > both) extend_block_hashes(out1, tokens1, count1, opt1);
+      if (full2 > both) extend_block_hashes(out2, tokens2, count2, opt2);
+      return true;
+    }
+  }
+
   // Appends the hashes of blocks hashes.size() .. full-1. H is Hash (a copy of
   // hasher_) or, for plain SHA-256, detail::Sha256Native.
   template <class H, class T>
@@ -390,7 +456,7 @@ class KeyNamespace {
   template <class H, class T>
   Digest hash_block(H& h, const Digest& parent, const T* tokens, std::size_t first_token,
                     const std::vector<ExtraRef>& extras) const {
-    constexpr std::size_t chunk_tokens = 256;
+    constexpr std::size_t chunk_tokens = buffered_tokens;
     constexpr std::size_t head = 1 + Digest::size_bytes;
     const std::size_t bs = block_size();
     // Trailer: the extras that overlap [first_token, first_token + bs).

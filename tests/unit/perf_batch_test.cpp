@@ -121,3 +121,32 @@ TEST_CASE("perf: one BatchHasher shared by two threads runs their batches one at
   CHECK(a == expect);
   CHECK(b == expect);
 }
+
+TEST_CASE("perf: batches equal block_hashes at every block size and token type", "[perf][batch]") {
+  // Requests without extras are hashed two at a time in lockstep where the CPU
+  // allows; the lengths make pairs of equal and unequal block counts.
+  for (std::uint32_t bs : {1u, 16u, 64u, 255u, 256u, 257u}) {
+    const kvkey::KeyNamespace<> ns(batch_identity(bs));
+    std::vector<std::vector<std::uint32_t>> u32(7);
+    std::vector<std::vector<std::int32_t>> i32(7);
+    for (std::size_t i = 0; i < u32.size(); ++i) {
+      const std::size_t n = bs * (i % 3 == 0 ? 9 : 5 + i) + i;
+      for (std::size_t k = 0; k < n; ++k) {
+        u32[i].push_back(static_cast<std::uint32_t>((k * 2654435761u) ^ i));
+        i32[i].push_back(static_cast<std::int32_t>(u32[i].back() & 0x7fffffffu));
+      }
+    }
+    kvkey::HashOptions salted;
+    salted.salt = "s";
+    for (unsigned threads : {1u, 2u}) {
+      CAPTURE(bs, threads);
+      kvkey::BatchHasher pool(threads);
+      const auto a = pool.block_hashes(ns, u32, salted);
+      const auto b = pool.block_hashes(ns, i32);
+      for (std::size_t i = 0; i < u32.size(); ++i) {
+        CHECK(a[i] == ns.block_hashes(u32[i], salted));
+        CHECK(b[i] == ns.block_hashes(i32[i]));
+      }
+    }
+  }
+}
