@@ -4,6 +4,8 @@
 #include <kvkey/batch.hpp>
 #include <kvkey/kvkey.hpp>
 
+#include "perf_fixtures.hpp"
+
 #include <catch2/catch.hpp>
 
 #include <cstdint>
@@ -13,20 +15,6 @@
 
 namespace {
 
-kvkey::Identity batch_identity(std::uint32_t block_size) {
-  kvkey::Identity id;
-  id.tenant = "batch";
-  id.model.name = "m";
-  id.model.revision = "r1";
-  id.kv.dtype = kvkey::KvDtype::fp16;
-  id.kv.block_size = block_size;
-  id.kv.num_layers = 2;
-  id.kv.num_kv_heads = 2;
-  id.kv.head_dim = 64;
-  id.kv.layout = "test";
-  return id;
-}
-
 std::vector<std::int64_t> tokens_for(std::size_t request, std::size_t n) {
   std::vector<std::int64_t> t(n);
   for (std::size_t i = 0; i < n; ++i) t[i] = static_cast<std::int64_t>((i * 7919 + request * 104729) % 152000);
@@ -34,7 +22,7 @@ std::vector<std::int64_t> tokens_for(std::size_t request, std::size_t n) {
 }
 
 struct Fixture {
-  kvkey::KeyNamespace<> ns{batch_identity(16)};
+  kvkey::KeyNamespace<> ns{perf_identity(16)};
   std::vector<std::vector<std::int64_t>> prompts;
   std::vector<kvkey::HashOptions> options;
   std::vector<kvkey::BlockHashRequest<std::int64_t>> requests;
@@ -126,7 +114,7 @@ TEST_CASE("perf: batches equal block_hashes at every block size and token type",
   // Requests without extras are hashed two at a time in lockstep where the CPU
   // allows; the lengths make pairs of equal and unequal block counts.
   for (std::uint32_t bs : {1u, 16u, 64u, 255u, 256u, 257u}) {
-    const kvkey::KeyNamespace<> ns(batch_identity(bs));
+    const kvkey::KeyNamespace<> ns(perf_identity(bs));
     std::vector<std::vector<std::uint32_t>> u32(7);
     std::vector<std::vector<std::int32_t>> i32(7);
     for (std::size_t i = 0; i < u32.size(); ++i) {

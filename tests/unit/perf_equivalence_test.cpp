@@ -8,6 +8,8 @@
 // and the reference would still be caught.
 #include <kvkey/kvkey.hpp>
 
+#include "perf_fixtures.hpp"
+
 #include <openssl/evp.h>
 
 #include <catch2/catch.hpp>
@@ -154,16 +156,7 @@ Bytes ref_envelope(const Bytes& encoding, const kvkey::Slice& s, const kvkey::Di
 // ---- the grid ------------------------------------------------------------------
 
 kvkey::Identity make_identity(int which, std::uint32_t block_size) {
-  kvkey::Identity id;
-  id.tenant = "team-a";
-  id.model.name = "Qwen/Qwen2.5-7B-Instruct";
-  id.model.revision = "a09a35458c702b33eeacc393d103063234e8bc28";
-  id.kv.dtype = kvkey::KvDtype::bf16;
-  id.kv.block_size = block_size;
-  id.kv.num_layers = 28;
-  id.kv.num_kv_heads = 4;
-  id.kv.head_dim = 128;
-  id.kv.layout = "lmdeploy.v1.layer_major";
+  kvkey::Identity id = perf_identity(block_size);
   if (which == 1) {
     id.tenant = "t.0_x";
     id.model.name = std::string("deep seek/V3 \xc3\xa9@") + std::string(60, 'z');  // escapes + cut at 96
