@@ -1,11 +1,12 @@
 #!/usr/bin/python3
 """Turns one benchmark run (scripts/bench.sh) into the tables of docs/performance.md.
 
-    report.py RUN_DIR [--plot FILE.svg]
+    report.py RUN_DIR... [--plot FILE.svg]
 
-RUN_DIR holds kvkey_bench.json (Google Benchmark, median aggregates when the
+A RUN_DIR holds kvkey_bench.json (Google Benchmark, median aggregates when the
 run had repetitions), peers.json (bench/peers/peers.py), openssl_speed.txt
-(`openssl speed -bytes 16384 sha256`) and machine.txt. Prints Markdown.
+(`openssl speed -bytes 16384 sha256`) and machine.txt. With several runs, every
+figure is the median over the runs. Prints Markdown.
 
 The limit and the ceiling:
   * evp_baseline: one EVP_Digest per block over parent ‖ 4-byte tokens, the
@@ -42,6 +43,41 @@ def load_benchmarks(path):
     return doc.get("context", {}), out
 
 
+def median_merge(entries):
+    """One entry whose numeric fields are the medians over entries."""
+    out = dict(entries[0])
+    for k, v in entries[0].items():
+        if isinstance(v, (int, float)) and not isinstance(v, bool):
+            vals = sorted(e[k] for e in entries if k in e)
+            mid = len(vals) // 2
+            out[k] = vals[mid] if len(vals) % 2 else (vals[mid - 1] + vals[mid]) / 2
+    return out
+
+
+def load_runs(runs):
+    bm_runs = [load_benchmarks(os.path.join(r, "kvkey_bench.json"))[1] for r in runs]
+    bm = {name: median_merge([b[name] for b in bm_runs if name in b]) for name in bm_runs[0]}
+    peer_results = {}
+    python = None
+    for r in runs:
+        path = os.path.join(r, "peers.json")
+        if not os.path.exists(path):
+            continue
+        doc = json.load(open(path))
+        python = doc.get("python")
+        for x in doc["results"]:
+            peer_results.setdefault((x["peer"], x["tokens"], x["block_size"]), []).append(x)
+    peers = {"python": python, "results": [median_merge(v) for v in peer_results.values()]}
+    rates = [x for x in (openssl_rate(os.path.join(r, "openssl_speed.txt")) for r in runs) if x]
+    ossl = sorted(rates)[len(rates) // 2] if rates else None
+    machine = []
+    for r in runs:
+        path = os.path.join(r, "machine.txt")
+        if os.path.exists(path):
+            machine.append(open(path).read().rstrip())
+    return bm, peers, ossl, machine
+
+
 def ns_per_op(b):
     scale = {"ns": 1.0, "us": 1e3, "ms": 1e6, "s": 1e9}[b.get("time_unit", "ns")]
     return b["cpu_time"] * scale
@@ -74,27 +110,30 @@ def fmt_rate(v):
 def main():
     if len(sys.argv) < 2:
         sys.exit(__doc__)
-    run = sys.argv[1]
-    plot = sys.argv[sys.argv.index("--plot") + 1] if "--plot" in sys.argv else None
-    context, bm = load_benchmarks(os.path.join(run, "kvkey_bench.json"))
-    peers_path = os.path.join(run, "peers.json")
-    peers = json.load(open(peers_path)) if os.path.exists(peers_path) else {"results": []}
+    args = sys.argv[1:]
+    plot = None
+    if "--plot" in args:
+        i = args.index("--plot")
+        plot = args[i + 1]
+        del args[i:i + 2]
+    bm, peers, ossl, machine = load_runs(args)
     stream = bm.get("sha256_stream")
     ceiling_comp = stream["compressions_per_s"] if stream else None
-    ossl = openssl_rate(os.path.join(run, "openssl_speed.txt"))
     lines = []
     p = lines.append
 
-    if os.path.exists(os.path.join(run, "machine.txt")):
+    if machine:
+        p("%d run%s:" % (len(args), "s" if len(args) > 1 else ""))
+        p("")
         p("```")
-        p(open(os.path.join(run, "machine.txt")).read().rstrip())
+        p("\n\n".join(machine))
         p("```")
         p("")
 
     p("### The chain against the limit and the ceiling (one thread)")
     p("")
-    p("Rates per CPU second (median of the run's repetitions). ceiling: SHA-256 compression rate "
-      "measured in the same run (%s compressions/s%s) / compressions per block."
+    p("Rates per CPU second (medians). ceiling: SHA-256 compression rate "
+      "measured in the same runs (%s compressions/s%s) / compressions per block."
       % (fmt_rate(ceiling_comp), "; `openssl speed`: %s" % fmt_rate(ossl) if ossl else ""))
     p("")
     p("| prompt | block | kvkey tokens/s | kvkey blocks/s | EVP one-shot blocks/s | kvkey / EVP | "
@@ -211,24 +250,28 @@ def make_plot(path, chain_rows, ceiling_comp, peers):
             f.write("%d %s\n" % (n, " ".join("%.6g" % (v / 1e6) for v in vals)))
     labels = {"lmdeploy": "lmdeploy (Python list)", "lmdeploy_np": "lmdeploy (numpy)", "vllm": "vLLM (pickle)",
               "sglang": "SGLang HiCache"}
-    series = [(2, "kvkey", "lw 3 lc rgb '#1f77b4' pt 7"),
-              (3, "one-shot EVP per block (the limit)", "lw 2 dt 2 lc rgb '#555555' pt 6"),
-              (4, "SHA-256 compression ceiling", "lw 2 dt 3 lc rgb '#000000' pt 0")]
+    series = [(2, "kvkey", "lines lw 3 lc rgb '#1f77b4'"),
+              (3, "one-shot EVP per block (the limit)", "lines lw 2 dt 2 lc rgb '#555555'"),
+              (4, "SHA-256 compression ceiling", "lines lw 2 dt 3 lc rgb '#000000'")]
     colors = ["#d62728", "#ff7f0e", "#2ca02c", "#9467bd"]
     for i, x in enumerate(peer_names):
-        series.append((5 + i, labels[x], "lw 2 lc rgb '%s' pt %d" % (colors[i], 5 + i)))
+        series.append((5 + i, labels[x], "linespoints lw 2 pt 7 ps 0.6 lc rgb '%s'" % colors[i]))
     script = "\n".join([
-        "set terminal svg size 800,480 dynamic font 'sans,12'",
+        "set terminal svg size 800,520 font 'sans,12' background rgb 'white'",
         "set output '%s'" % path,
         "set title 'Block-hash chain throughput, block size 64, one thread'",
         "set xlabel 'prompt length (tokens)'",
         "set ylabel 'million tokens / s'",
         "set logscale x 2",
         "set logscale y 10",
+        "set yrange [4:800]",
+        "set ytics ('5' 5, '10' 10, '20' 20, '50' 50, '100' 100, '200' 200, '500' 500)",
         "set xtics ('1k' 1024, '16k' 16384, '128k' 131072, '1M' 1048576)",
         "set grid",
-        "set key outside right center",
-        "plot " + ", ".join("'%s' using 1:%d with linespoints title '%s' %s" % (data, c, t, style)
+        "set key bottom center horizontal maxcols 2 box opaque samplen 3 width 1",
+        "set bmargin 10",
+        "set key at screen 0.5, screen 0.02 center bottom",
+        "plot " + ", ".join("'%s' using 1:%d with %s title '%s'" % (data, c, style, t)
                             for c, t, style in series),
     ])
     subprocess.run(["gnuplot"], input=script.encode(), check=True)
