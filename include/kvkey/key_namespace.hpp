@@ -359,6 +359,23 @@ class KeyNamespace {
 
   // Blocks up to this many tokens are hashed from one stack buffer.
   static constexpr std::size_t buffered_tokens = 256;
+  static constexpr std::size_t message_head = 1 + Digest::size_bytes;  // 'B', parent
+  // A block message without extras, padded (detail::Sha256Native::hash_padded).
+  static constexpr std::size_t message_capacity =
+      detail::Sha256Native::padded_size(message_head + 4 * buffered_tokens + 4);
+
+  // The message of a block no extra overlaps: 'B', parent, the tokens as
+  // u32le, u32le 0. Returns its length; msg holds message_capacity bytes.
+  template <class T>
+  std::size_t block_message(std::uint8_t* msg, const Digest& parent, const T* tokens,
+                            std::size_t first_token) const {
+    const std::size_t bs = block_size();
+    msg[0] = detail::domain_block;
+    std::memcpy(msg + 1, parent.data(), Digest::size_bytes);
+    detail::put_tokens(msg + message_head, tokens, bs, first_token);
+    detail::store_u32(msg + message_head + 4 * bs, 0);
+    return message_head + 4 * bs + 4;
+  }
 
   static std::vector<ExtraRef> sorted_extras(const std::vector<ExtraKey>& extras) {
     std::vector<ExtraRef> out;
@@ -412,22 +429,15 @@ class KeyNamespace {
       }
       out1.reserve(full1);
       out2.reserve(full2);
-      constexpr std::size_t head = 1 + Digest::size_bytes;
-      constexpr std::size_t capacity = detail::Sha256Native::padded_size(head + 4 * buffered_tokens + 4);
-      alignas(16) std::uint8_t m1[capacity];
-      alignas(16) std::uint8_t m2[capacity];
-      m1[0] = m2[0] = detail::domain_block;
+      alignas(16) std::uint8_t m1[message_capacity];
+      alignas(16) std::uint8_t m2[message_capacity];
       Digest p1 = first_parent(opt1.salt);
       Digest p2 = first_parent(opt2.salt);
       const std::size_t both = std::min(full1, full2);
       for (std::size_t b = 0; b < both; ++b) {
-        std::memcpy(m1 + 1, p1.data(), Digest::size_bytes);
-        std::memcpy(m2 + 1, p2.data(), Digest::size_bytes);
-        detail::put_tokens(m1 + head, tokens1 + b * bs, bs, b * bs);
-        detail::put_tokens(m2 + head, tokens2 + b * bs, bs, b * bs);
-        detail::store_u32(m1 + head + 4 * bs, 0);  // no extras
-        detail::store_u32(m2 + head + 4 * bs, 0);
-        detail::Sha256Native::hash_padded2(m1, m2, head + 4 * bs + 4, p1, p2);
+        const std::size_t len = block_message(m1, p1, tokens1 + b * bs, b * bs);
+        block_message(m2, p2, tokens2 + b * bs, b * bs);
+        detail::Sha256Native::hash_padded2(m1, m2, len, p1, p2);
         out1.push_back(p1);
         out2.push_back(p2);
       }
@@ -457,7 +467,6 @@ class KeyNamespace {
   Digest hash_block(H& h, const Digest& parent, const T* tokens, std::size_t first_token,
                     const std::vector<ExtraRef>& extras) const {
     constexpr std::size_t chunk_tokens = buffered_tokens;
-    constexpr std::size_t head = 1 + Digest::size_bytes;
     const std::size_t bs = block_size();
     // Trailer: the extras that overlap [first_token, first_token + bs).
     const std::uint64_t lo = first_token;
@@ -466,20 +475,15 @@ class KeyNamespace {
     for (ExtraRef e : extras) count += (e->token_begin < hi && e->token_end > lo) ? 1 : 0;
     if constexpr (std::is_same_v<H, detail::Sha256Native>) {
       // The whole message in one buffer, padded in place: one compression call.
-      constexpr std::size_t capacity = detail::Sha256Native::padded_size(head + 4 * chunk_tokens + 4);
       if (count == 0 && bs <= chunk_tokens) {
-        alignas(16) std::uint8_t msg[capacity];
-        msg[0] = detail::domain_block;
-        std::memcpy(msg + 1, parent.data(), Digest::size_bytes);
-        detail::put_tokens(msg + head, tokens, bs, first_token);
-        detail::store_u32(msg + head + 4 * bs, 0);
-        return detail::Sha256Native::hash_padded(msg, head + 4 * bs + 4);
+        alignas(16) std::uint8_t msg[message_capacity];
+        return detail::Sha256Native::hash_padded(msg, block_message(msg, parent, tokens, first_token));
       }
     }
-    std::uint8_t buf[head + 4 * chunk_tokens + 4];  // + trailer count
+    std::uint8_t buf[message_head + 4 * chunk_tokens + 4];  // + trailer count
     buf[0] = detail::domain_block;
     std::memcpy(buf + 1, parent.data(), Digest::size_bytes);
-    std::size_t used = head;
+    std::size_t used = message_head;
     for (std::size_t i = 0; i < bs;) {
       const std::size_t n = std::min(chunk_tokens, bs - i);
       detail::put_tokens(buf + used, tokens + i, n, first_token + i);
