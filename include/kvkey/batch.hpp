@@ -36,10 +36,9 @@ struct BlockHashRequest {
 /// with plain SHA-256 on a CPU with SHA extensions a thread hashes two
 /// requests in lockstep (two independent SHA streams keep the unit busier
 /// than one). The results are exactly those of KeyNamespace::block_hashes per
-/// request. The
-/// workers live as long as the BatchHasher; the calling thread works too, so
-/// `threads` counts it. One batch runs at a time: concurrent calls on the same
-/// BatchHasher wait for each other.
+/// request. The workers live as long as the BatchHasher; the calling thread
+/// works too, so `threads` counts it. Batches that use the workers run one at
+/// a time: concurrent calls on the same BatchHasher wait for each other.
 class BatchHasher {
  public:
   /// threads >= 1 (0 is taken as 1): the threads that work on a batch, the
@@ -60,6 +59,10 @@ class BatchHasher {
 
   unsigned threads() const noexcept { return static_cast<unsigned>(workers_.size()) + 1; }
 
+  /// Batches of fewer tokens are hashed on the calling thread alone: waking a
+  /// worker costs tens of microseconds.
+  static constexpr std::size_t min_parallel_tokens = std::size_t{1} << 15;
+
   /// block_hashes(tokens, options) of every request, in request order. If a
   /// request throws (a bad token id, a bad extra key), the other requests still
   /// run, then the exception of the first such request (in request order) is
@@ -67,11 +70,27 @@ class BatchHasher {
   template <class Hash, class T>
   std::vector<std::vector<Digest>> block_hashes(const KeyNamespace<Hash>& ns,
                                                 const std::vector<BlockHashRequest<T>>& requests) {
+    std::vector<std::vector<Digest>> out;
+    block_hashes(ns, requests, out);
+    return out;
+  }
+
+  /// As above, into `out`: resized to requests.size(), out[r] replaced by the
+  /// hashes of request r (unspecified if the call throws). Passing the same
+  /// `out` batch after batch reuses its memory.
+  template <class Hash, class T>
+  void block_hashes(const KeyNamespace<Hash>& ns, const std::vector<BlockHashRequest<T>>& requests,
+                    std::vector<std::vector<Digest>>& out) {
     static const HashOptions no_options;
     const auto options = [&](std::size_t r) -> const HashOptions& {
       return requests[r].options != nullptr ? *requests[r].options : no_options;
     };
-    std::vector<std::vector<Digest>> out(requests.size());
+    out.resize(requests.size());
+    std::size_t tokens = 0;
+    for (std::size_t r = 0; r < requests.size(); ++r) {
+      out[r].clear();
+      tokens += requests[r].count;
+    }
     std::vector<std::exception_ptr> errors(requests.size());
     // Longest first (the batch ends when its longest chain does), in pairs of
     // similar length that one thread hashes in lockstep where it can.
@@ -79,35 +98,47 @@ class BatchHasher {
     std::iota(order.begin(), order.end(), std::size_t{0});
     std::stable_sort(order.begin(), order.end(),
                      [&](std::size_t a, std::size_t b) { return requests[a].count > requests[b].count; });
+    // Each thread grows vectors of its own and moves them into `out` when
+    // done: the vector headers in `out` share cache lines, and writing them on
+    // every block from two threads would bounce those lines between cores.
     const auto one = [&](std::size_t r) {
+      std::vector<Digest> mine = std::move(out[r]);
       try {
-        ns.extend_block_hashes(out[r], requests[r].tokens, requests[r].count, options(r));
+        ns.extend_block_hashes(mine, requests[r].tokens, requests[r].count, options(r));
       } catch (...) {
         errors[r] = std::current_exception();
       }
+      out[r] = std::move(mine);
     };
     auto task = [&](std::size_t pair) {
       const std::size_t a = order[2 * pair];
       if (2 * pair + 1 == order.size()) return one(a);
       const std::size_t b = order[2 * pair + 1];
+      std::vector<Digest> mine_a = std::move(out[a]);
+      std::vector<Digest> mine_b = std::move(out[b]);
       bool done = false;
       try {
-        done = ns.block_hashes_pair(out[a], requests[a].tokens, requests[a].count, options(a), out[b],
+        done = ns.block_hashes_pair(mine_a, requests[a].tokens, requests[a].count, options(a), mine_b,
                                     requests[b].tokens, requests[b].count, options(b));
       } catch (...) {  // only resource exhaustion gets here: tokens were checked
         errors[a] = errors[b] = std::current_exception();
-        return;
       }
-      if (!done) {
+      out[a] = std::move(mine_a);
+      out[b] = std::move(mine_b);
+      if (!done && !errors[a]) {
         one(a);
         one(b);
       }
     };
-    run((requests.size() + 1) / 2, task);
+    const std::size_t items = (requests.size() + 1) / 2;
+    if (workers_.empty() || items < 2 || tokens < min_parallel_tokens) {
+      for (std::size_t i = 0; i < items; ++i) task(i);
+    } else {
+      run(items, task);
+    }
     for (std::size_t r = 0; r < requests.size(); ++r) {
       if (errors[r]) std::rethrow_exception(errors[r]);
     }
-    return out;
   }
 
   /// The same options for every prompt.

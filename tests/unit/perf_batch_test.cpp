@@ -138,3 +138,15 @@ TEST_CASE("perf: batches equal block_hashes at every block size and token type",
     }
   }
 }
+
+TEST_CASE("perf: a batch into a reused output replaces every entry", "[perf][batch]") {
+  const Fixture f(30);
+  kvkey::BatchHasher pool(2);
+  std::vector<std::vector<kvkey::Digest>> out(40, std::vector<kvkey::Digest>(3));  // stale, too many
+  pool.block_hashes(f.ns, f.requests, out);
+  CHECK(out == f.sequential());
+  const std::vector<kvkey::BlockHashRequest<std::int64_t>> fewer(f.requests.begin(), f.requests.begin() + 5);
+  pool.block_hashes(f.ns, fewer, out);
+  REQUIRE(out.size() == 5);
+  for (std::size_t i = 0; i < 5; ++i) CHECK(out[i] == f.sequential()[i]);
+}
