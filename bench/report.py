@@ -98,6 +98,10 @@ def openssl_rate(path):
     return float(m.group(1)) * 1000 / 16384 * 257 if m else None
 
 
+def fmt_tokens(n):
+    return "%dM" % (n >> 20) if n >= 1 << 20 else "%dk" % (n >> 10)
+
+
 def fmt_rate(v):
     if v is None:
         return "-"
@@ -151,8 +155,8 @@ def main():
     chain_rows.sort(key=lambda r: (r[0], r[1]))
     for n, bs, b, base, ceil_blocks in chain_rows:
         k = b["blocks_per_s"]
-        p("| %s | %d | %s | %s | %s | %s | %s | %s | %.4f |" % (
-            fmt_rate(n), bs, fmt_rate(b["tokens_per_s"]), fmt_rate(k),
+        p("| %s | %d | %s | %s | %s | %s | %s | %s | %.2g |" % (
+            fmt_tokens(n), bs, fmt_rate(b["tokens_per_s"]), fmt_rate(k),
             fmt_rate(base["blocks_per_s"]) if base else "-",
             "%.2f" % (k / base["blocks_per_s"]) if base else "-",
             fmt_rate(ceil_blocks), "%.2f" % (k / ceil_blocks) if ceil_blocks else "-",
@@ -167,17 +171,18 @@ def main():
         p("Python %s; each peer's median CPU time over several runs (bench/peers/peers.py)." % peers.get("python"))
         p("")
         p("| prompt | block | kvkey | " + " | ".join(names) + " | " +
-          " | ".join("x " + n for n in names) + " |")
-        p("|---:|---:|---:|" + "---:|" * (2 * len(names)))
+          " | ".join("x " + n for n in names) + " | x fastest |")
+        p("|---:|---:|---:|" + "---:|" * (2 * len(names) + 1))
         by = {(r["peer"], r["tokens"], r["block_size"]): r["tokens_per_s"] for r in peers["results"]}
         for n, bs, b, _, _ in chain_rows:
             rates = [by.get((x, n, bs)) for x in names]
             if all(r is None for r in rates):
                 continue
             k = b["tokens_per_s"]
-            p("| %s | %d | %s | %s | %s |" % (
-                fmt_rate(n), bs, fmt_rate(k), " | ".join(fmt_rate(r) for r in rates),
-                " | ".join("%.1f" % (k / r) if r else "-" for r in rates)))
+            fastest = max(r for r in rates if r is not None)
+            p("| %s | %d | %s | %s | %s | %.1f |" % (
+                fmt_tokens(n), bs, fmt_rate(k), " | ".join(fmt_rate(r) for r in rates),
+                " | ".join("%.1f" % (k / r) if r else "-" for r in rates), k / fastest))
         p("")
 
     # ---- per-object operations ---------------------------------------------------------------
@@ -220,7 +225,7 @@ def main():
         p("| how | tokens/s | x sequential |")
         p("|---|---:|---:|")
         s = seq["tokens_per_s"]
-        for key, label in (("batch_sequential/real_time", "loop of block_hashes, 1 thread"),
+        for key, label in (("batch_sequential/real_time", "loop of extend_block_hashes into reused vectors, 1 thread"),
                            ("batch_pool/threads:1/real_time", "BatchHasher(1)"),
                            ("batch_pool/threads:2/real_time", "BatchHasher(2)"),
                            ("batch_oneshot/threads:2/real_time", "block_hashes_batch(..., 2)")):
