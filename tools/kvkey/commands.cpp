@@ -13,6 +13,7 @@
 #include <cstdio>
 #include <cstring>
 #include <iterator>
+#include <limits>
 #include <optional>
 
 #include "kvkey/identity_config.hpp"
@@ -47,18 +48,20 @@ Json slice_json(const kvkey::Slice& s) {
               {"layer_end", s.layer_end}};
 }
 
+Json extras_json(const std::vector<kvkey::ExtraKey>& extras) {
+  Json j = Json::array();
+  for (const auto& e : extras) j.push_back(Json{{"token_begin", e.token_begin}, {"token_end", e.token_end}, {"key", e.key}});
+  return j;
+}
+
 // "BEGIN:END:KEY" (the key may contain ':').
 kvkey::ExtraKey parse_extra(const std::string& spec) {
   const auto a = spec.find(':');
   const auto b = a == std::string::npos ? a : spec.find(':', a + 1);
-  auto number = [&](std::string_view s) -> std::uint64_t {
-    std::uint64_t v = 0;
-    if (s.empty() || s.size() > 19) fail("--extra {}: expected BEGIN:END:KEY with token positions", quote(spec));
-    for (char c : s) {
-      if (c < '0' || c > '9') fail("--extra {}: expected BEGIN:END:KEY with token positions", quote(spec));
-      v = v * 10 + static_cast<std::uint64_t>(c - '0');
-    }
-    return v;
+  auto number = [&](std::string_view s) {
+    const auto v = parse_unsigned(s, std::numeric_limits<std::uint64_t>::max());
+    if (!v) fail("--extra {}: expected BEGIN:END:KEY with token positions", quote(spec));
+    return *v;
   };
   if (b == std::string::npos) fail("--extra {}: expected BEGIN:END:KEY", quote(spec));
   kvkey::ExtraKey e;
@@ -172,6 +175,7 @@ int run_keys(const KeysOptions& o, std::string& out) {
     const Json j{{"config", display_name(o.config)},
                  {"root", ns.root().hex()},
                  {"salt", o.salt},
+                 {"extras", extras_json(opt.extras)},
                  {"first_parent", ns.first_parent(o.salt).hex()},
                  {"block_size", bs},
                  {"token_count", tokens.size()},
@@ -187,6 +191,9 @@ int run_keys(const KeysOptions& o, std::string& out) {
   print(out, "config: {}\n", display_name(o.config));
   append_row(out, "root", ns.root().hex(), 14);
   append_row(out, "salt", o.salt.empty() ? std::string("none") : quote(o.salt), 14);
+  for (const auto& e : opt.extras) {
+    append_row(out, "extra", fmt::format("tokens [{}, {}) key {}", e.token_begin, e.token_end, quote(e.key)), 14);
+  }
   append_row(out, "first parent", ns.first_parent(o.salt).hex(), 14);
   append_row(out, "tokens",
              fmt::format("{} ({} full blocks of {}; {} trailing tokens not hashed)", tokens.size(), hashes.size(), bs,
@@ -207,11 +214,12 @@ int run_keys(const KeysOptions& o, std::string& out) {
 int run_seal(const SealOptions& o, std::string& out) {
   const kvkey::KeyNamespace<> ns = load_namespace(o.config);
   const kvkey::Digest block = parse_digest(o.block, "--block");
-  const kvkey::Envelope e = ns.seal(block, o.size);
+  const std::uint64_t size = parse_u64_option(o.size, "--size");
+  const kvkey::Envelope e = ns.seal(block, size);
   write_file(o.output, e.data(), e.size());
   print(out, "wrote {}: a {}-byte envelope\n", o.output, e.size());
   append_row(out, "block hash", block.hex(), 14);
-  append_row(out, "payload size", std::to_string(o.size), 14);
+  append_row(out, "payload size", std::to_string(size), 14);
   append_row(out, "slice", fmt::format("{}", ns.slice()), 14);
   append_row(out, "store key", ns.store_key(block), 14);
   return exit_ok;
@@ -261,12 +269,12 @@ int run_verify(const VerifyOptions& o, std::string& out) {
   const kvkey::KeyNamespace<> ns = load_namespace(o.config);
   const std::vector<std::uint8_t> h = read_bytes(o.header);
   const kvkey::Digest block = parse_digest(o.block, "--block");
-  const kvkey::Verdict v = ns.verify(h.data(), h.size(), block, o.size);
+  const std::uint64_t size = parse_u64_option(o.size, "--size");
+  const kvkey::Verdict v = ns.verify(h.data(), h.size(), block, size);
 
   print(out, "verdict: {}\n", v);
   if (v.ok()) {
-    print(out, "the header matches {}'s identity, slice, block and payload size: the object may be served\n",
-          display_name(o.config));
+    print(out, "accepted: the header matches the reader's identity, slice, block hash and payload size\n");
     return exit_ok;
   }
   const auto theirs = kvkey::decode_envelope(h.data(), h.size());
@@ -281,7 +289,7 @@ int run_verify(const VerifyOptions& o, std::string& out) {
     append_row(out, "reader block", block.hex(), 14);
   } else if (theirs && v.reason == kvkey::Reason::size_mismatch) {
     append_row(out, "header size", std::to_string(theirs->payload_size), 14);
-    append_row(out, "reader size", std::to_string(o.size), 14);
+    append_row(out, "reader size", std::to_string(size), 14);
   } else if (!theirs) {
     append_row(out, "header", fmt::format("not a kvkey envelope: {}", not_envelope_reason(h)), 14);
   }
@@ -290,6 +298,13 @@ int run_verify(const VerifyOptions& o, std::string& out) {
 }
 
 // ---- diff -----------------------------------------------------------------------
+
+namespace {
+void compare(std::string& out, std::string_view what, const std::string& a, const std::string& b) {
+  if (a == b) return print(out, "{}: same, {}\n", what, a);
+  print(out, "{}: different\n  A: {}\n  B: {}\n", what, a, b);
+}
+}  // namespace
 
 int run_diff(const std::string& config_a, const std::string& config_b, std::string& out) {
   const kvkey::KeyNamespace<> a = load_namespace(config_a);
@@ -319,12 +334,8 @@ int run_diff(const std::string& config_a, const std::string& config_b, std::stri
     append_row(out, path, "A: " + value_of(va, path), label_width);
     append_row(out, "", "B: " + value_of(vb, path), label_width);
   }
-  print(out, "slice: {}\n", same_slice ? "same" : "different");
-  append_row(out, "", fmt::format("A: {}", a.slice()), label_width);
-  append_row(out, "", fmt::format("B: {}", b.slice()), label_width);
-  print(out, "key prefix: {}\n", a.key_prefix() == b.key_prefix() ? "same" : "different");
-  append_row(out, "", "A: " + a.key_prefix(), label_width);
-  append_row(out, "", "B: " + b.key_prefix(), label_width);
+  compare(out, "slice", fmt::format("{}", a.slice()), fmt::format("{}", b.slice()));
+  compare(out, "key prefix", a.key_prefix(), b.key_prefix());
   if (same_identity && same_slice) {
     print(out, "verdict: share: same identity and slice, so the same block hashes, store keys and objects\n");
     return exit_ok;

@@ -21,7 +21,7 @@ struct KeysOptions {
 struct SealOptions {
   std::string config;
   std::string block;  ///< 64 hex
-  std::uint64_t size = 0;
+  std::string size;  ///< payload size in bytes, decimal
   std::string output;
 };
 
@@ -29,7 +29,7 @@ struct VerifyOptions {
   std::string config;
   std::string header;
   std::string block;  ///< 64 hex
-  std::uint64_t size = 0;
+  std::string size;  ///< payload size in bytes, decimal
 };
 
 int run_identity(const std::string& config, std::string& out);

@@ -85,6 +85,24 @@ struct DuplicateKeyCheck {
 
 }  // namespace
 
+std::optional<std::uint64_t> parse_unsigned(std::string_view text, std::uint64_t max) {
+  if (text.empty()) return std::nullopt;
+  std::uint64_t v = 0;
+  for (char c : text) {
+    if (c < '0' || c > '9') return std::nullopt;
+    const auto d = static_cast<std::uint64_t>(c - '0');
+    if (v > (max - d) / 10) return std::nullopt;
+    v = v * 10 + d;
+  }
+  return v;
+}
+
+std::uint64_t parse_u64_option(std::string_view text, std::string_view what) {
+  const auto v = parse_unsigned(text, std::numeric_limits<std::uint64_t>::max());
+  if (!v) fail("{}: expected an integer in [0, 2^64), got {}", what, quote(text));
+  return *v;
+}
+
 std::string display_name(const std::string& path) { return path == "-" ? "stdin" : path; }
 
 std::string read_file(const std::string& path) {
@@ -161,18 +179,13 @@ std::vector<std::int64_t> tokens_from_text(const std::string& text, const std::s
     std::size_t end = i;
     while (end < text.size() && !is_space(text[end]) && text[end] != ',') ++end;
     const std::string_view word(text.data() + i, end - i);
-    std::uint64_t v = 0;
-    bool ok = word.size() <= 10;
-    for (char d : word) {
-      if (d < '0' || d > '9') ok = false;
-      if (ok) v = v * 10 + static_cast<std::uint64_t>(d - '0');
-    }
-    if (!ok || v > max_token) {
+    const auto v = parse_unsigned(word, max_token);
+    if (!v) {
       const auto [line, column] = line_column(text, i);
       fail("{}:{}:{}: token {}: expected an integer in [0, 2^32), got '{}'", display_name(path), line, column,
            tokens.size(), word.substr(0, 40));
     }
-    tokens.push_back(static_cast<std::int64_t>(v));
+    tokens.push_back(static_cast<std::int64_t>(*v));
     comma_allowed = true;
     i = end;
   }

@@ -8,6 +8,7 @@
 #include <nlohmann/json.hpp>
 
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -29,6 +30,12 @@ std::vector<std::int64_t> read_tokens(const std::string& path);
 
 /// A 64-hex-character digest given as `what` (e.g. "--block"); Failure otherwise.
 kvkey::Digest parse_digest(std::string_view hex, std::string_view what);
+
+/// Decimal digits only (no sign, no spaces) with a value <= max; nullopt otherwise.
+std::optional<std::uint64_t> parse_unsigned(std::string_view text, std::uint64_t max);
+
+/// parse_unsigned up to 2^64 - 1, for an option named `what`; Failure otherwise.
+std::uint64_t parse_u64_option(std::string_view text, std::string_view what);
 
 /// "stdin" for "-", the path otherwise: how messages name an input.
 std::string display_name(const std::string& path);

@@ -48,7 +48,8 @@ int main(int argc, char** argv) {
                        "token ids: a JSON array, or integers separated by whitespace or commas; - reads stdin")
       ->required();
   keys_cmd->add_option("--salt", keys.salt, "per-request salt (default: none)");
-  keys_cmd->add_option("--extra", keys.extras, "per-block extra key BEGIN:END:KEY (token positions); repeatable");
+  keys_cmd->add_option("--extra", keys.extras, "per-block extra key BEGIN:END:KEY (token positions); repeatable")
+      ->allow_extra_args(false);
   keys_cmd->add_flag("--json", keys.json, "machine-readable output");
 
   auto* seal_cmd = app.add_subcommand("seal", "Write the envelope (header) a deployment stores with a block");
@@ -71,6 +72,18 @@ int main(int argc, char** argv) {
                                               "whether they can share objects");
   diff_cmd->add_option("CONFIG_A", config, "identity file (JSON)")->required();
   diff_cmd->add_option("CONFIG_B", config_b, "identity file (JSON)")->required();
+
+  // CLI11 would report a mistyped subcommand as "A subcommand is required".
+  if (argc > 1 && argv[1][0] != '-') {
+    const std::string_view name = argv[1];
+    std::string known;
+    bool found = false;
+    for (const auto* sub : app.get_subcommands([](const CLI::App*) { return true; })) {
+      found = found || sub->get_name() == name;
+      known += (known.empty() ? "" : ", ") + sub->get_name();
+    }
+    if (!found) return report_error(fmt::format("unknown subcommand '{}' (known: {})", name, known));
+  }
 
   try {
     app.parse(argc, argv);
