@@ -99,7 +99,12 @@ std::string not_envelope_reason(const std::vector<std::uint8_t>& h) {
   if (version != kvkey::format_version) {
     return fmt::format("format version {}, this tool reads version {}", version, kvkey::format_version);
   }
-  return "its size field, identity encoding or padding is malformed";
+  if (kvkey::detail::load_u16(h.data() + L::size) != kvkey::envelope_size) return "its size field is not 1024";
+  const std::uint32_t n = kvkey::detail::load_u32(h.data() + L::identity_len);
+  if (n > kvkey::envelope_size - L::identity || !kvkey::decode_identity(h.data() + L::identity, n)) {
+    return "its identity encoding is malformed";
+  }
+  return "the bytes after the identity encoding are not all zero";
 }
 
 // The shard that gives `slice` under kv, when there is one (the envelope keeps
