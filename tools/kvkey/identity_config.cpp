@@ -14,6 +14,7 @@
 #include <optional>
 
 #include "kvkey/inputs.hpp"
+#include "kvkey/toml_config.hpp"
 #include "kvkey/tool.hpp"
 
 namespace kvkey_tool {
@@ -228,7 +229,8 @@ IdentityConfig load_identity_config(const std::string& path) {
   IdentityConfig c;
   c.path = path;
   const std::string name = display_name(path);
-  const Json j = parse_json(read_file(path), path);
+  const bool toml = path.size() > 5 && path.compare(path.size() - 5, 5, ".toml") == 0;
+  const Json j = toml ? parse_toml(read_file(path), path) : parse_json(read_file(path), path);
   const Section top(j, "", {"tenant", "policy", "model", "kv", "shard", "adapter"}, name);
   read_policy(top, c);
   if (const Json* t = top.find("tenant")) c.identity.tenant = top.string("tenant", *t);

@@ -1,6 +1,6 @@
 // SPDX-License-Identifier: Apache-2.0
-// Identity configuration files: JSON whose keys mirror kvkey::Identity's
-// members (docs/cli.md, "Identity files").
+// Identity configuration files: JSON (or TOML, for names ending in .toml)
+// whose keys mirror kvkey::Identity's members (docs/cli.md, "Identity files").
 #ifndef KVKEY_TOOL_IDENTITY_CONFIG_HPP
 #define KVKEY_TOOL_IDENTITY_CONFIG_HPP
 

@@ -7,6 +7,7 @@
 #include <CLI/CLI.hpp>
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <cstdio>
 #include <exception>
 #include <string>
@@ -18,7 +19,9 @@ namespace {
 
 using namespace kvkey_tool;
 
-int report_error(std::string_view message) {
+// One line on stderr, whatever the message holds.
+int report_error(std::string message) {
+  std::replace(message.begin(), message.end(), '\n', ' ');
   fmt::print(stderr, "kvkey: error: {}\n", message);
   return exit_error;
 }

@@ -299,6 +299,14 @@ class IdentityTest(ToolTest):
         moved = self.write_config("lora.json", load(example("lora")))
         self.assertNotEqual(row(self.ok("identity", moved), "root"), row(out, "root"))
 
+    def test_toml_is_the_same_identity(self):
+        toml_out = self.ok("identity", os.path.join(EXAMPLES, "qwen-fp16.toml"))
+        json_out = self.ok("identity", example("qwen-fp16"))
+        self.assertEqual(toml_out.split("\n", 1)[1], json_out.split("\n", 1)[1])
+        rc, out, err = run("diff", os.path.join(EXAMPLES, "qwen-fp16.toml"), example("qwen-fp16"))
+        self.assertEqual((rc, err), (0, ""))
+        self.assertIn("verdict: share:", out)
+
     def test_config_from_stdin(self):
         with open(example("qwen-fp8"), "rb") as f:
             out = self.ok("identity", "-", stdin=f.read())
@@ -659,6 +667,23 @@ class ErrorsTest(ToolTest):
         for name, pattern in cases.items():
             for command in (["identity"], ["keys", "--tokens", PROBE_TOKENS], ["diff", example("qwen-fp16")]):
                 self.assert_error(command + [self.data(name)], r"^kvkey: error: \S*" + pattern)
+
+    def test_toml_errors(self):
+        cases = {"syntax.toml": ('tenant = "a"\n[model\nname = "x"\n',
+                                 r"syntax\.toml:2:7: invalid TOML: .*expected ']'"),
+                 "date.toml": ('tenant = "a"\n[model]\nname = "x"\nrevision = 2024-01-01\n',
+                               r"date\.toml:4:12: model\.revision: TOML dates and times are not identity values"),
+                 "duplicate.toml": ('tenant = "a"\ntenant = "b"\n', r"duplicate\.toml:2:\d+: invalid TOML: "),
+                 "order.toml": ('tenant = "a"\nzeta = 1\nalpha = 2\n', r"order\.toml: zeta: unknown key"),
+                 "typo.toml": ('tenant = "a"\n[model]\nname = "x"\nrevision = "r"\n[kv]\nd_type = "fp16"\n',
+                               r"typo\.toml: kv\.d_type: unknown key \(did you mean kv\.dtype\?\)"),
+                 "negative.toml": ('tenant = "a"\n[model]\nname = "x"\nrevision = "r"\nweights_epoch = -1\n',
+                                   r"negative\.toml: model\.weights_epoch: expected an integer in "
+                                   r"\[0, 18446744073709551615\], got -1")}
+        for name, (text, pattern) in cases.items():
+            with open(self.tmp_path(name), "w") as f:
+                f.write(text)
+            self.assert_error(["identity", self.tmp_path(name)], pattern)
 
     def test_missing_and_unreadable_files(self):
         self.assert_error(["identity", self.data("no-such.json")],
