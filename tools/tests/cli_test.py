@@ -27,7 +27,7 @@ SOURCE = os.environ.get("KVKEY_SOURCE_DIR", os.path.join(os.path.dirname(__file_
 SEED_PROBE = os.environ.get("KVKEY_SEED_PROBE", "")
 EXAMPLES = os.path.join(SOURCE, "examples", "identities")
 DATA = os.path.join(SOURCE, "tools", "tests", "data")
-PROBE_TOKENS = os.path.join(EXAMPLES, "probe-tokens.txt")
+PROBE_TOKENS = os.path.join(EXAMPLES, "prompts", "probe.txt")
 PAYLOAD = 24 * 2 * 2 * 64 * 64 * 2  # layers * K,V * heads * head_dim * block * 2 bytes, as in seed_probe
 
 
@@ -636,6 +636,26 @@ class DiffTest(ToolTest):
         self.assert_error(["diff", example("qwen-fp16"), os.path.join(DATA, "unknown-key.json")],
                           r"unknown-key\.json: kv\.blocksize: unknown key")
         self.assert_error(["diff", example("qwen-fp16")], r"diff: CONFIG_B is required")
+
+
+# ---- docs/cli.md ------------------------------------------------------------------------
+
+class DocsTest(ToolTest):
+    """Every ```console block of docs/cli.md is real output: run it again and compare."""
+
+    def test_examples_in_docs_are_current(self):
+        with open(os.path.join(SOURCE, "docs", "cli.md")) as f:
+            blocks = re.findall(r"^```console\n\$ (.*)\n((?:(?!```).*\n)*)```$", f.read(), re.M)
+        self.assertGreaterEqual(len(blocks), 20)
+        # The commands use paths relative to the repository root; files they write land in tmp.
+        for d in ("examples", "tools"):
+            os.symlink(os.path.join(SOURCE, d), self.tmp_path(d))
+        env = dict(os.environ, PATH=os.path.dirname(os.path.abspath(TOOL)) + os.pathsep + os.environ["PATH"])
+        for command, expected in blocks:
+            self.assertTrue(command.startswith("kvkey"), command)
+            p = subprocess.run(["/bin/bash", "-c", "exec 2>&1; " + command], capture_output=True, text=True,
+                               cwd=self.tmp, env=env)
+            self.assertEqual(p.stdout, expected, "docs/cli.md: $ " + command)
 
 
 # ---- error classes -------------------------------------------------------------------
