@@ -283,6 +283,9 @@ class IdentityTest(ToolTest):
         out = self.ok("identity", example("single-tenant"))
         self.assertEqual(row(out, "policy"), "single_tenant")
         self.assertEqual(field_rows(out)["tenant"], '"_single"')
+        self.assertEqual(field_rows(out)["model.weights_fingerprint"],
+                         load(example("single-tenant"))["model"]["weights_fingerprint"])
+        self.assertEqual(field_rows(out)["kv.dtype"], "bf16")
         self.assertEqual(row(out, "tenant prefix"), "kvk1/_single/")
 
     def test_weights_file_is_fingerprinted_relative_to_the_config(self):
