@@ -12,6 +12,7 @@
 #include <cerrno>
 #include <cstdio>
 #include <cstring>
+#include <filesystem>
 #include <iterator>
 #include <limits>
 #include <optional>
@@ -81,16 +82,30 @@ void write_file(const std::string& path, const std::uint8_t* data, std::size_t s
   if (std::fclose(f) != 0 || !ok) fail("cannot write {}: {}", path, std::strerror(err != 0 ? err : errno));
 }
 
-std::vector<std::uint8_t> read_bytes(const std::string& path) {
-  const std::string s = read_file(path);
-  return std::vector<std::uint8_t>(s.begin(), s.end());
+// A header file: at most one byte more than an envelope is read (enough to
+// tell that it is not one), and the file's size is kept for messages.
+struct HeaderFile {
+  std::vector<std::uint8_t> bytes;
+  std::string size;  // "1024", or "more than 1024" when it cannot be told
+};
+
+HeaderFile read_header(const std::string& path) {
+  const std::string s = read_file(path, kvkey::envelope_size + 1);
+  HeaderFile h{std::vector<std::uint8_t>(s.begin(), s.end()), std::to_string(s.size())};
+  if (s.size() > kvkey::envelope_size) {
+    std::error_code ec;
+    const auto n = path == "-" ? 0 : std::filesystem::file_size(path, ec);
+    h.size = path == "-" || ec ? fmt::format("more than {}", kvkey::envelope_size) : std::to_string(n);
+  }
+  return h;
 }
 
 // Why bytes are not a decodable envelope, in one phrase.
-std::string not_envelope_reason(const std::vector<std::uint8_t>& h) {
+std::string not_envelope_reason(const HeaderFile& file) {
   namespace L = kvkey::envelope_layout;
+  const std::vector<std::uint8_t>& h = file.bytes;
   if (h.size() != kvkey::envelope_size) {
-    return fmt::format("it is {} bytes, an envelope is exactly {}", h.size(), kvkey::envelope_size);
+    return fmt::format("it is {} bytes, an envelope is exactly {}", file.size, kvkey::envelope_size);
   }
   if (std::memcmp(h.data() + L::magic, kvkey::envelope_magic, sizeof kvkey::envelope_magic) != 0) {
     return "it does not start with the envelope magic \"KVKEYENV\"";
@@ -159,6 +174,7 @@ int run_identity(const std::string& config_path, std::string& out) {
 // ---- keys -----------------------------------------------------------------------
 
 int run_keys(const KeysOptions& o, std::string& out) {
+  if (o.config == "-" && o.tokens == "-") fail("CONFIG and --tokens cannot both be stdin");
   const kvkey::KeyNamespace<> ns = load_namespace(o.config);
   const std::vector<std::int64_t> tokens = read_tokens(o.tokens);
   kvkey::HashOptions opt;
@@ -233,9 +249,10 @@ int run_seal(const SealOptions& o, std::string& out) {
 // ---- inspect --------------------------------------------------------------------
 
 int run_inspect(const std::string& header_path, std::string& out) {
-  const std::vector<std::uint8_t> h = read_bytes(header_path);
+  const HeaderFile file = read_header(header_path);
+  const std::vector<std::uint8_t>& h = file.bytes;
   const auto c = kvkey::decode_envelope(h.data(), h.size());
-  if (!c) fail("{}: not a kvkey envelope: {}", display_name(header_path), not_envelope_reason(h));
+  if (!c) fail("{}: not a kvkey envelope: {}", display_name(header_path), not_envelope_reason(file));
 
   print(out, "header: {} ({}-byte kvkey envelope, format version {})\n", display_name(header_path), h.size(),
         c->version);
@@ -272,7 +289,9 @@ int run_inspect(const std::string& header_path, std::string& out) {
 
 int run_verify(const VerifyOptions& o, std::string& out) {
   const kvkey::KeyNamespace<> ns = load_namespace(o.config);
-  const std::vector<std::uint8_t> h = read_bytes(o.header);
+  if (o.config == "-" && o.header == "-") fail("CONFIG and HEADER_FILE cannot both be stdin");
+  const HeaderFile file = read_header(o.header);
+  const std::vector<std::uint8_t>& h = file.bytes;
   const kvkey::Digest block = parse_digest(o.block, "--block");
   const std::uint64_t size = parse_u64_option(o.size, "--size");
   const kvkey::Verdict v = ns.verify(h.data(), h.size(), block, size);
@@ -296,7 +315,7 @@ int run_verify(const VerifyOptions& o, std::string& out) {
     append_row(out, "header size", std::to_string(theirs->payload_size), 14);
     append_row(out, "reader size", std::to_string(size), 14);
   } else if (!theirs) {
-    append_row(out, "header", fmt::format("not a kvkey envelope: {}", not_envelope_reason(h)), 14);
+    append_row(out, "header", fmt::format("not a kvkey envelope: {}", not_envelope_reason(file)), 14);
   }
   print(out, "rejected: the object must be treated as a miss\n");
   return exit_rejected;
@@ -312,6 +331,7 @@ void compare(std::string& out, std::string_view what, const std::string& a, cons
 }  // namespace
 
 int run_diff(const std::string& config_a, const std::string& config_b, std::string& out) {
+  if (config_a == "-" && config_b == "-") fail("CONFIG_A and CONFIG_B cannot both be stdin");
   const kvkey::KeyNamespace<> a = load_namespace(config_a);
   const kvkey::KeyNamespace<> b = load_namespace(config_b);
 

@@ -3,6 +3,7 @@
 
 #include <kvkey/errors.hpp>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstdio>
 #include <cstring>
@@ -105,12 +106,12 @@ std::uint64_t parse_u64_option(std::string_view text, std::string_view what) {
 
 std::string display_name(const std::string& path) { return path == "-" ? "stdin" : path; }
 
-std::string read_file(const std::string& path) {
+std::string read_file(const std::string& path, std::size_t limit) {
   if (path == "-") {
     std::ostringstream s;
     s << std::cin.rdbuf();
     if (std::cin.bad()) fail("cannot read stdin");
-    return s.str();
+    return s.str().substr(0, limit);
   }
   errno = 0;
   std::FILE* f = std::fopen(path.c_str(), "rb");
@@ -118,7 +119,9 @@ std::string read_file(const std::string& path) {
   std::string text;
   char buf[1 << 16];
   std::size_t n;
-  while ((n = std::fread(buf, 1, sizeof buf, f)) > 0) text.append(buf, n);
+  while (text.size() < limit && (n = std::fread(buf, 1, std::min(sizeof buf, limit - text.size()), f)) > 0) {
+    text.append(buf, n);
+  }
   const bool failed = std::ferror(f) != 0;
   const int err = errno;
   std::fclose(f);

@@ -17,8 +17,9 @@ namespace kvkey_tool {
 
 using Json = nlohmann::ordered_json;
 
-/// The whole file ("-" reads stdin). Throws Failure "cannot open PATH: reason".
-std::string read_file(const std::string& path);
+/// The file's first `limit` bytes, by default all of it ("-" reads stdin).
+/// Throws Failure "cannot open PATH: reason".
+std::string read_file(const std::string& path, std::size_t limit = std::string::npos);
 
 /// Parses JSON text read from path. A syntax error or a duplicate key throws
 /// Failure "PATH:LINE:COLUMN: invalid JSON: ...".

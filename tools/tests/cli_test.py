@@ -495,7 +495,8 @@ class InspectTest(ToolTest):
                  "padding.bin": (good[:1023] + b"\x01", r"the bytes after the identity encoding are not all zero"),
                  "identity.bin": (good[:72] + b"X" + good[73:], r"its identity encoding is malformed"),
                  "size.bin": (good[:10] + b"\x00\x08" + good[12:], r"its size field is not 1024"),
-                 "long.bin": (good + b"\x00", r"it is 1025 bytes")}
+                 "long.bin": (good + b"\x00", r"it is 1025 bytes"),
+                 "object.bin": (good + bytes(PAYLOAD), r"it is %d bytes" % (1024 + PAYLOAD))}
         for name, (data, pattern) in cases.items():
             with open(self.tmp_path(name), "wb") as f:
                 f.write(data)
@@ -769,6 +770,8 @@ class ErrorsTest(ToolTest):
         self.assert_error(["keys", example("qwen-fp16"), "--tokens", "-"], r"stdin:1:1: token 0", stdin=b"abc")
         self.assert_error(["keys", example("qwen-fp16"), "--tokens", PROBE_TOKENS, "--extra", "5:5:x"],
                           r"--extra \"5:5:x\": BEGIN must be below END")
+        self.assert_error(["keys", "-", "--tokens", "-"], r"CONFIG and --tokens cannot both be stdin", stdin=b"[]")
+        self.assert_error(["diff", "-", "-"], r"CONFIG_A and CONFIG_B cannot both be stdin", stdin=b"{}")
         self.assert_error(["keys", example("qwen-fp16"), "--tokens", PROBE_TOKENS, "--extra", "5:x"],
                           r"--extra \"5:x\": expected BEGIN:END:KEY")
 
