@@ -235,7 +235,7 @@ int run_keys(const KeysOptions& o, std::string& out) {
 int run_seal(const SealOptions& o, std::string& out) {
   const kvkey::KeyNamespace<> ns = load_namespace(o.config);
   const kvkey::Digest block = parse_digest(o.block, "--block");
-  const std::uint64_t size = parse_u64_option(o.size, "--size");
+  const std::uint64_t size = parse_uint_option(o.size, 64, "--size");
   const kvkey::Envelope e = ns.seal(block, size);
   write_file(o.output, e.data(), e.size());
   print(out, "wrote {}: a {}-byte envelope\n", o.output, e.size());
@@ -293,7 +293,7 @@ int run_verify(const VerifyOptions& o, std::string& out) {
   const HeaderFile file = read_header(o.header);
   const std::vector<std::uint8_t>& h = file.bytes;
   const kvkey::Digest block = parse_digest(o.block, "--block");
-  const std::uint64_t size = parse_u64_option(o.size, "--size");
+  const std::uint64_t size = parse_uint_option(o.size, 64, "--size");
   const kvkey::Verdict v = ns.verify(h.data(), h.size(), block, size);
 
   print(out, "verdict: {}\n", v);

@@ -98,9 +98,10 @@ std::optional<std::uint64_t> parse_unsigned(std::string_view text, std::uint64_t
   return v;
 }
 
-std::uint64_t parse_u64_option(std::string_view text, std::string_view what) {
-  const auto v = parse_unsigned(text, std::numeric_limits<std::uint64_t>::max());
-  if (!v) fail("{}: expected an integer in [0, 2^64), got {}", what, quote(text));
+std::uint64_t parse_uint_option(std::string_view text, int bits, std::string_view what) {
+  const std::uint64_t max = bits == 32 ? std::numeric_limits<std::uint32_t>::max() : std::numeric_limits<std::uint64_t>::max();
+  const auto v = parse_unsigned(text, max);
+  if (!v) fail("{}: expected an integer in [0, 2^{}), got {}", what, bits, quote(text));
   return *v;
 }
 

@@ -35,8 +35,8 @@ kvkey::Digest parse_digest(std::string_view hex, std::string_view what);
 /// Decimal digits only (no sign, no spaces) with a value <= max; nullopt otherwise.
 std::optional<std::uint64_t> parse_unsigned(std::string_view text, std::uint64_t max);
 
-/// parse_unsigned up to 2^64 - 1, for an option named `what`; Failure otherwise.
-std::uint64_t parse_u64_option(std::string_view text, std::string_view what);
+/// An integer option `what` in [0, 2^bits) (bits 32 or 64); Failure otherwise.
+std::uint64_t parse_uint_option(std::string_view text, int bits, std::string_view what);
 
 /// "stdin" for "-", the path otherwise: how messages name an input.
 std::string display_name(const std::string& path);

@@ -40,6 +40,7 @@ int main(int argc, char** argv) {
   KeysOptions keys;
   SealOptions seal;
   VerifyOptions verify;
+  LegacyOptions legacy;
 
   auto* identity_cmd = app.add_subcommand("identity", "Print a configuration's validated identity, encoding, root, "
                                                       "slice and key prefixes");
@@ -76,26 +77,58 @@ int main(int argc, char** argv) {
   diff_cmd->add_option("CONFIG_A", config, "identity file (JSON)")->required();
   diff_cmd->add_option("CONFIG_B", config_b, "identity file (JSON)")->required();
 
+  auto* legacy_cmd = app.add_subcommand("legacy", "lmdeploy's legacy Mooncake store keys: list, match and split them");
+  legacy_cmd->require_subcommand(1);
+  auto legacy_head = [&legacy](CLI::App* cmd) {
+    cmd->add_option("--model-name", legacy.model_name, "lmdeploy's model_name (default there: the model "
+                                                       "directory's basename)")
+        ->required();
+    cmd->add_option("--cache-prefix", legacy.cache_prefix, "lmdeploy's cache_prefix (default: none)");
+  };
+  auto* legacy_keys_cmd = legacy_cmd->add_subcommand("keys", "Print the legacy block hashes and keys of a token list");
+  legacy_head(legacy_keys_cmd);
+  legacy_keys_cmd->add_option("--block-size", legacy.block_size, "tokens per block")->required();
+  legacy_keys_cmd->add_option("--tokens", legacy.tokens, "token ids, as for kvkey keys; - reads stdin")->required();
+  legacy_keys_cmd->add_option("--adapter", legacy.adapter, "the request's adapter name (default: none)");
+  legacy_keys_cmd->add_option("--tp-size", legacy.tp_size, "tensor-parallel size (default 1)");
+  legacy_keys_cmd->add_option("--num-kv-heads", legacy.num_kv_heads, "KV heads of the model (needed when "
+                                                                      "--tp-size > 1)");
+  legacy_keys_cmd->add_flag("--json", legacy.json, "machine-readable output");
+  auto* legacy_pattern_cmd = legacy_cmd->add_subcommand("pattern", "Print the regex and the Redis glob that match "
+                                                                   "every legacy key of a model (for purging)");
+  legacy_head(legacy_pattern_cmd);
+  legacy_pattern_cmd->add_flag("--json", legacy.json, "machine-readable output");
+  auto* legacy_parse_cmd = legacy_cmd->add_subcommand("parse", "Split legacy keys into their parts");
+  legacy_parse_cmd->add_option("KEY", legacy.keys, "legacy keys")->required();
+  legacy_parse_cmd->add_flag("--json", legacy.json, "machine-readable output");
+
   // CLI11 would report a mistyped subcommand as "A subcommand is required".
-  if (argc > 1 && argv[1][0] != '-') {
-    const std::string_view name = argv[1];
+  const CLI::App* level = &app;
+  for (int i = 1; i < argc && argv[i][0] != '-'; ++i) {
+    const auto subs = level->get_subcommands([](const CLI::App*) { return true; });
+    if (subs.empty()) break;
+    const std::string_view name = argv[i];
+    const CLI::App* next = nullptr;
     std::string known;
-    bool found = false;
-    for (const auto* sub : app.get_subcommands([](const CLI::App*) { return true; })) {
-      found = found || sub->get_name() == name;
+    for (const auto* sub : subs) {
+      if (sub->get_name() == name) next = sub;
       known += (known.empty() ? "" : ", ") + sub->get_name();
     }
-    if (!found) return report_error(fmt::format("unknown subcommand '{}' (known: {})", name, known));
+    const std::string parent = level == &app ? "" : level->get_name() + " ";
+    if (next == nullptr) return report_error(fmt::format("unknown subcommand '{}{}' (known: {})", parent, name, known));
+    level = next;
   }
 
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
     if (e.get_exit_code() == 0) return app.exit(e);  // --help, --version
-    std::string where;
-    for (const auto* sub : app.get_subcommands()) where = sub->get_name() + ": ";
-    return report_error(fmt::format("{}{} (see kvkey {}--help)", where, e.what(),
-                                    where.empty() ? "" : where.substr(0, where.size() - 2) + " "));
+    std::string where;  // "legacy keys", the innermost subcommand given
+    for (const CLI::App* sub = &app; !sub->get_subcommands().empty(); sub = sub->get_subcommands().front()) {
+      where += (where.empty() ? "" : " ") + sub->get_subcommands().front()->get_name();
+    }
+    return report_error(fmt::format("{}{} (see kvkey {}--help)", where.empty() ? "" : where + ": ", e.what(),
+                                    where.empty() ? "" : where + " "));
   }
 
   std::string out;
@@ -107,6 +140,9 @@ int main(int argc, char** argv) {
     if (inspect_cmd->parsed()) status = run_inspect(header, out);
     if (verify_cmd->parsed()) status = run_verify(verify, out);
     if (diff_cmd->parsed()) status = run_diff(config, config_b, out);
+    if (legacy_keys_cmd->parsed()) status = run_legacy_keys(legacy, out);
+    if (legacy_pattern_cmd->parsed()) status = run_legacy_pattern(legacy, out);
+    if (legacy_parse_cmd->parsed()) status = run_legacy_parse(legacy, out);
   } catch (const Failure& e) {
     return report_error(e.what());
   } catch (const kvkey::error& e) {

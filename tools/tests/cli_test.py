@@ -642,6 +642,121 @@ class DiffTest(ToolTest):
         self.assert_error(["diff", example("qwen-fp16")], r"diff: CONFIG_B is required")
 
 
+class LegacyTest(ToolTest):
+    """`kvkey legacy`: lmdeploy's Mooncake store keys (docs/integration/lmdeploy.md)."""
+
+    MODEL = "Qwen2.5-0.5B-Instruct"
+    ISSUE_4930 = os.path.join(EXAMPLES, "prompts", "issue4930.txt")
+
+    @staticmethod
+    def legacy_hashes(tokens, block_size, extra):
+        out, parent = [], b""
+        for b in range(len(tokens) // block_size):
+            msg = b"lmdeploy-mooncake-prefix-block-v1\x00" + parent + struct.pack(">I", block_size)
+            msg += b"".join(struct.pack(">Q", t) for t in tokens[b * block_size:(b + 1) * block_size])
+            msg += struct.pack(">I", len(extra.encode())) + extra.encode()
+            parent = hashlib.sha256(msg).digest()
+            out.append(parent.hex())
+        return out
+
+    def legacy_json(self, *args):
+        return json.loads(self.ok("legacy", "keys", "--model-name", self.MODEL, "--json", *args))
+
+    def test_reproduces_the_published_key(self):
+        # Source: lmdeploy issue #4930, expected output of its probe (block 2, adapter "base", block size 64),
+        # produced by lmdeploy's own build_prefix_block_hashes / build_store_key.
+        j = self.legacy_json("--block-size", "64", "--tokens", self.ISSUE_4930, "--adapter", "base")
+        self.assertEqual(j["blocks"][2]["block_hash"],
+                         "e94120f79296e8af266366a8ac6dcc18b8d8171f87e6f405f6a6f4e22324fe8e")
+        self.assertEqual(j["blocks"][2]["keys"], [
+            "Qwen2.5-0.5B-Instruct@tp_rank:0@group:0@e94120f79296e8af266366a8ac6dcc18b8d8171f87e6f405f6a6f4e22324fe8e"])
+
+    def test_keys_follow_the_legacy_scheme(self):
+        tokens = probe_tokens()
+        for adapter in ["", "base"]:
+            j = self.legacy_json("--block-size", "64", "--tokens", PROBE_TOKENS, "--adapter", adapter,
+                                 "--cache-prefix", "team-a", "--tp-size", "4", "--num-kv-heads", "2")
+            self.assertEqual((j["keys_per_block"], j["extra_identity"]), (2, adapter))
+            hashes = self.legacy_hashes(tokens, 64, adapter)
+            self.assertEqual([b["block_hash"] for b in j["blocks"]], hashes)
+            for b, h in zip(j["blocks"], hashes):
+                self.assertEqual(b["keys"], ["team-a@%s@tp_rank:%d@group:0@%s" % (self.MODEL, k, h) for k in (0, 1)])
+        # TP 2 over 2 heads: one head each, 2 keys; TP 1: one key.
+        self.assertEqual(self.legacy_json("--block-size", "64", "--tokens", PROBE_TOKENS, "--tp-size", "2",
+                                          "--num-kv-heads", "2")["keys_per_block"], 2)
+        self.assertEqual(len(self.legacy_json("--block-size", "32", "--tokens", PROBE_TOKENS)["blocks"]), 12)
+
+    def test_the_legacy_key_ignores_what_kvkey_keys_carry(self):
+        # The same legacy keys whatever the dtype, epoch or tenant: kvkey's keys differ for each.
+        legacy = self.legacy_json("--block-size", "64", "--tokens", PROBE_TOKENS)
+        kvkey_keys = {name: [b["store_key"] for b in keys_json(example(name))["blocks"]]
+                      for name in ("qwen-fp16", "qwen-fp8", "qwen-epoch1", "tenant-b")}
+        self.assertEqual(len({tuple(v) for v in kvkey_keys.values()}), 4)
+        regex = json.loads(self.ok("legacy", "pattern", "--model-name", self.MODEL, "--json"))["regex"]
+        for keys in kvkey_keys.values():
+            self.assertFalse(any(re.search(regex, k) for k in keys))
+        self.assertTrue(all(re.search(regex, k) for b in legacy["blocks"] for k in b["keys"]))
+
+    def test_text_output_matches_json(self):
+        args = ["--block-size", "64", "--tokens", self.ISSUE_4930, "--adapter", "base", "--cache-prefix", "p"]
+        j = self.legacy_json(*args)
+        out = self.ok("legacy", "keys", "--model-name", self.MODEL, *args)
+        self.assertEqual(re.findall(r"^  block hash +(\S+)$", out, re.M), [b["block_hash"] for b in j["blocks"]])
+        self.assertEqual(re.findall(r"^  key +(\S+)$", out, re.M), [k for b in j["blocks"] for k in b["keys"]])
+        self.assertEqual(row(out, "extra identity"), '"base"')
+
+    def test_pattern(self):
+        j = json.loads(self.ok("legacy", "pattern", "--model-name", self.MODEL, "--cache-prefix", "team.a", "--json"))
+        self.assertEqual(j["regex"], r"^team\.a@Qwen2\.5-0\.5B-Instruct@tp_rank:(0|[1-9][0-9]{0,9})@group:0@[0-9a-f]{64}$")
+        self.assertEqual(j["glob"], "team.a@Qwen2.5-0.5B-Instruct@tp_rank:*@group:0@" + "[0-9a-f]" * 64)
+        keys = self.legacy_json("--block-size", "64", "--tokens", PROBE_TOKENS, "--cache-prefix", "team.a",
+                                "--tp-size", "4", "--num-kv-heads", "2")
+        for b in keys["blocks"]:
+            for k in b["keys"]:
+                self.assertRegex(k, j["regex"])
+                self.assertIsNone(re.search(j["regex"], k.replace("team.a", "teamXa")))  # '.' is literal
+                self.assertIsNone(re.search(j["regex"], "x" + k))
+        out = self.ok("legacy", "pattern", "--model-name", self.MODEL)
+        self.assertEqual(row(out, "regex"), json.loads(self.ok("legacy", "pattern", "--model-name", self.MODEL,
+                                                               "--json"))["regex"])
+        # '@' is not escaped by lmdeploy: prefix "tenantA" + model "M" is prefix "" + model "tenantA@M".
+        a = json.loads(self.ok("legacy", "pattern", "--model-name", "M", "--cache-prefix", "tenantA", "--json"))
+        b = json.loads(self.ok("legacy", "pattern", "--model-name", "tenantA@M", "--json"))
+        self.assertEqual(a["regex"], b["regex"])
+
+    def test_parse(self):
+        h = "e94120f79296e8af266366a8ac6dcc18b8d8171f87e6f405f6a6f4e22324fe8e"
+        j = json.loads(self.ok("legacy", "parse", "--json", "%s@tp_rank:0@group:0@%s" % (self.MODEL, h),
+                               "tenantA@M@tp_rank:3@group:0@" + h))
+        self.assertEqual(j[0], {"key": "%s@tp_rank:0@group:0@%s" % (self.MODEL, h), "cache_prefix": "",
+                                "model_name": self.MODEL, "kv_head_rank": 0, "block_hash": h, "ambiguous": False})
+        self.assertEqual((j[1]["cache_prefix"], j[1]["model_name"], j[1]["kv_head_rank"], j[1]["ambiguous"]),
+                         ("tenantA", "M", 3, True))
+        out = self.ok("legacy", "parse", "tenantA@M@tp_rank:3@group:0@" + h)
+        self.assertEqual(row(out, "model name"), '"M"')
+        self.assertRegex(row(out, "ambiguous"), r"^yes: ")
+        store_key = keys_json(example("qwen-fp16"))["blocks"][0]["store_key"]
+        self.assert_error(["legacy", "parse", "%s@tp_rank:0@group:0@%s" % (self.MODEL, h), store_key],
+                          r'"kvk1/team-a/\S+": not an lmdeploy legacy key')
+
+    def test_errors(self):
+        base = ["legacy", "keys", "--tokens", PROBE_TOKENS]
+        self.assert_error(base + ["--block-size", "64"], r"legacy keys: --model-name is required")
+        self.assert_error(base + ["--model-name", "", "--block-size", "64"], r"--model-name: must not be empty")
+        self.assert_error(base + ["--model-name", "m", "--block-size", "0"], r"--block-size: must be greater than 0")
+        self.assert_error(base + ["--model-name", "m", "--block-size", "-64"],
+                          r"--block-size: expected an integer in \[0, 2\^32\), got \"-64\"")
+        self.assert_error(base + ["--model-name", "m", "--block-size", "64", "--tp-size", "2"],
+                          r"--num-kv-heads: required when --tp-size is above 1")
+        self.assert_error(base + ["--model-name", "m", "--block-size", "64", "--tp-size", "0"],
+                          r"--tp-size: must be greater than 0")
+        self.assert_error(["legacy", "keys", "--model-name", "m", "--block-size", "64", "--tokens",
+                           os.path.join(DATA, "bad-tokens.txt")], r"bad-tokens\.txt:2:3: token 4")
+        self.assert_error(["legacy", "pattern", "--model-name", ""], r"--model-name: must not be empty")
+        self.assert_error(["legacy"], r"legacy: A subcommand is required \(see kvkey legacy --help\)")
+        self.assert_error(["legacy", "purge"], r"unknown subcommand 'legacy purge' \(known: keys, pattern, parse\)")
+
+
 # ---- docs/cli.md ------------------------------------------------------------------------
 
 class DocsTest(ToolTest):
@@ -778,14 +893,14 @@ class ErrorsTest(ToolTest):
     def test_usage_errors(self):
         self.assert_error([], r"A subcommand is required \(see kvkey --help\)")
         self.assert_error(["idenity", example("qwen-fp16")],
-                          r"unknown subcommand 'idenity' \(known: identity, keys, seal, inspect, verify, diff")
+                          r"unknown subcommand 'idenity' \(known: identity, keys, seal, inspect, verify, diff, legacy\)$")
         self.assert_error(["keys", example("qwen-fp16")], r"keys: --tokens is required \(see kvkey keys --help\)")
         self.assert_error(["identity"], r"identity: CONFIG is required")
         self.assert_error(["identity", example("qwen-fp16"), "--frobnicate"], r"identity: .*--frobnicate")
 
     def test_help_and_version(self):
         out = self.ok("--help")
-        for sub in ["identity", "keys", "seal", "inspect", "verify", "diff"]:
+        for sub in ["identity", "keys", "seal", "inspect", "verify", "diff", "legacy"]:
             self.assertRegex(out, r"\n  %s +\S" % sub)
         self.assertRegex(self.ok("--version"), r"^kvkey \d+\.\d+\.\d+ \(byte format version 1\)\n$")
 
