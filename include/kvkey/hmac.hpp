@@ -118,12 +118,17 @@ class TenantSecret {
   friend class HmacSha256;
   const std::uint8_t* data() const noexcept { return bytes_.data(); }
 
-  void assign(const void* data, std::size_t size) {
+  // what: the secret's source as the error message names it ("is", or
+  // "environment variable X holds").
+  static void check_size(std::size_t size, std::string_view what) {
     if (size < min_size || size > max_size) {
-      throw identity_error("tenant_secret", "is " + std::to_string(size) + " bytes; a tenant secret has " +
-                                                std::to_string(min_size) + " to " + std::to_string(max_size) +
-                                                " bytes (e.g. `openssl rand -hex 32`)");
+      throw identity_error("tenant_secret", std::string(what) + " " + std::to_string(size) +
+                                                " bytes; a tenant secret has " + std::to_string(min_size) + " to " +
+                                                std::to_string(max_size) + " bytes (e.g. `openssl rand -hex 32`)");
     }
+  }
+  void assign(const void* data, std::size_t size) {
+    check_size(size, "is");
     std::memcpy(bytes_.data(), data, size);
     size_ = size;
   }
@@ -272,8 +277,10 @@ inline TenantSecret TenantSecret::from_file(const std::string& path) {
                                                 " digits; a hex secret has an even number of digits, at most " +
                                                 std::to_string(2 * max_size));
     }
+    check_size(bytes.size, where + " holds hex text of");
     return TenantSecret(bytes.bytes.data(), bytes.size);
   }
+  check_size(raw.size, where + " holds");
   return TenantSecret(raw.bytes.data(), raw.size);
 }
 
@@ -296,6 +303,7 @@ inline TenantSecret TenantSecret::from_env(const std::string& name) {
                                               std::to_string(2 * max_size) +
                                               ") nor \"base64:\" followed by base64");
   }
+  check_size(bytes.size, where + " holds");
   return TenantSecret(bytes.bytes.data(), bytes.size);
 }
 
