@@ -205,8 +205,8 @@ RedisServer::~RedisServer() {
 kvkey_redis::Options RedisServer::options() const {
   kvkey_redis::Options o;
   o.port = port_;
-  o.connect_timeout = std::chrono::milliseconds(500);
-  o.command_timeout = std::chrono::milliseconds(1000);
+  o.connect_timeout = std::chrono::milliseconds(1000);
+  o.command_timeout = std::chrono::milliseconds(2000);
   return o;
 }
 
