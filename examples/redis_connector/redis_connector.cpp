@@ -134,7 +134,6 @@ void Connector::save(const Namespace& ns, const std::vector<BlockPayload>& block
   std::vector<std::string> values;
   keys.reserve(blocks.size());
   values.reserve(blocks.size());
-  std::vector<Connection::Command> commands;
   for (const BlockPayload& b : blocks) {
     const kvkey::Envelope header = ns.seal(b.block, b.size);
     std::string value(kvkey::envelope_size + b.size, '\0');
@@ -143,6 +142,8 @@ void Connector::save(const Namespace& ns, const std::vector<BlockPayload>& block
     keys.push_back(ns.store_key(b.block));
     values.push_back(std::move(value));
   }
+  std::vector<Connection::Command> commands;  // one SET per object: header and payload together
+  commands.reserve(blocks.size());
   for (std::size_t i = 0; i < blocks.size(); ++i) commands.push_back({"SET", keys[i], values[i]});
   for (const Reply& r : conn_.pipeline(commands)) expect_type(*r, REDIS_REPLY_STATUS, "SET");
 }
