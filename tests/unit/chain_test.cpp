@@ -70,7 +70,7 @@ TEST_CASE("Only full blocks are hashed", "[chain]") {
   CHECK(distinct.size() == 7);
 }
 
-TEST_CASE("int32, int64, uint32 and pointer+count give the same hashes", "[chain]") {
+TEST_CASE("int32 int64 uint32 vectors and pointer+count give the same hashes", "[chain]") {
   const auto ns = make_ns(16);
   auto t32 = tokens(64);
   t32[3] = 0;
@@ -94,7 +94,7 @@ TEST_CASE("int32, int64, uint32 and pointer+count give the same hashes", "[chain
   }
 }
 
-TEST_CASE("Token ids outside [0, 2^32) raise input_error naming the index", "[chain]") {
+TEST_CASE("Token ids outside 0 to 2^32-1 raise input_error naming the index", "[chain]") {
   const auto ns = make_ns(16);
   auto check_bad = [&](const auto& toks, std::size_t index) {
     CHECK_THROWS_AS(ns.block_hashes(toks), kvkey::input_error);

@@ -105,7 +105,7 @@ TEST_CASE("Digest::from_bytes takes exactly 32 bytes", "[digest]") {
   }
 }
 
-TEST_CASE("Digest equality, ordering and std::hash", "[digest]") {
+TEST_CASE("Digest equality ordering and std::hash", "[digest]") {
   const kvkey::Digest a = sample(0);
   kvkey::Digest b = a;
   CHECK(a == b);

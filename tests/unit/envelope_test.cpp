@@ -78,7 +78,7 @@ TEST_CASE("seal writes the documented layout for identities of very different si
   CHECK(L::identity == 72);
 }
 
-TEST_CASE("verify: ok, block_mismatch, size_mismatch", "[envelope]") {
+TEST_CASE("verify: ok and block_mismatch and size_mismatch", "[envelope]") {
   const Fixture f(rich_identity());
   CHECK(f.ns.verify(f.header, f.block, f.payload).ok());
   CHECK(f.ns.verify(f.header, f.block, f.payload).field.empty());
@@ -98,7 +98,7 @@ TEST_CASE("verify: ok, block_mismatch, size_mismatch", "[envelope]") {
   CHECK(again.verify(f.header, f.block, f.payload).ok());
 }
 
-TEST_CASE("verify: damaged headers are malformed or unsupported, never ok", "[envelope]") {
+TEST_CASE("verify: damaged headers are malformed or unsupported and never ok", "[envelope]") {
   const Fixture f(rich_identity());
   auto verdict = [&](const Envelope& e) { return f.ns.verify(e, f.block, f.payload); };
 

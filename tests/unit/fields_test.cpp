@@ -163,7 +163,7 @@ TEST_CASE("Changing any salient field changes everything and verify names it", "
   }
 }
 
-TEST_CASE("A shard holding another slice: same chain, other keys, verify names \"shard\"", "[fields]") {
+TEST_CASE("A shard holding another slice: same chain and other keys and verify names shard", "[fields]") {
   const auto toks = core_test::tokens(64);
   struct ShardChange {
     const char* what;

@@ -167,7 +167,7 @@ TEST_CASE("Strings at their limits are accepted", "[identity]") {
   }
 }
 
-TEST_CASE("The single_tenant policy encodes the visible tenant \"_single\"", "[identity]") {
+TEST_CASE("The single_tenant policy encodes the visible tenant _single", "[identity]") {
   Identity id = base_identity();
   id.tenant.clear();
   require_identity_error(id, "tenant");  // without the policy an empty tenant is refused
@@ -300,7 +300,7 @@ TEST_CASE("Layers split evenly across pipeline stages", "[identity][slice]") {
   CHECK(slice_of(8, 28, 4, 2, 2, 1) == heads_layers(4, 6, 14, 28));
 }
 
-TEST_CASE("Replicas share keys and object hashes; other slices never do", "[identity][slice]") {
+TEST_CASE("Replicas share keys and object hashes and other slices never do", "[identity][slice]") {
   Identity id = base_identity();
   id.kv.num_kv_heads = 2;
   const auto toks = core_test::tokens(5 * id.kv.block_size + 3);
