@@ -145,6 +145,10 @@ TEST_CASE("Identities that collide under separator joining encode differently", 
       {"name a + revision b/c", with([](Identity& i) { i.model.name = "a"; i.model.revision = "b/c"; })},
       {"name ab + revision c", with([](Identity& i) { i.model.name = "ab"; i.model.revision = "c"; })},
       {"name a + revision bc", with([](Identity& i) { i.model.name = "a"; i.model.revision = "bc"; })},
+      // The separator-joined key "a@b@c" of legacy schemes; the encoder takes any bytes
+      // (validation would refuse '@' in a tenant, but the encoding must not rely on it).
+      {"tenant a + name b@c", with([](Identity& i) { i.tenant = "a"; i.model.name = "b@c"; })},
+      {"tenant a@b + name c", with([](Identity& i) { i.tenant = "a@b"; i.model.name = "c"; })},
       {"tenant a + name b-c", with([](Identity& i) { i.tenant = "a"; i.model.name = "b-c"; })},
       {"tenant a-b + name c", with([](Identity& i) { i.tenant = "a-b"; i.model.name = "c"; })},
       {"tenant ab + name c", with([](Identity& i) { i.tenant = "ab"; i.model.name = "c"; })},
