@@ -8,6 +8,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <cstring>
+#include <string>
 #include <string_view>
 
 #include "kvkey/config.hpp"
@@ -69,10 +70,10 @@ struct Verdict {
   /// first differing field ("kv.dtype", "model.weights_epoch", "tenant",
   /// "adapter.weights_fingerprint", "shard", ...); for the other reasons the
   /// part of the envelope ("envelope.size", "envelope.magic", "block_hash",
-  /// "payload_size", ...). Empty when ok. Points to static storage.
-  std::string_view field;
+  /// "payload_size", ...). Empty when ok.
+  std::string field;
 
-  constexpr bool ok() const noexcept { return reason == Reason::ok; }
+  bool ok() const noexcept { return reason == Reason::ok; }
 };
 
 /// Decoded contents of an envelope, for inspection tools. Verify never needs it.
@@ -167,7 +168,7 @@ inline Verdict verify_envelope(const std::uint8_t* header, std::size_t len, cons
     if (header[i] != 0) return {Reason::malformed, "envelope.padding"};
   }
   const std::string_view field = first_difference(*theirs, own);
-  if (!field.empty()) return {Reason::identity_mismatch, field};
+  if (!field.empty()) return {Reason::identity_mismatch, std::string(field)};
   if (std::memcmp(header + L::slice, expected.data() + L::slice, 16) != 0) {
     return {Reason::identity_mismatch, "shard"};
   }
