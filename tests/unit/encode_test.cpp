@@ -299,6 +299,7 @@ TEST_CASE("The largest valid identity encodes to exactly max_identity_encoding_s
   REQUIRE_NOTHROW(kvkey::validated(id));
   const auto enc = kvkey::encode_identity(id);
   CHECK(enc.size() == kvkey::max_identity_encoding_size);
+  CHECK(kvkey::max_identity_encoding_size == 710);  // docs/format.md, section 1
   CHECK(kvkey::envelope_layout::identity + kvkey::max_identity_encoding_size <= kvkey::envelope_size);
 
   // It fits the envelope and survives the trip through it.

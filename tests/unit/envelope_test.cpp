@@ -142,6 +142,7 @@ TEST_CASE("verify: damaged headers are malformed or unsupported and never ok", "
       Envelope e = f.header;
       for (int i = 0; i < 4; ++i) e[L::identity_len + i] = static_cast<std::uint8_t>(len >> (8 * i));
       CHECK(verdict(e).reason == Reason::malformed);
+      CHECK(verdict(e).field == "envelope.identity");
     }
   }
   SECTION("nonzero padding") {

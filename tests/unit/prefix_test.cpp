@@ -15,8 +15,8 @@ using kvkey::Reason;
 using kvkey::ReusablePrefix;
 using kvkey::Verdict;
 
-constexpr Verdict ok{Reason::ok, {}};
-constexpr Verdict miss{Reason::block_mismatch, "block_hash"};
+const Verdict ok{Reason::ok, {}};
+const Verdict miss{Reason::block_mismatch, "block_hash"};
 
 ReusablePrefix rp(std::size_t blocks, std::size_t tokens) { return ReusablePrefix{blocks, tokens}; }
 
