@@ -322,6 +322,14 @@ TEST_CASE("compat.lmdeploy: parse_key splits keys and rejects everything else", 
     REQUIRE(trailing);
     CHECK(trailing->cache_prefix.empty());
     CHECK(trailing->model_name == "a@");
+    // A head starting with its only '@' can only be an empty prefix and a model
+    // name starting with '@' (found by the lmdeploy_key fuzzer).
+    const std::string leading_key = "@x@tp_rank:0@group:0@" + h.hex();
+    const auto leading = lm::parse_key(leading_key);
+    REQUIRE(leading);
+    CHECK(leading->cache_prefix.empty());
+    CHECK(leading->model_name == "@x");
+    CHECK(lm::store_key(leading->cache_prefix, leading->model_name, 0, h) == leading_key);
   }
   SECTION("not legacy keys") {
     const std::string hex = h.hex();

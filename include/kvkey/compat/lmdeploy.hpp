@@ -294,15 +294,17 @@ inline std::optional<KeyTail> split_tail(std::string_view key) {
 /// leading zeros, below 2^32). The head "[<cache_prefix>@]<model_name>" is not
 /// unique when it contains '@' (lmdeploy does not escape it). The rule used:
 /// model_name is the text after the head's last '@' and cache_prefix the text
-/// before it (hub model names contain no '@'); a head ending in '@' is all
-/// model_name. Such keys have `ambiguous` set: another split wrote the same key.
+/// before it (hub model names contain no '@'); a head starting or ending with
+/// that '@' is all model_name (an empty cache_prefix writes no '@', an empty
+/// model_name is refused), so store_key rebuilds every parsed key. Such keys
+/// have `ambiguous` set: another split wrote the same key.
 inline std::optional<LegacyKey> parse_key(std::string_view key) {
   const auto tail = detail::split_tail(key);
   if (!tail) return std::nullopt;
   const std::string_view head = tail->head;
   LegacyKey k;
   const std::size_t at = head.rfind('@');
-  if (at == std::string_view::npos || at + 1 == head.size()) {
+  if (at == std::string_view::npos || at == 0 || at + 1 == head.size()) {
     k.model_name = std::string(head);
   } else {
     k.cache_prefix = std::string(head.substr(0, at));
