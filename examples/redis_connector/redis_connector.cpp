@@ -1,0 +1,266 @@
+// SPDX-License-Identifier: Apache-2.0
+#include "redis_connector.hpp"
+
+#include <algorithm>
+#include <cerrno>
+#include <cstring>
+#include <set>
+#include <sys/time.h>
+#include <utility>
+
+namespace kvkey_redis {
+
+// ---- errors -------------------------------------------------------------------
+
+StoreError::StoreError(Kind kind, const std::string& what)
+    : std::runtime_error("[redis." + std::string(to_string(kind)) + "] " + what), kind_(kind) {}
+
+std::string_view to_string(StoreError::Kind kind) noexcept {
+  switch (kind) {
+    case StoreError::Kind::connect: return "connect";
+    case StoreError::Kind::timeout: return "timeout";
+    case StoreError::Kind::io: return "io";
+    case StoreError::Kind::protocol: return "protocol";
+    case StoreError::Kind::server: return "server";
+  }
+  return "invalid";
+}
+
+namespace {
+
+timeval to_timeval(std::chrono::milliseconds ms) {
+  timeval tv{};
+  tv.tv_sec = static_cast<decltype(tv.tv_sec)>(ms.count() / 1000);
+  tv.tv_usec = static_cast<decltype(tv.tv_usec)>((ms.count() % 1000) * 1000);
+  return tv;
+}
+
+// A blocking socket whose SO_RCVTIMEO/SO_SNDTIMEO expired reports EAGAIN;
+// hiredis 1.x also has a code of its own for it.
+bool is_timeout(int redis_err, int saved_errno) {
+#ifdef REDIS_ERR_TIMEOUT
+  if (redis_err == REDIS_ERR_TIMEOUT) return true;
+#endif
+  return redis_err == REDIS_ERR_IO && (saved_errno == EAGAIN || saved_errno == EWOULDBLOCK);
+}
+
+void expect_type(const redisReply& r, int type, std::string_view what) {
+  if (r.type != type) {
+    throw StoreError(StoreError::Kind::protocol, std::string(what) + ": unexpected reply type " +
+                                                     std::to_string(r.type));
+  }
+}
+
+}  // namespace
+
+// ---- connection ------------------------------------------------------------------
+
+Connection::Connection(Options options) : options_(std::move(options)) {}
+
+Connection::~Connection() { disconnect(); }
+
+void Connection::disconnect() noexcept {
+  if (ctx_ != nullptr) redisFree(ctx_);
+  ctx_ = nullptr;
+}
+
+redisContext* Connection::context() {
+  if (ctx_ != nullptr) return ctx_;
+  const std::string where = options_.host + ":" + std::to_string(options_.port);
+  redisContext* c = redisConnectWithTimeout(options_.host.c_str(), options_.port, to_timeval(options_.connect_timeout));
+  if (c == nullptr) throw StoreError(StoreError::Kind::connect, where + ": out of memory");
+  if (c->err != 0 || redisSetTimeout(c, to_timeval(options_.command_timeout)) != REDIS_OK) {
+    const std::string msg = where + ": " + c->errstr;
+    redisFree(c);
+    throw StoreError(StoreError::Kind::connect, msg);
+  }
+  ctx_ = c;
+  return ctx_;
+}
+
+void Connection::fail(std::string_view during, int saved_errno) {
+  StoreError::Kind kind = StoreError::Kind::io;
+  std::string detail = ctx_->errstr[0] != '\0' ? ctx_->errstr : "connection closed";
+  if (ctx_->err == REDIS_ERR_PROTOCOL) {
+    kind = StoreError::Kind::protocol;
+  } else if (is_timeout(ctx_->err, saved_errno)) {
+    kind = StoreError::Kind::timeout;
+    detail = "no reply within " + std::to_string(options_.command_timeout.count()) + " ms";
+  }
+  // The reply stream is out of step now (or the socket is gone): start afresh.
+  disconnect();
+  throw StoreError(kind, std::string(during) + ": " + detail);
+}
+
+std::vector<Reply> Connection::pipeline(const std::vector<Command>& commands) {
+  if (commands.empty()) return {};
+  redisContext* c = context();
+  std::vector<const char*> argv;
+  std::vector<std::size_t> lens;
+  for (const Command& cmd : commands) {
+    argv.clear();
+    lens.clear();
+    for (std::string_view arg : cmd) {
+      argv.push_back(arg.data());
+      lens.push_back(arg.size());
+    }
+    if (redisAppendCommandArgv(c, static_cast<int>(argv.size()), argv.data(), lens.data()) != REDIS_OK) {
+      fail("queueing a command", errno);
+    }
+  }
+  std::vector<Reply> replies;
+  replies.reserve(commands.size());
+  for (std::size_t i = 0; i < commands.size(); ++i) {
+    void* r = nullptr;
+    if (redisGetReply(c, &r) != REDIS_OK || r == nullptr) {
+      const int saved_errno = errno;
+      fail("reply " + std::to_string(i + 1) + " of " + std::to_string(commands.size()), saved_errno);
+    }
+    replies.emplace_back(static_cast<redisReply*>(r));
+  }
+  // All replies are read, so the connection stays in step even on error replies.
+  for (const Reply& r : replies) {
+    if (r->type == REDIS_REPLY_ERROR) throw StoreError(StoreError::Kind::server, std::string(r->str, r->len));
+  }
+  return replies;
+}
+
+Reply Connection::command(const Command& command) { return std::move(pipeline({command}).front()); }
+
+// ---- the connector ------------------------------------------------------------------
+
+void Connector::save(const Namespace& ns, const std::vector<BlockPayload>& blocks) {
+  std::vector<std::string> keys;
+  std::vector<std::string> values;
+  keys.reserve(blocks.size());
+  values.reserve(blocks.size());
+  for (const BlockPayload& b : blocks) {
+    const kvkey::Envelope header = ns.seal(b.block, b.size);
+    std::string value(kvkey::envelope_size + b.size, '\0');
+    std::memcpy(value.data(), header.data(), header.size());
+    if (b.size != 0) std::memcpy(value.data() + header.size(), b.data, b.size);
+    keys.push_back(ns.store_key(b.block));
+    values.push_back(std::move(value));
+  }
+  std::vector<Connection::Command> commands;  // one SET per object: header and payload together
+  commands.reserve(blocks.size());
+  for (std::size_t i = 0; i < blocks.size(); ++i) commands.push_back({"SET", keys[i], values[i]});
+  for (const Reply& r : conn_.pipeline(commands)) expect_type(*r, REDIS_REPLY_STATUS, "SET");
+}
+
+Lookup Connector::lookup(const std::vector<const Namespace*>& ranks, std::vector<kvkey::Digest> blocks,
+                         std::size_t max_tokens) {
+  if (ranks.empty()) throw std::invalid_argument("lookup: no ranks given");
+  for (const Namespace* ns : ranks) {
+    if (ns->root() != ranks.front()->root() || ns->key_prefix() != ranks.front()->key_prefix()) {
+      throw std::invalid_argument("lookup: the ranks belong to different deployments");
+    }
+  }
+  // Keys block-major: block b's key on rank r at b * ranks.size() + r.
+  std::vector<std::string> keys;
+  keys.reserve(blocks.size() * ranks.size());
+  for (const kvkey::Digest& block : blocks) {
+    for (const Namespace* ns : ranks) keys.push_back(ns->store_key(block));
+  }
+  std::vector<Connection::Command> commands;
+  commands.reserve(keys.size());
+  for (const std::string& key : keys) commands.push_back({"EXISTS", key});
+  std::vector<bool> found;
+  found.reserve(keys.size());
+  for (const Reply& r : conn_.pipeline(commands)) {
+    expect_type(*r, REDIS_REPLY_INTEGER, "EXISTS");
+    found.push_back(r->integer == 1);
+  }
+  Lookup out;
+  out.prefix = ranks.front()->reusable_prefix(found, ranks.size(), max_tokens);
+  out.blocks = std::move(blocks);
+  return out;
+}
+
+std::vector<LoadedBlock> Connector::load(const Namespace& ns, const std::vector<kvkey::Digest>& blocks,
+                                         std::size_t payload_size) {
+  std::vector<std::string> keys;
+  keys.reserve(blocks.size());
+  for (const kvkey::Digest& block : blocks) keys.push_back(ns.store_key(block));
+  std::vector<Connection::Command> commands;
+  commands.reserve(keys.size());
+  for (const std::string& key : keys) commands.push_back({"GET", key});
+  const std::vector<Reply> replies = conn_.pipeline(commands);
+
+  std::vector<LoadedBlock> out(blocks.size());
+  for (std::size_t i = 0; i < blocks.size(); ++i) {
+    const redisReply& r = *replies[i];
+    LoadedBlock& result = out[i];
+    if (r.type == REDIS_REPLY_NIL) {
+      result.status = LoadStatus::missing;
+      continue;
+    }
+    expect_type(r, REDIS_REPLY_STRING, "GET");
+    const auto* value = reinterpret_cast<const std::uint8_t*>(r.str);
+    const std::size_t len = r.len;
+    // A value shorter than an envelope is rejected by verify (envelope.size).
+    result.verdict = ns.verify(value, std::min(len, kvkey::envelope_size), blocks[i], payload_size);
+    if (result.verdict.ok() && len != kvkey::envelope_size + payload_size) {
+      result.verdict = {kvkey::Reason::malformed, "value.size"};
+    }
+    if (!result.verdict.ok()) {
+      result.status = LoadStatus::rejected;
+      continue;
+    }
+    result.status = LoadStatus::loaded;
+    result.payload.assign(value + kvkey::envelope_size, value + len);
+  }
+  return out;
+}
+
+template <class Visit>
+void Connector::scan(std::string_view prefix, Visit&& visit) {
+  const std::string pattern = glob_escape(prefix) + "*";
+  std::string cursor = "0";
+  do {
+    const Reply r = conn_.command({"SCAN", cursor, "MATCH", pattern, "COUNT", "1000"});
+    expect_type(*r, REDIS_REPLY_ARRAY, "SCAN");
+    if (r->elements != 2) throw StoreError(StoreError::Kind::protocol, "SCAN: expected [cursor, keys]");
+    expect_type(*r->element[0], REDIS_REPLY_STRING, "SCAN cursor");
+    expect_type(*r->element[1], REDIS_REPLY_ARRAY, "SCAN keys");
+    cursor.assign(r->element[0]->str, r->element[0]->len);
+    std::vector<std::string> batch;
+    for (std::size_t i = 0; i < r->element[1]->elements; ++i) {
+      const redisReply& k = *r->element[1]->element[i];
+      expect_type(k, REDIS_REPLY_STRING, "SCAN key");
+      batch.emplace_back(k.str, k.len);
+    }
+    if (!batch.empty()) visit(batch);
+  } while (cursor != "0");
+}
+
+std::vector<std::string> Connector::keys(std::string_view prefix) {
+  std::set<std::string> seen;  // SCAN may return a key more than once
+  scan(prefix, [&](const std::vector<std::string>& batch) { seen.insert(batch.begin(), batch.end()); });
+  return {seen.begin(), seen.end()};
+}
+
+std::size_t Connector::purge(std::string_view prefix) {
+  if (prefix.empty()) throw std::invalid_argument("purge: an empty prefix would remove every key");
+  std::size_t removed = 0;
+  scan(prefix, [&](const std::vector<std::string>& batch) {
+    Connection::Command unlink{"UNLINK"};
+    for (const std::string& key : batch) unlink.push_back(key);
+    const Reply r = conn_.command(unlink);
+    expect_type(*r, REDIS_REPLY_INTEGER, "UNLINK");
+    removed += static_cast<std::size_t>(r->integer);  // a key SCAN repeats counts once
+  });
+  return removed;
+}
+
+std::string glob_escape(std::string_view prefix) {
+  std::string out;
+  out.reserve(prefix.size());
+  for (char c : prefix) {
+    if (c == '*' || c == '?' || c == '[' || c == ']' || c == '\\') out.push_back('\\');
+    out.push_back(c);
+  }
+  return out;
+}
+
+}  // namespace kvkey_redis

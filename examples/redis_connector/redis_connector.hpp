@@ -1,0 +1,194 @@
+// SPDX-License-Identifier: Apache-2.0
+// A KV-block connector for Redis, keyed and verified with kvkey.
+//
+// Each stored object is one Redis string under ns.store_key(block):
+//
+//     value = ns.seal(block, payload_size)  (1024 bytes)  ||  payload (the KV bytes)
+//
+// written by ONE SET, so a header never exists without its payload. A reader
+// fetches the value, verifies the header against its own namespace and treats
+// anything but Reason::ok as a miss, so foreign or stale KV is never served.
+//
+// Errors. Per-block outcomes are values (LoadedBlock, Lookup). Whole-call
+// failures throw StoreError: the server cannot be reached, a command timed out,
+// the reply stream broke off part-way (a partial pipeline reply) or the server
+// answered with an error. After a StoreError nothing of that call may be
+// trusted (a save may have written some of its objects, which is harmless:
+// each object verifies on its own); the connection is dropped and the next
+// call reconnects.
+//
+// Threads. A Connector holds one hiredis connection, which is not thread-safe:
+// use one Connector per thread. The kvkey::KeyNamespace objects are immutable
+// and may be shared by all threads.
+//
+// Signals. hiredis writes to its socket with write(2): a write to a connection
+// the server has closed raises SIGPIPE, which kills the process by default.
+// Programs using the connector ignore SIGPIPE (std::signal(SIGPIPE, SIG_IGN));
+// the failed write then becomes a StoreError.
+#ifndef KVKEY_EXAMPLES_REDIS_CONNECTOR_HPP
+#define KVKEY_EXAMPLES_REDIS_CONNECTOR_HPP
+
+#include <kvkey/kvkey.hpp>
+
+#include <hiredis/hiredis.h>
+
+#include <chrono>
+#include <cstddef>
+#include <cstdint>
+#include <limits>
+#include <memory>
+#include <stdexcept>
+#include <string>
+#include <string_view>
+#include <vector>
+
+namespace kvkey_redis {
+
+using Namespace = kvkey::KeyNamespace<>;
+
+struct Options {
+  std::string host = "127.0.0.1";
+  int port = 6379;
+  std::chrono::milliseconds connect_timeout{1000};
+  std::chrono::milliseconds command_timeout{2000};  ///< per reply read / request write
+};
+
+/// A call that could not complete. kind() says why; what() says where.
+class StoreError : public std::runtime_error {
+ public:
+  enum class Kind {
+    connect,   ///< the server could not be reached
+    timeout,   ///< no reply within Options::command_timeout
+    io,        ///< the connection broke (also: a partial reply)
+    protocol,  ///< the reply was not valid RESP or not the expected type
+    server,    ///< the server answered with an error reply
+  };
+  StoreError(Kind kind, const std::string& what);
+  Kind kind() const noexcept { return kind_; }
+
+ private:
+  Kind kind_;
+};
+
+std::string_view to_string(StoreError::Kind kind) noexcept;
+
+struct ReplyDeleter {
+  void operator()(redisReply* r) const noexcept { freeReplyObject(r); }
+};
+using Reply = std::unique_ptr<redisReply, ReplyDeleter>;
+
+/// One hiredis connection with timeouts. Connects lazily; any failure drops
+/// the connection, and the next call connects again.
+class Connection {
+ public:
+  explicit Connection(Options options);
+  ~Connection();
+  Connection(const Connection&) = delete;
+  Connection& operator=(const Connection&) = delete;
+
+  /// A command and its arguments, binary-safe.
+  using Command = std::vector<std::string_view>;
+
+  /// Sends every command in one pipeline and returns the replies in order.
+  /// Throws StoreError if any reply is missing, malformed or an error reply.
+  std::vector<Reply> pipeline(const std::vector<Command>& commands);
+  Reply command(const Command& command);
+
+  bool connected() const noexcept { return ctx_ != nullptr; }
+  const Options& options() const noexcept { return options_; }
+
+ private:
+  redisContext* context();
+  [[noreturn]] void fail(std::string_view during, int saved_errno);
+  void disconnect() noexcept;
+
+  Options options_;
+  redisContext* ctx_ = nullptr;
+};
+
+/// One object to save: a block hash and its KV bytes.
+struct BlockPayload {
+  kvkey::Digest block;
+  const std::uint8_t* data = nullptr;
+  std::size_t size = 0;
+};
+
+/// The outcome of a lookup: how much of the prompt the store can serve, and
+/// the hashes of all its full blocks (the first prefix.blocks are the hits).
+struct Lookup {
+  kvkey::ReusablePrefix prefix;
+  std::vector<kvkey::Digest> blocks;
+};
+
+enum class LoadStatus {
+  loaded,    ///< the header verified and the value has the expected size
+  missing,   ///< no object under the key
+  rejected,  ///< an object is there but it is not ours: see verdict
+};
+
+struct LoadedBlock {
+  LoadStatus status = LoadStatus::missing;
+  /// ok when loaded; for rejected, why (reason and field). Connector-level
+  /// check: {malformed, "value.size"} when the header verifies but the value
+  /// is not envelope_size + payload_size bytes long.
+  kvkey::Verdict verdict;
+  std::vector<std::uint8_t> payload;  ///< the KV bytes, only when loaded
+};
+
+class Connector {
+ public:
+  explicit Connector(Options options) : conn_(std::move(options)) {}
+
+  /// Stores each block as seal(block, size) || payload with one SET per block
+  /// (pipelined). Returns when every SET is acknowledged; throws StoreError
+  /// otherwise.
+  void save(const Namespace& ns, const std::vector<BlockPayload>& blocks);
+
+  /// Counts the leading blocks that every rank can serve: one EXISTS per
+  /// (block, rank) key, block-major, in one pipeline. `ranks` are the
+  /// namespaces of every rank of one deployment (replicas may repeat a key).
+  /// max_tokens caps the count (engines pass prompt_len - 1).
+  Lookup lookup(const std::vector<const Namespace*>& ranks, std::vector<kvkey::Digest> blocks,
+                std::size_t max_tokens = std::numeric_limits<std::size_t>::max());
+
+  /// As above, hashing the prompt's full blocks first.
+  template <class Token>
+  Lookup lookup(const std::vector<const Namespace*>& ranks, const std::vector<Token>& tokens,
+                const kvkey::HashOptions& options = {},
+                std::size_t max_tokens = std::numeric_limits<std::size_t>::max()) {
+    if (ranks.empty()) throw std::invalid_argument("lookup: no ranks given");
+    return lookup(ranks, ranks.front()->block_hashes(tokens, options), max_tokens);
+  }
+
+  /// Fetches every block (pipelined GET) and verifies its header against ns,
+  /// expecting payload_size KV bytes: the size this rank's block has, never
+  /// the size the stored value claims. A block that does not verify is never
+  /// reported loaded.
+  std::vector<LoadedBlock> load(const Namespace& ns, const std::vector<kvkey::Digest>& blocks,
+                                std::size_t payload_size);
+
+  /// Every key starting with prefix (SCAN MATCH, the prefix glob-escaped),
+  /// without duplicates. For tests and small stores.
+  std::vector<std::string> keys(std::string_view prefix);
+
+  /// Removes every key starting with prefix (SCAN + UNLINK); returns how many
+  /// were removed. Pass ns.key_prefix() to drop one epoch of a model,
+  /// ns.tenant_prefix() to drop a tenant. An empty prefix is refused.
+  std::size_t purge(std::string_view prefix);
+
+  /// The underlying connection, for raw commands.
+  Connection& connection() noexcept { return conn_; }
+
+ private:
+  template <class Visit>
+  void scan(std::string_view prefix, Visit&& visit);
+
+  Connection conn_;
+};
+
+/// prefix with Redis glob specials (* ? [ ] \) escaped, for SCAN MATCH.
+std::string glob_escape(std::string_view prefix);
+
+}  // namespace kvkey_redis
+
+#endif  // KVKEY_EXAMPLES_REDIS_CONNECTOR_HPP

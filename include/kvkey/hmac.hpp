@@ -1,0 +1,400 @@
+// SPDX-License-Identifier: Apache-2.0
+// Keyed namespaces: HMAC-SHA-256 keyed with a per-tenant secret.
+//
+//   kvkey::KeyNamespace<kvkey::HmacSha256> ns{id, kvkey::TenantSecret::from_file("/run/secrets/kvkey")};
+//
+// Every root, block hash, object hash and store key of such a namespace is an
+// HMAC under the tenant's secret, so nobody without the secret can compute
+// them, probe the store for them or forge a header that verifies.
+// docs/security.md says when to use it and how to deploy and rotate secrets.
+#ifndef KVKEY_HMAC_HPP
+#define KVKEY_HMAC_HPP
+
+#include <fcntl.h>
+#include <openssl/core_names.h>
+#include <openssl/crypto.h>
+#include <openssl/evp.h>
+#include <openssl/params.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <array>
+#include <cerrno>
+#include <cstddef>
+#include <cstdint>
+#include <cstdlib>
+#include <cstring>
+#include <string>
+#include <string_view>
+#include <utility>
+
+#include "kvkey/config.hpp"
+#include "kvkey/digest.hpp"
+#include "kvkey/errors.hpp"
+
+KVKEY_BEGIN_NAMESPACE
+
+/// Compares two digests in time independent of where they differ (one
+/// CRYPTO_memcmp over all 32 bytes). Use it whenever one side is secret or
+/// derived from a secret, e.g. a keyed block hash compared with one an attacker
+/// supplied. Digest::operator== is an ordinary early-exit comparison for maps
+/// and tests; KeyNamespace::verify never uses it (docs/security.md).
+inline bool constant_time_equal(const Digest& a, const Digest& b) noexcept {
+  return CRYPTO_memcmp(a.data(), b.data(), Digest::size_bytes) == 0;
+}
+
+class HmacSha256;
+
+/// A tenant's secret key for HmacSha256: between min_size and max_size bytes.
+///
+/// The bytes are held inside the object and overwritten (OPENSSL_cleanse) when
+/// it is destroyed and when it is moved from (the moved-from secret is empty).
+/// It cannot be copied, printed, streamed or formatted, and no error message
+/// quotes it; only HmacSha256 reads the bytes. The std::string a secret is built
+/// from is wiped too when it is passed as an rvalue (std::move or a temporary);
+/// a caller that passes an lvalue still owns, and must wipe, its own copy.
+class TenantSecret {
+ public:
+  /// Fewer bytes than this is an identity_error: 256 bits of key.
+  static constexpr std::size_t min_size = 32;
+  /// More bytes than this is an identity_error (HMAC hashes longer keys first
+  /// anyway; the bound keeps the secret in a fixed buffer).
+  static constexpr std::size_t max_size = 256;
+
+  /// Takes the secret's raw bytes. Throws identity_error (field "tenant_secret")
+  /// when there are fewer than min_size or more than max_size.
+  explicit TenantSecret(std::string secret) {
+    try {
+      assign(secret.data(), secret.size());
+    } catch (...) {
+      OPENSSL_cleanse(secret.data(), secret.size());
+      throw;
+    }
+    OPENSSL_cleanse(secret.data(), secret.size());
+  }
+  TenantSecret(const void* data, std::size_t size) { assign(data, size); }
+
+  TenantSecret(const TenantSecret&) = delete;
+  TenantSecret& operator=(const TenantSecret&) = delete;
+  /// Takes other's bytes and wipes other, which is left empty.
+  TenantSecret(TenantSecret&& other) noexcept { take(other); }
+  TenantSecret& operator=(TenantSecret&& other) noexcept {
+    if (this != &other) {
+      wipe();
+      take(other);
+    }
+    return *this;
+  }
+  ~TenantSecret() { wipe(); }
+
+  /// Number of secret bytes; 0 only for a moved-from secret.
+  std::size_t size() const noexcept { return size_; }
+  bool empty() const noexcept { return size_ == 0; }
+
+  /// Reads a secret from a file, in one of two forms:
+  ///  - hex text: the file holds only hex digits (either case, an even number),
+  ///    optionally followed by one "\n" or "\r\n"; the secret is the decoded
+  ///    bytes. `openssl rand -hex 32 > FILE` writes this form.
+  ///  - raw bytes: any other content is the secret exactly as stored, every byte
+  ///    included (`head -c 32 /dev/urandom > FILE`).
+  /// The file must be a regular file (symbolic links are followed) that neither
+  /// others can read or write nor its group can write: mode 0600 or 0640, as
+  /// for an SSH private key. Throws io_error naming the path when the file
+  /// cannot be opened or read, is not a regular file or has looser permissions;
+  /// identity_error ("tenant_secret") when its content is not a valid secret.
+  /// No message quotes the content.
+  static TenantSecret from_file(const std::string& path);
+
+  /// Reads a secret from an environment variable holding either hex digits
+  /// (either case, an even number) or "base64:" followed by standard base64
+  /// (RFC 4648 section 4, '=' padding required, no whitespace). Throws
+  /// identity_error ("tenant_secret") naming the variable when it is unset,
+  /// empty or malformed; no message quotes the value. The value stays in the
+  /// process environment (readable in /proc/PID/environ by the same user):
+  /// prefer from_file where the platform can mount secrets as files.
+  static TenantSecret from_env(const std::string& name);
+
+ private:
+  friend class HmacSha256;
+  const std::uint8_t* data() const noexcept { return bytes_.data(); }
+
+  // what: the secret's source as the error message names it ("is", or
+  // "environment variable X holds").
+  static void check_size(std::size_t size, std::string_view what) {
+    if (size < min_size || size > max_size) {
+      throw identity_error("tenant_secret", std::string(what) + " " + std::to_string(size) +
+                                                " bytes; a tenant secret has " + std::to_string(min_size) + " to " +
+                                                std::to_string(max_size) + " bytes (e.g. `openssl rand -hex 32`)");
+    }
+  }
+  void assign(const void* data, std::size_t size) {
+    check_size(size, "is");
+    std::memcpy(bytes_.data(), data, size);
+    size_ = size;
+  }
+  void wipe() noexcept {
+    OPENSSL_cleanse(bytes_.data(), bytes_.size());
+    size_ = 0;
+  }
+  void take(TenantSecret& other) noexcept {
+    std::memcpy(bytes_.data(), other.bytes_.data(), other.size_);
+    size_ = other.size_;
+    other.wipe();
+  }
+
+  std::array<std::uint8_t, max_size> bytes_{};
+  std::size_t size_ = 0;
+};
+
+namespace detail {
+
+/// HMAC implementation fetched from the default provider once per process and
+/// never freed (it must outlive every static kvkey object), like sha256_md().
+inline EVP_MAC* hmac_mac() {
+  static EVP_MAC* const mac = EVP_MAC_fetch(nullptr, "HMAC", nullptr);
+  if (mac == nullptr) throw crypto_error("EVP_MAC_fetch(HMAC) failed: no provider offers HMAC");
+  return mac;
+}
+
+/// Fixed-capacity byte buffer that wipes itself: the loaders' scratch space.
+template <std::size_t N>
+struct WipedBuffer {
+  std::array<std::uint8_t, N> bytes{};
+  std::size_t size = 0;
+  WipedBuffer() = default;
+  WipedBuffer(const WipedBuffer&) = delete;
+  WipedBuffer& operator=(const WipedBuffer&) = delete;
+  ~WipedBuffer() { OPENSSL_cleanse(bytes.data(), bytes.size()); }
+};
+
+inline int hex_value(char c) noexcept {
+  return (c >= '0' && c <= '9') ? c - '0' : (c >= 'a' && c <= 'f') ? c - 'a' + 10 : (c >= 'A' && c <= 'F') ? c - 'A' + 10 : -1;
+}
+
+inline bool all_hex(std::string_view s) noexcept {
+  for (char c : s) {
+    if (hex_value(c) < 0) return false;
+  }
+  return true;
+}
+
+// Decodes hex digits (already checked by all_hex, even count) into out.
+template <std::size_t N>
+bool decode_secret_hex(std::string_view s, WipedBuffer<N>& out) noexcept {
+  if (s.size() % 2 != 0 || s.size() / 2 > N) return false;
+  for (std::size_t i = 0; i < s.size() / 2; ++i) {
+    out.bytes[i] = static_cast<std::uint8_t>((hex_value(s[2 * i]) << 4) | hex_value(s[2 * i + 1]));
+  }
+  out.size = s.size() / 2;
+  return true;
+}
+
+inline int base64_value(char c) noexcept {
+  return (c >= 'A' && c <= 'Z')   ? c - 'A'
+         : (c >= 'a' && c <= 'z') ? c - 'a' + 26
+         : (c >= '0' && c <= '9') ? c - '0' + 52
+         : c == '+'               ? 62
+         : c == '/'               ? 63
+                                  : -1;
+}
+
+// Strict RFC 4648 base64: length a multiple of 4, '=' only as the last one or
+// two characters, no whitespace, unused bits of the last symbol zero.
+template <std::size_t N>
+bool decode_secret_base64(std::string_view s, WipedBuffer<N>& out) noexcept {
+  if (s.empty() || s.size() % 4 != 0) return false;
+  std::size_t pad = 0;
+  if (s.back() == '=') pad = s[s.size() - 2] == '=' ? 2 : 1;
+  const std::size_t n = s.size() / 4 * 3 - pad;
+  if (n > N) return false;
+  std::size_t o = 0;
+  for (std::size_t i = 0; i < s.size(); i += 4) {
+    const bool last = i + 4 == s.size();
+    std::uint32_t v = 0;
+    for (std::size_t j = 0; j < 4; ++j) {
+      const char c = s[i + j];
+      int d;
+      if (c == '=' && last && j >= 4 - pad) {
+        d = 0;
+      } else {
+        d = base64_value(c);
+        if (d < 0) return false;
+      }
+      v = (v << 6) | static_cast<std::uint32_t>(d);
+    }
+    if (last && ((pad == 1 && (v & 0xffu) != 0) || (pad == 2 && (v & 0xffffu) != 0))) return false;
+    const std::size_t k = last ? 3 - pad : 3;
+    for (std::size_t j = 0; j < k; ++j) out.bytes[o++] = static_cast<std::uint8_t>(v >> (16 - 8 * j));
+  }
+  out.size = o;
+  return true;
+}
+
+inline std::string errno_text(int err) { return err != 0 ? std::strerror(err) : "unknown error"; }
+
+}  // namespace detail
+
+inline TenantSecret TenantSecret::from_file(const std::string& path) {
+  struct Fd {
+    int fd;
+    ~Fd() {
+      if (fd >= 0) ::close(fd);
+    }
+  };
+  const std::string where = "tenant secret file '" + path + "'";
+  const Fd file{::open(path.c_str(), O_RDONLY | O_CLOEXEC)};
+  if (file.fd < 0) throw io_error("cannot open " + where + ": " + detail::errno_text(errno));
+  struct stat st {};
+  if (::fstat(file.fd, &st) != 0) throw io_error("cannot stat " + where + ": " + detail::errno_text(errno));
+  if (!S_ISREG(st.st_mode)) throw io_error(where + " is not a regular file");
+  if ((st.st_mode & (S_IROTH | S_IWOTH | S_IWGRP)) != 0) {
+    throw io_error(where + " is readable or writable by others or writable by its group; chmod 600 (or 640) it");
+  }
+  // Longest valid file: hex of max_size bytes and "\r\n". Read one byte more to
+  // tell a file that is too long.
+  constexpr std::size_t max_file = 2 * max_size + 2;
+  detail::WipedBuffer<max_file + 1> raw;
+  for (;;) {
+    if (raw.size == raw.bytes.size()) break;
+    const ssize_t n = ::read(file.fd, raw.bytes.data() + raw.size, raw.bytes.size() - raw.size);
+    if (n < 0) {
+      if (errno == EINTR) continue;
+      throw io_error("cannot read " + where + ": " + detail::errno_text(errno));
+    }
+    if (n == 0) break;
+    raw.size += static_cast<std::size_t>(n);
+  }
+  if (raw.size > max_file) {
+    throw identity_error("tenant_secret", where + " is longer than " + std::to_string(max_file) + " bytes");
+  }
+  std::string_view text(reinterpret_cast<const char*>(raw.bytes.data()), raw.size);
+  if (text.size() >= 1 && text.back() == '\n') text.remove_suffix(1);
+  if (text.size() >= 1 && text.back() == '\r') text.remove_suffix(1);
+  if (!text.empty() && detail::all_hex(text)) {
+    detail::WipedBuffer<max_size> bytes;
+    if (!detail::decode_secret_hex(text, bytes)) {
+      throw identity_error("tenant_secret", where + " holds hex text of " + std::to_string(text.size()) +
+                                                " digits; a hex secret has an even number of digits, at most " +
+                                                std::to_string(2 * max_size));
+    }
+    check_size(bytes.size, where + " holds hex text of");
+    return TenantSecret(bytes.bytes.data(), bytes.size);
+  }
+  check_size(raw.size, where + " holds");
+  return TenantSecret(raw.bytes.data(), raw.size);
+}
+
+inline TenantSecret TenantSecret::from_env(const std::string& name) {
+  const std::string where = "environment variable " + name;
+  const char* value = name.empty() ? nullptr : std::getenv(name.c_str());
+  if (value == nullptr) throw identity_error("tenant_secret", where + " is not set");
+  const std::string_view text(value);
+  if (text.empty()) throw identity_error("tenant_secret", where + " is empty");
+  constexpr std::string_view base64_prefix = "base64:";
+  detail::WipedBuffer<max_size> bytes;
+  if (text.substr(0, base64_prefix.size()) == base64_prefix) {
+    if (!detail::decode_secret_base64(text.substr(base64_prefix.size()), bytes)) {
+      throw identity_error("tenant_secret", where + " starts with \"base64:\" but the rest is not padded "
+                                                    "standard base64 of at most " +
+                                                    std::to_string(max_size) + " bytes");
+    }
+  } else if (!detail::all_hex(text) || !detail::decode_secret_hex(text, bytes)) {
+    throw identity_error("tenant_secret", where + " is neither an even number of hex digits (at most " +
+                                              std::to_string(2 * max_size) +
+                                              ") nor \"base64:\" followed by base64");
+  }
+  check_size(bytes.size, where + " holds");
+  return TenantSecret(bytes.bytes.data(), bytes.size);
+}
+
+/// HMAC-SHA-256 (RFC 2104) over the OpenSSL 3 EVP_MAC API, keyed with a
+/// TenantSecret, with the same hasher shape as Sha256: update(const void*,
+/// size_t) absorbs bytes, result() returns the Digest and returns the object to
+/// its freshly keyed state; copies are independent (EVP_MAC_CTX_dup).
+///
+/// Implicitly constructible from a TenantSecret, so that
+/// `KeyNamespace<HmacSha256> ns{id, TenantSecret{secret}}` works. The object
+/// keeps the key only inside OpenSSL's context, whose EVP_MAC_CTX_free
+/// overwrites the key copy and the digest states before freeing them; the
+/// TenantSecret it was built from may be destroyed right away.
+class HmacSha256 {
+ public:
+  using result_type = Digest;
+  static constexpr std::size_t block_size = 64;
+  /// result() leaves the object keyed and ready for the next message.
+  static constexpr bool resets_after_result = true;
+
+  /// Keys a new HMAC-SHA-256 context. An empty (moved-from) secret is an
+  /// identity_error ("tenant_secret").
+  HmacSha256(const TenantSecret& secret)  // NOLINT(google-explicit-constructor): implicit by design
+      : ctx_(EVP_MAC_CTX_new(detail::hmac_mac())) {
+    if (ctx_ == nullptr) throw crypto_error("EVP_MAC_CTX_new(HMAC) failed");
+    if (secret.empty()) {
+      EVP_MAC_CTX_free(ctx_);
+      throw identity_error("tenant_secret", "is empty (it was moved from)");
+    }
+    char digest[] = "SHA256";
+    const OSSL_PARAM params[] = {OSSL_PARAM_construct_utf8_string(OSSL_MAC_PARAM_DIGEST, digest, 0),
+                                 OSSL_PARAM_construct_end()};
+    if (EVP_MAC_init(ctx_, secret.data(), secret.size(), params) != 1) {
+      EVP_MAC_CTX_free(ctx_);
+      throw crypto_error("EVP_MAC_init(HMAC-SHA256) failed");
+    }
+  }
+  HmacSha256(const HmacSha256& other) : ctx_(dup(other.ctx_)) {}
+  HmacSha256(HmacSha256&& other) noexcept : ctx_(std::exchange(other.ctx_, nullptr)) {}
+  HmacSha256& operator=(const HmacSha256& other) {
+    if (this != &other) {
+      EVP_MAC_CTX* copy = dup(other.ctx_);
+      EVP_MAC_CTX_free(ctx_);
+      ctx_ = copy;
+    }
+    return *this;
+  }
+  HmacSha256& operator=(HmacSha256&& other) noexcept {
+    std::swap(ctx_, other.ctx_);
+    return *this;
+  }
+  ~HmacSha256() { EVP_MAC_CTX_free(ctx_); }
+
+  void update(const void* data, std::size_t size) {
+    if (size != 0 && EVP_MAC_update(ctx_, static_cast<const unsigned char*>(data), size) != 1) {
+      throw crypto_error("EVP_MAC_update(HMAC-SHA256) failed");
+    }
+  }
+
+  /// Finalizes, returns the MAC and resets to the keyed empty-message state.
+  Digest result() {
+    Digest out;
+    std::size_t len = 0;
+    if (EVP_MAC_final(ctx_, out.data(), &len, out.size()) != 1 || len != Digest::size_bytes) {
+      throw crypto_error("EVP_MAC_final(HMAC-SHA256) failed");
+    }
+    reset();
+    return out;
+  }
+
+  /// Returns to the keyed empty-message state (the key is kept).
+  void reset() {
+    if (EVP_MAC_init(ctx_, nullptr, 0, nullptr) != 1) throw crypto_error("EVP_MAC_init(HMAC-SHA256) reset failed");
+  }
+
+  /// One-shot HMAC-SHA-256 of a byte range under secret.
+  static Digest mac(const TenantSecret& secret, const void* data, std::size_t size) {
+    HmacSha256 h(secret);
+    h.update(data, size);
+    return h.result();
+  }
+
+ private:
+  static EVP_MAC_CTX* dup(const EVP_MAC_CTX* src) {
+    EVP_MAC_CTX* ctx = EVP_MAC_CTX_dup(src);
+    if (ctx == nullptr) throw crypto_error("EVP_MAC_CTX_dup(HMAC-SHA256) failed");
+    return ctx;
+  }
+  EVP_MAC_CTX* ctx_;
+};
+
+KVKEY_END_NAMESPACE
+
+#endif  // KVKEY_HMAC_HPP

@@ -1,0 +1,62 @@
+"""kvkey: lineage-aware keys and fail-closed envelopes for shared LLM KV-cache stores.
+
+The compiled core lives in ``kvkey._kvkey``; this package re-exports it. Digests
+(block hashes, fingerprints, roots) are 32-byte ``bytes``. See docs/python.md.
+"""
+
+from ._kvkey import (  # noqa: F401  (re-exports)
+    Adapter,
+    CryptoError,
+    Error,
+    Identity,
+    IdentityError,
+    InputError,
+    IoError,
+    KeyNamespace,
+    Kv,
+    KvDtype,
+    Model,
+    Quant,
+    ReusablePrefix,
+    Shard,
+    Slice,
+    Verdict,
+    __version__,
+    envelope_size,
+    fingerprint,
+    fingerprint_file,
+    format_version,
+    kv_dtype_from_string,
+    reusable_prefix,
+    single_tenant_name,
+    store_key_tag,
+)
+from . import compat  # noqa: F401
+
+__all__ = [
+    "Adapter",
+    "CryptoError",
+    "Error",
+    "Identity",
+    "IdentityError",
+    "InputError",
+    "IoError",
+    "KeyNamespace",
+    "Kv",
+    "KvDtype",
+    "Model",
+    "Quant",
+    "ReusablePrefix",
+    "Shard",
+    "Slice",
+    "Verdict",
+    "compat",
+    "envelope_size",
+    "fingerprint",
+    "fingerprint_file",
+    "format_version",
+    "kv_dtype_from_string",
+    "reusable_prefix",
+    "single_tenant_name",
+    "store_key_tag",
+]

@@ -1,0 +1,30 @@
+"""Builds kvkey._kvkey from the source tree's C++ headers (../include).
+
+Install without network (Debian 12 needs --break-system-packages for the system
+interpreter, or use a venv made with --system-site-packages):
+
+    /usr/bin/python3 -m pip install --no-build-isolation --no-deps --break-system-packages ./python
+"""
+
+import os
+
+from pybind11.setup_helpers import Pybind11Extension, build_ext
+from setuptools import setup
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+INCLUDE = os.path.normpath(os.path.join(HERE, "..", "include"))
+if not os.path.isfile(os.path.join(INCLUDE, "kvkey", "kvkey.hpp")):
+    raise SystemExit(
+        f"kvkey: C++ headers not found at {INCLUDE}; build from the kvkey source tree "
+        "(pip builds ./python in place, next to ../include)"
+    )
+
+extension = Pybind11Extension(
+    "kvkey._kvkey",
+    ["src/module.cpp"],
+    include_dirs=[INCLUDE],
+    libraries=["crypto", "fmt"],  # OpenSSL 3 libcrypto (EVP), {fmt} for the reprs
+    cxx_std=17,
+)
+
+setup(ext_modules=[extension], cmdclass={"build_ext": build_ext})

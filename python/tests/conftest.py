@@ -1,0 +1,56 @@
+"""Shared fixtures for the kvkey binding tests."""
+
+import os
+
+import pytest
+
+import kvkey
+
+# The probe prompt of lmdeploy issue #4930 (mc_probe_f2.py): 32 tokens x 12.
+FRAGMENT = [35, 468, 136, 812, 14112, 44, 1730, 850, 4751, 1234, 47, 8024, 47, 360, 1738,
+            715, 420, 12912, 2230, 823, 776, 596, 3442, 3363, 4950, 613, 15462, 46, 22, 10, 44, 711]
+PROBE_PROMPT = FRAGMENT * 12
+
+
+def pytest_report_header(config):
+    return f"kvkey module: {kvkey._kvkey.__file__}"
+
+
+@pytest.fixture(scope="session", autouse=True)
+def _tested_module_is_the_expected_one():
+    """When the build says which module it means to test, make sure it is that one."""
+    expected = os.environ.get("KVKEY_EXPECT_MODULE_DIR")
+    if expected:
+        actual = os.path.dirname(os.path.realpath(kvkey._kvkey.__file__))
+        assert actual == os.path.realpath(expected), f"testing {actual}, expected {expected}"
+
+
+def make_identity(**changes):
+    """A valid identity like examples/seed_probe: Qwen2.5-0.5B-Instruct, fp16, block 64."""
+    i = kvkey.Identity()
+    i.tenant = "team-a"
+    i.model.name = "Qwen2.5-0.5B-Instruct"
+    i.model.revision = "7ae557604adf67be50417f59c2c2f167def9a775"
+    i.kv.dtype = "fp16"
+    i.kv.block_size = 64
+    i.kv.num_layers = 24
+    i.kv.num_kv_heads = 2
+    i.kv.head_dim = 64
+    i.kv.layout = "lmdeploy.mooncake.v1"
+    for path, value in changes.items():
+        target = i
+        parts = path.split("__")
+        for part in parts[:-1]:
+            target = getattr(target, part)
+        setattr(target, parts[-1], value)
+    return i
+
+
+@pytest.fixture
+def identity():
+    return make_identity()
+
+
+@pytest.fixture
+def ns(identity):
+    return kvkey.KeyNamespace(identity)

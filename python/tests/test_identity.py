@@ -1,0 +1,148 @@
+"""The identity model: attributes mirror the C++ members and assign in place."""
+
+import copy
+
+import pytest
+
+import kvkey
+from conftest import make_identity
+
+
+def test_defaults_mirror_the_cpp_members():
+    i = kvkey.Identity()
+    assert i.tenant == ""
+    assert (i.model.name, i.model.revision, i.model.weights_epoch, i.model.weights_fingerprint) == ("", "", 0, None)
+    assert i.kv.dtype == kvkey.KvDtype.unset
+    q = i.kv.quant
+    assert (q.scheme, q.group_size, q.scale_dtype, q.zero_point, q.scales_fingerprint) == ("none", 0, None, False, None)
+    assert (i.kv.block_size, i.kv.num_layers, i.kv.num_kv_heads, i.kv.head_dim, i.kv.layout, i.kv.mla) == (
+        0, 0, 0, 0, "", False)
+    assert (i.shard.tp_size, i.shard.tp_rank, i.shard.pp_size, i.shard.pp_rank) == (1, 0, 1, 0)
+    assert i.adapter is None
+
+
+def test_nested_assignment_modifies_the_identity_in_place():
+    i = kvkey.Identity()
+    i.tenant = "a"
+    i.model.revision = "rev1"
+    i.model.weights_epoch = 3
+    i.kv.dtype = "fp8_e4m3"
+    i.kv.quant.group_size = 64
+    i.kv.quant.scheme = "per_token_asym"
+    i.shard.tp_size = 8
+    fp = kvkey.fingerprint(b"adapter weights")
+    i.adapter = kvkey.Adapter("name", fp)
+    i.adapter.name = "renamed"
+    assert i.tenant == "a"
+    assert i.model.revision == "rev1"
+    assert i.model.weights_epoch == 3
+    assert i.kv.dtype == kvkey.KvDtype.fp8_e4m3
+    assert i.kv.quant.group_size == 64
+    assert i.kv.quant.scheme == "per_token_asym"
+    assert i.shard.tp_size == 8
+    assert i.adapter.name == "renamed"
+    assert i.adapter.weights_fingerprint == fp
+    # A reference to a nested part stays live.
+    kv = i.kv
+    kv.block_size = 32
+    assert i.kv.block_size == 32
+    i.adapter = None
+    assert i.adapter is None
+
+
+def test_nested_assignment_reaches_the_namespace():
+    a = make_identity()
+    b = make_identity()
+    b.kv.quant.scheme = "per_tensor_static"
+    b.kv.quant.scale_dtype = kvkey.KvDtype.fp32
+    b.kv.quant.scales_fingerprint = kvkey.fingerprint(b"scales")
+    ns_a, ns_b = kvkey.KeyNamespace(a), kvkey.KeyNamespace(b)
+    assert ns_b.identity.kv.quant.scheme == "per_tensor_static"
+    assert ns_a.root != ns_b.root
+
+
+def test_dtype_accepts_enum_and_name():
+    i = kvkey.Identity()
+    i.kv.dtype = kvkey.KvDtype.bf16
+    assert i.kv.dtype == kvkey.KvDtype.bf16
+    for name in ("fp32", "fp16", "bf16", "fp8_e4m3", "fp8_e5m2", "int8", "int4", "uint8", "uint4", "fp4_e2m1"):
+        i.kv.dtype = name
+        assert i.kv.dtype.name == name
+        assert kvkey.kv_dtype_from_string(name) == i.kv.dtype
+    i.kv.quant.scale_dtype = "fp16"
+    assert i.kv.quant.scale_dtype == kvkey.KvDtype.fp16
+    i.kv.quant.scale_dtype = None
+    assert i.kv.quant.scale_dtype is None
+    with pytest.raises(kvkey.InputError, match="unknown dtype 'fp9'"):
+        i.kv.dtype = "fp9"
+    with pytest.raises(TypeError):
+        i.kv.dtype = 3.5
+
+
+def test_keyword_constructors():
+    fp = kvkey.fingerprint(b"w")
+    i = kvkey.Identity(
+        tenant="t",
+        model=kvkey.Model(name="M", revision="r", weights_epoch=2, weights_fingerprint=fp),
+        kv=kvkey.Kv(dtype="int4", quant=kvkey.Quant(scheme="per_token_asym", group_size=32, scale_dtype="fp16",
+                                                    zero_point=True),
+                    block_size=16, num_layers=4, num_kv_heads=8, head_dim=128, layout="L", mla=False),
+        shard=kvkey.Shard(tp_size=4, tp_rank=1),
+        adapter=kvkey.Adapter("lora", fp),
+    )
+    assert i.model.weights_fingerprint == fp
+    assert i.kv.quant.scale_dtype == kvkey.KvDtype.fp16
+    assert i.shard.tp_rank == 1
+    ns = kvkey.KeyNamespace(i)
+    assert (ns.slice.kv_head_begin, ns.slice.kv_head_end) == (2, 4)
+    assert "adapter.name=lora" in repr(i)
+
+
+def test_copies_are_independent():
+    a = make_identity()
+    b = a.copy()
+    c = copy.deepcopy(a)
+    b.kv.dtype = "int8"
+    c.model.weights_epoch = 9
+    assert a.kv.dtype == kvkey.KvDtype.fp16
+    assert a.model.weights_epoch == 0
+
+
+def test_digest_fields_take_32_bytes():
+    i = kvkey.Identity()
+    i.model.weights_fingerprint = bytearray(32)
+    assert i.model.weights_fingerprint == bytes(32)
+    i.model.weights_fingerprint = memoryview(b"\x01" * 32)
+    assert i.model.weights_fingerprint == b"\x01" * 32
+    with pytest.raises(kvkey.InputError, match="must be 32 bytes, got 31"):
+        i.model.weights_fingerprint = bytes(31)
+    with pytest.raises(kvkey.InputError, match="not str"):
+        kvkey.Adapter("a", "00" * 32)
+    with pytest.raises(TypeError):
+        kvkey.Adapter("a", 12)
+
+
+def test_validated_names_the_field():
+    with pytest.raises(kvkey.IdentityError) as e:
+        make_identity(kv__num_kv_heads=0).validated()
+    assert e.value.field == "kv.num_kv_heads"
+    assert isinstance(e.value, ValueError)
+    assert str(e.value).startswith("[kvkey.identity_error] kv.num_kv_heads: ")
+    assert make_identity(tenant="").validated(single_tenant=True).tenant == kvkey.single_tenant_name
+
+
+def test_fingerprints(tmp_path):
+    import hashlib
+
+    data = b"adapter weights, version 1"
+    assert kvkey.fingerprint(data) == hashlib.sha256(data).digest()
+    assert kvkey.fingerprint("text") == hashlib.sha256(b"text").digest()
+    f = tmp_path / "weights.bin"
+    blob = bytes(range(256)) * 9000  # > 1 MiB: more than one read chunk
+    f.write_bytes(blob)
+    assert kvkey.fingerprint_file(f) == hashlib.sha256(blob).digest()
+    assert kvkey.fingerprint_file(str(f)) == hashlib.sha256(blob).digest()
+    with pytest.raises(OSError) as e:
+        kvkey.fingerprint_file(tmp_path / "missing")
+    assert isinstance(e.value, kvkey.IoError) and isinstance(e.value, ValueError)
+    assert "cannot open" in str(e.value)

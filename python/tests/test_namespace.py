@@ -1,0 +1,251 @@
+"""KeyNamespace through the binding: chain, keys, envelopes, accounting, errors."""
+
+import array
+import bisect
+import sys
+import threading
+import time
+
+import numpy as np
+import pytest
+
+import kvkey
+from conftest import PROBE_PROMPT, make_identity
+
+
+def test_block_hashes_are_32_byte_bytes(ns):
+    hashes = ns.block_hashes(PROBE_PROMPT)
+    assert len(hashes) == 6
+    assert all(isinstance(h, bytes) and len(h) == 32 for h in hashes)
+    assert len(set(hashes)) == 6
+    # A partial tail is ignored.
+    assert ns.block_hashes(PROBE_PROMPT + [1, 2, 3]) == hashes
+    assert ns.block_hashes(PROBE_PROMPT[:63]) == []
+
+
+@pytest.mark.parametrize("make", [
+    tuple,
+    lambda t: np.asarray(t, dtype=np.int32),
+    lambda t: np.asarray(t, dtype=np.int64),
+    lambda t: np.asarray(t, dtype=np.uint32),
+    lambda t: np.asarray(t, dtype=np.uint64),  # not borrowed: per-token path
+    lambda t: np.asarray(t, dtype=np.int16),  # not borrowed: per-token path
+    lambda t: np.repeat(np.asarray(t, dtype=np.int64), 2)[::2],  # strided: per-token path
+    lambda t: array.array("i", t),
+    lambda t: array.array("q", t),
+    lambda t: [np.int64(x) for x in t],
+])
+def test_every_token_container_gives_the_list_result(ns, make):
+    assert ns.block_hashes(make(PROBE_PROMPT)) == ns.block_hashes(PROBE_PROMPT)
+
+
+def test_range_and_generator_like_sequences(ns):
+    assert ns.block_hashes(range(200)) == ns.block_hashes(list(range(200)))
+    assert ns.block_hashes(np.arange(200)) == ns.block_hashes(list(range(200)))
+
+
+def test_token_range_and_type_errors(ns):
+    with pytest.raises(kvkey.InputError, match=r"token 64 is -1, outside \[0, 2\^32\)"):
+        ns.block_hashes([0] * 64 + [-1] + [0] * 63)
+    with pytest.raises(kvkey.InputError, match="token 1 is 4294967296"):
+        ns.block_hashes([0, 2**32] + [0] * 62)
+    with pytest.raises(kvkey.InputError, match="token 0 is"):
+        ns.block_hashes([2**70] + [0] * 63)
+    with pytest.raises(kvkey.InputError, match="token 3 is -7"):
+        ns.block_hashes(np.array([0, 0, 0, -7] + [0] * 60, dtype=np.int32))
+    with pytest.raises(TypeError, match="token 2 is not an int"):
+        ns.block_hashes([1, 2, 3.0] + [0] * 61)
+    with pytest.raises(TypeError):
+        ns.block_hashes(12)
+    with pytest.raises(ValueError, match="one-dimensional"):
+        ns.block_hashes(np.zeros((2, 64), dtype=np.int32))
+
+
+def test_incremental_hashing_equals_full(ns):
+    full = ns.block_hashes(PROBE_PROMPT)
+    for k in range(len(full) + 1):
+        assert ns.block_hashes(PROBE_PROMPT, previous=full[:k]) == full
+        assert ns.extend_block_hashes(full[:k], PROBE_PROMPT) == full
+        assert ns.extend_block_hashes(full[:k], np.asarray(PROBE_PROMPT, dtype=np.int32)) == full
+    grown = []
+    for n in range(0, len(PROBE_PROMPT) + 1, 50):
+        grown = ns.extend_block_hashes(grown, PROBE_PROMPT[:n])
+    assert ns.extend_block_hashes(grown, PROBE_PROMPT) == full
+    with pytest.raises(kvkey.InputError, match="3 previous hashes but only 2 full blocks"):
+        ns.extend_block_hashes(full[:3], PROBE_PROMPT[:128])
+    with pytest.raises(kvkey.InputError, match="must be 32 bytes"):
+        ns.extend_block_hashes([b"short"], PROBE_PROMPT)
+
+
+def test_salt_and_extras(ns):
+    plain = ns.block_hashes(PROBE_PROMPT)
+    salted = ns.block_hashes(PROBE_PROMPT, salt="tenant-secret-salt")
+    assert all(a != b for a, b in zip(plain, salted))
+    assert ns.block_hashes(PROBE_PROMPT, salt=b"tenant-secret-salt") == salted
+    assert ns.block_hashes(PROBE_PROMPT, salt="") == plain
+    assert ns.first_parent() == ns.root
+    assert ns.first_parent("x") != ns.root
+    # An extra key on tokens [70, 80) changes block 1 and everything after it.
+    extra = ns.block_hashes(PROBE_PROMPT, extras=[(70, 80, "image-sha")])
+    assert extra[0] == plain[0]
+    assert all(a != b for a, b in zip(plain[1:], extra[1:]))
+    assert ns.block_hashes(PROBE_PROMPT, extras=[(70, 80, b"image-sha")]) == extra
+    with pytest.raises(kvkey.InputError, match="token_begin must be below token_end"):
+        ns.block_hashes(PROBE_PROMPT, extras=[(80, 70, "x")])
+    with pytest.raises(TypeError, match="extra key 0"):
+        ns.block_hashes(PROBE_PROMPT, extras=[(1, 2)])
+
+
+def test_store_key_accepts_any_32_bytes(ns):
+    h = ns.block_hashes(PROBE_PROMPT)[2]
+    key = ns.store_key(h)
+    assert key.startswith("kvk1/team-a/Qwen2.5-0.5B-Instruct/e0/")
+    assert key.startswith(ns.key_prefix) and key.startswith(ns.tenant_prefix)
+    assert len(key) == len(ns.key_prefix) + 64
+    assert ns.store_key(bytearray(h)) == key
+    assert ns.store_key(memoryview(h)) == key
+    assert ns.store_key(np.frombuffer(h, dtype=np.uint8)) == key
+    assert key.endswith(ns.object_hash(h).hex())
+    with pytest.raises(kvkey.InputError, match="not str"):
+        ns.store_key(h.hex())
+    with pytest.raises(kvkey.InputError, match="got 33"):
+        ns.store_key(h + b"\0")
+
+
+def test_seal_and_verify(ns):
+    h = ns.block_hashes(PROBE_PROMPT)
+    header = ns.seal(h[2], 4096)
+    assert isinstance(header, bytes) and len(header) == kvkey.envelope_size == 1024
+    v = ns.verify(header, h[2], 4096)
+    assert (v.ok, v.reason, v.field, bool(v)) == (True, "ok", "", True)
+    cases = [
+        (ns.verify(header, h[3], 4096), "block_mismatch", "block_hash"),
+        (ns.verify(header, h[2], 4097), "size_mismatch", "payload_size"),
+        (ns.verify(header[:-1], h[2], 4096), "malformed", "envelope.size"),
+        (ns.verify(b"X" + header[1:], h[2], 4096), "malformed", "envelope.magic"),
+        (ns.verify(b"", h[2], 4096), "malformed", "envelope.size"),
+        (ns.verify(bytearray(header), h[2], 4097), "size_mismatch", "payload_size"),
+    ]
+    for verdict, reason, field in cases:
+        assert (verdict.ok, verdict.reason, verdict.field) == (False, reason, field)
+        assert not verdict
+
+
+@pytest.mark.parametrize("path,value,field", [
+    ("kv__dtype", "bf16", "kv.dtype"),
+    ("model__weights_epoch", 1, "model.weights_epoch"),
+    ("tenant", "team-b", "tenant"),
+    ("model__revision", "other", "model.revision"),
+    ("kv__quant__group_size", 64, "kv.quant.group_size"),
+])
+def test_foreign_headers_name_the_field(ns, path, value, field):
+    changes = {path: value}
+    if path == "kv__quant__group_size":
+        changes["kv__quant__scheme"] = "per_token_asym"
+    other = kvkey.KeyNamespace(make_identity(**changes))
+    h_writer = other.block_hashes(PROBE_PROMPT)[1]
+    h_reader = ns.block_hashes(PROBE_PROMPT)[1]
+    v = ns.verify(other.seal(h_writer, 10), h_reader, 10)
+    if field == "kv.quant.group_size":
+        assert v.reason == "identity_mismatch" and v.field == "kv.quant.scheme"  # first differing field
+    else:
+        assert (v.reason, v.field) == ("identity_mismatch", field)
+    assert other.store_key(h_writer) != ns.store_key(h_reader)
+
+
+def test_shard_slices_and_tp_ranks():
+    keys = set()
+    for rank in range(8):
+        ns = kvkey.KeyNamespace(make_identity(shard__tp_size=8, shard__tp_rank=rank))
+        keys.add(ns.store_key(ns.block_hashes(PROBE_PROMPT)[0]))
+        assert (ns.slice.kv_head_begin, ns.slice.kv_head_end) == (rank // 4, rank // 4 + 1)
+    assert len(keys) == 2  # two KV heads, four replicas each: two objects per block
+    with pytest.raises(kvkey.IdentityError) as e:
+        kvkey.KeyNamespace(make_identity(shard__tp_size=3))
+    assert e.value.field == "shard.tp_size"
+
+
+def test_single_tenant_policy():
+    i = make_identity(tenant="")
+    with pytest.raises(kvkey.IdentityError) as e:
+        kvkey.KeyNamespace(i)
+    assert e.value.field == "tenant"
+    assert "single_tenant" in str(e.value)
+    ns = kvkey.KeyNamespace(i, single_tenant=True)
+    assert ns.single_tenant
+    assert ns.key_prefix.startswith("kvk1/_single/")
+    with pytest.raises(kvkey.IdentityError, match="must be empty under the single_tenant policy"):
+        kvkey.KeyNamespace(make_identity(), single_tenant=True)
+
+
+def test_namespace_identity_is_a_copy(ns):
+    ident = ns.identity
+    ident.tenant = "changed"
+    assert ns.identity.tenant == "team-a"
+
+
+def test_reusable_prefix(ns):
+    h = ns.block_hashes(PROBE_PROMPT)
+    ok = ns.verify(ns.seal(h[0], 1), h[0], 1)
+    bad = ns.verify(ns.seal(h[0], 1), h[1], 1)
+    # 2 shards per block, block-major; block 2's second shard fails.
+    results = [True, ok, True, True, True, bad, True, True]
+    p = ns.reusable_prefix(results, 2)
+    assert (p.blocks, p.tokens) == (2, 128)
+    assert ns.reusable_prefix(results, 2, max_tokens=100) == kvkey.reusable_prefix(results, 2, 64, 100)
+    assert ns.reusable_prefix(results, 2, max_tokens=100).blocks == 1
+    assert kvkey.reusable_prefix([1, 1, 0], 1, 16).tokens == 32
+    with pytest.raises(kvkey.InputError, match="not a multiple of 2 shards per block"):
+        ns.reusable_prefix([True] * 3, 2)
+
+
+def test_hashing_in_threads_matches_serial(ns):
+    prompts = [np.arange(i, i + 64 * 500, dtype=np.int64) % 150000 for i in range(8)]
+    expected = [ns.block_hashes(p) for p in prompts]
+    results = [None] * len(prompts)
+
+    def work(i):
+        results[i] = ns.block_hashes(prompts[i])
+
+    threads = [threading.Thread(target=work, args=(i,)) for i in range(len(prompts))]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert results == expected
+
+
+def test_gil_is_released_while_hashing(ns):
+    """Another Python thread runs while a long prompt is being hashed.
+
+    If the GIL were held for the whole C++ call, the other thread could only run
+    at the edges of a call (a thread switch just before or after it, at most one
+    switch interval long), never in the middle half of a call that lasts several
+    switch intervals.
+    """
+    tokens = np.arange(2_000_000, dtype=np.int32) % 150000
+    intervals = []
+    ticks = []
+    stop = threading.Event()
+
+    def spin():
+        while not stop.is_set():
+            ticks.append(time.perf_counter())
+
+    t = threading.Thread(target=spin)
+    t.start()
+    try:
+        for _ in range(10):
+            start = time.perf_counter()
+            ns.block_hashes(tokens)
+            intervals.append((start, time.perf_counter()))
+    finally:
+        stop.set()
+        t.join()
+    long_enough = [(a, b) for a, b in intervals if b - a > 4 * sys.getswitchinterval()]
+    assert long_enough, f"hashing calls too short to judge: {intervals}"
+    in_middle = 0
+    for a, b in long_enough:
+        quarter = (b - a) / 4
+        in_middle += bisect.bisect_left(ticks, b - quarter) - bisect.bisect_right(ticks, a + quarter)
+    assert in_middle > 0, f"no tick of the other thread in the middle of {len(long_enough)} hashing calls"

@@ -1,0 +1,59 @@
+#!/usr/bin/env bash
+# The Redis integration tests (tests/integration, examples/redis_connector):
+# builds them in build/integration, starts a redis-server on 127.0.0.1 (a free
+# port, no persistence), runs `ctest -L integration` with KVKEY_REDIS_PORT set,
+# and stops the server on every exit path.
+set -euo pipefail
+root="${KVKEY_ROOT:-$(cd "$(dirname "$0")/../../.." && pwd)}"
+jobs="${KVKEY_JOBS:-$(nproc)}"
+dir="$root/build/integration"
+
+cmake -S "$root" -B "$dir" -DCMAKE_BUILD_TYPE=RelWithDebInfo -DKVKEY_WARNINGS_AS_ERRORS=ON \
+  -DKVKEY_BUILD_INTEGRATION=ON -DKVKEY_BUILD_TESTS=OFF -DKVKEY_BUILD_EXAMPLES=OFF -DKVKEY_BUILD_TOOLS=OFF >/dev/null
+cmake --build "$dir" -j"$jobs"
+
+work="$(mktemp -d /tmp/kvkey-it-XXXXXX)"
+pid=""
+stop_server() {
+  if [ -n "$pid" ] && kill -0 "$pid" 2>/dev/null; then
+    kill "$pid" 2>/dev/null || true
+    wait "$pid" 2>/dev/null || true
+  fi
+  rm -rf "$work"
+}
+trap stop_server EXIT
+trap 'exit 130' INT TERM
+
+free_port() {
+  /usr/bin/python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])'
+}
+
+# A port found free can be taken before the server binds it: try a few.
+port=""
+for attempt in 1 2 3 4 5; do
+  candidate="$(free_port)"
+  redis-server --port "$candidate" --bind 127.0.0.1 --save '' --appendonly no --daemonize no \
+    --dir "$work" --logfile "$work/redis.log" &
+  pid=$!
+  for _ in $(seq 100); do
+    if [ "$(redis-cli -p "$candidate" ping 2>/dev/null)" = "PONG" ]; then port="$candidate"; break; fi
+    kill -0 "$pid" 2>/dev/null || break
+    sleep 0.1
+  done
+  [ -n "$port" ] && break
+  echo "40-redis: redis-server did not start on port $candidate (attempt $attempt):" >&2
+  tail -n 5 "$work/redis.log" >&2 || true
+  kill "$pid" 2>/dev/null || true
+  wait "$pid" 2>/dev/null || true
+  pid=""
+done
+if [ -z "$port" ]; then echo "40-redis: could not start redis-server" >&2; exit 1; fi
+echo "40-redis: $(redis-server --version | cut -d' ' -f1-3) on 127.0.0.1:$port (pid $pid, no persistence)"
+
+export KVKEY_REDIS_PORT="$port"
+status=0
+ctest --test-dir "$dir/tests/integration" -L integration --output-on-failure -j"$jobs" --timeout 300 || status=$?
+# What the tests measured: ctest keeps a passing test's output only in its log.
+echo "=== integration results ==="
+grep -E '^(isolation|epoch|purge|faults|restart|load): ' "$dir/tests/integration/Testing/Temporary/LastTest.log" || true
+exit "$status"

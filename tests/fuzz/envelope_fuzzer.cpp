@@ -1,0 +1,91 @@
+// Header verification on untrusted bytes: KeyNamespace::verify and
+// decode_envelope must never crash, never accept anything but the exact header
+// the reader would have sealed, and name a reason that matches the bytes.
+//
+// Input: one mode byte, then
+//   mode even: (u16le offset, u8 value) edits applied to a valid header;
+//   mode odd:  the header bytes themselves (any length).
+#include "fuzz_common.hpp"
+
+namespace {
+
+using kvkey_fuzz::require;
+
+struct Fixture {
+  kvkey::KeyNamespace<> plain{kvkey_fuzz::fixture_identity()};
+  kvkey::KeyNamespace<kvkey::HmacSha256> keyed{kvkey_fuzz::fixture_identity(),
+                                               kvkey::TenantSecret{std::string(kvkey_fuzz::fixture_secret())}};
+};
+
+bool same_encoding(const kvkey::Identity& a, const kvkey::Bytes& encoding) {
+  return kvkey::encode_identity(a) == encoding;
+}
+
+template <class Hash>
+void check(const kvkey::KeyNamespace<Hash>& ns, const std::uint8_t* header, std::size_t len) {
+  const kvkey::Digest block = ns.block_hashes(kvkey_fuzz::fixture_tokens()).at(1);
+  const std::uint64_t payload = kvkey_fuzz::fixture_payload;
+  const kvkey::Envelope expected = ns.seal(block, payload);
+  const kvkey::Verdict v = ns.verify(header, len, block, payload);
+  const auto contents = kvkey::decode_envelope(header, len);
+
+  const bool exact = len == kvkey::envelope_size && std::memcmp(header, expected.data(), len) == 0;
+  require(v.ok() == exact, "verify accepts exactly the header the reader would seal");
+  require(v.ok() == v.field.empty(), "a rejection names a field, an acceptance none");
+  if (!contents) {
+    require(v.reason == kvkey::Reason::malformed || v.reason == kvkey::Reason::unsupported_version,
+            "an undecodable header is malformed or of another version");
+    return;
+  }
+  const bool same_identity = same_encoding(contents->identity, ns.encoding());
+  const bool same_slice = contents->slice == ns.slice();
+  switch (v.reason) {
+    case kvkey::Reason::ok:
+      require(same_identity && same_slice && contents->block_hash == block && contents->payload_size == payload,
+              "an accepted header decodes to the reader's own contents");
+      break;
+    case kvkey::Reason::identity_mismatch:
+      if (v.field == "shard") {
+        require(same_identity && !same_slice, "'shard' is named only when only the slice differs");
+      } else {
+        require(!same_identity, "identity_mismatch only for another identity");
+        require(v.field == kvkey::first_difference(contents->identity, ns.identity()),
+                "identity_mismatch names the first differing field");
+      }
+      break;
+    case kvkey::Reason::block_mismatch:
+      require(same_identity && same_slice && contents->block_hash != block, "block_mismatch means another block");
+      break;
+    case kvkey::Reason::size_mismatch:
+      require(same_identity && same_slice && contents->block_hash == block && contents->payload_size != payload,
+              "size_mismatch means another payload size");
+      break;
+    case kvkey::Reason::malformed:
+    case kvkey::Reason::unsupported_version:
+      kvkey_fuzz::fail("a decodable header is never malformed");
+  }
+}
+
+}  // namespace
+
+extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size) {
+  static const Fixture fixture;
+  if (size == 0) return 0;
+  const bool raw = (data[0] & 1) != 0;
+  ++data;
+  --size;
+  if (raw) {
+    check(fixture.plain, data, size);
+    check(fixture.keyed, data, size);
+    return 0;
+  }
+  const kvkey::Digest block = fixture.plain.block_hashes(kvkey_fuzz::fixture_tokens()).at(1);
+  kvkey::Envelope header = fixture.plain.seal(block, kvkey_fuzz::fixture_payload);
+  for (std::size_t i = 0; i + 3 <= size; i += 3) {
+    const std::size_t offset = (data[i] | (std::size_t{data[i + 1]} << 8)) % kvkey::envelope_size;
+    header[offset] = data[i + 2];
+  }
+  check(fixture.plain, header.data(), header.size());
+  check(fixture.keyed, header.data(), header.size());
+  return 0;
+}

@@ -1,0 +1,238 @@
+// SPDX-License-Identifier: Apache-2.0
+// Damaged values are rejected with the right reason and field, then the block
+// is recomputed and loads; broken replies, timeouts and refused connections
+// are errors the caller can catch, never loaded blocks.
+#include <catch2/catch.hpp>
+
+#include <fmt/format.h>
+
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <atomic>
+#include <cstring>
+#include <functional>
+#include <thread>
+
+#include "support.hpp"
+
+using it::Deployment;
+using kvkey_redis::LoadStatus;
+using kvkey_redis::StoreError;
+
+namespace {
+
+struct Fault {
+  std::string name;
+  std::string value;  // what is stored under block 1's key
+  kvkey::Reason reason;
+  std::string_view field;
+};
+
+std::string flip_bit(std::string value, std::size_t offset) {
+  value.at(offset) = static_cast<char>(value[offset] ^ 0x01);
+  return value;
+}
+
+// The envelope offset of the weights epoch's lowest byte, found by comparing
+// the headers of two identities that differ only there.
+std::size_t epoch_offset(const kvkey::Identity& id) {
+  auto other = id;
+  other.model.weights_epoch ^= 1;
+  const kvkey::Digest block;
+  const auto a = it::Deployment("a", id).rank(0).seal(block, 0);
+  const auto b = it::Deployment("b", other).rank(0).seal(block, 0);
+  std::size_t diffs = 0;
+  std::size_t at = 0;
+  for (std::size_t i = 0; i < a.size(); ++i) {
+    if (a[i] != b[i]) {
+      ++diffs;
+      at = i;
+    }
+  }
+  REQUIRE(diffs == 1);
+  return at;
+}
+
+}  // namespace
+
+TEST_CASE("damaged values are rejected with the right reason, then recomputed", "[faults]") {
+  namespace L = kvkey::envelope_layout;
+  kvkey_redis::Connector store(it::shared_server());
+  const auto id = it::base_identity(it::unique_tenant("faults"));
+  const Deployment d("faults", id);
+  const auto blocks = d.rank(0).block_hashes(it::prompt(6, 0, 4));
+  const std::size_t size = d.payload_size(0);
+  d.save(store, 0, blocks);
+  const std::string key = d.rank(0).store_key(blocks[1]);
+  const std::string good = it::get_raw(store, key);
+  const std::string other_block = it::get_raw(store, d.rank(0).store_key(blocks[2]));
+  REQUIRE(good.size() == kvkey::envelope_size + size);
+
+  auto sealed_for = [&](std::size_t payload_size) {
+    const auto header = d.rank(0).seal(blocks[1], payload_size);
+    return std::string(header.begin(), header.end()) + std::string(payload_size, 'x');
+  };
+  const std::vector<Fault> faults = {
+      {"truncated inside the header", good.substr(0, 700), kvkey::Reason::malformed, "envelope.size"},
+      {"empty value", std::string(), kvkey::Reason::malformed, "envelope.size"},
+      {"truncated payload", good.substr(0, good.size() - 1), kvkey::Reason::malformed, "value.size"},
+      {"trailing bytes", good + "!", kvkey::Reason::malformed, "value.size"},
+      {"flipped magic bit", flip_bit(good, L::magic), kvkey::Reason::malformed, "envelope.magic"},
+      {"flipped version bit", flip_bit(good, L::version), kvkey::Reason::unsupported_version, "envelope.format_version"},
+      {"flipped size bit", flip_bit(good, L::size), kvkey::Reason::malformed, "envelope.size"},
+      {"flipped block-hash bit", flip_bit(good, L::block_hash + 5), kvkey::Reason::block_mismatch, "block_hash"},
+      {"flipped payload-size bit", flip_bit(good, L::payload_size), kvkey::Reason::size_mismatch, "payload_size"},
+      {"flipped slice bit", flip_bit(good, L::slice + 4), kvkey::Reason::identity_mismatch, "shard"},
+      {"flipped epoch bit", flip_bit(good, epoch_offset(id)), kvkey::Reason::identity_mismatch, "model.weights_epoch"},
+      {"flipped padding bit", flip_bit(good, kvkey::envelope_size - 1), kvkey::Reason::malformed, "envelope.padding"},
+      {"another block's header and payload", other_block, kvkey::Reason::block_mismatch, "block_hash"},
+      {"sealed for a smaller payload", sealed_for(size / 2), kvkey::Reason::size_mismatch, "payload_size"},
+      {"sealed for a larger payload", sealed_for(size * 2), kvkey::Reason::size_mismatch, "payload_size"},
+  };
+  for (const Fault& f : faults) {
+    INFO("fault: " << f.name);
+    it::set_raw(store, key, f.value);
+    const auto got = store.load(d.rank(0), blocks, size);
+    CHECK(got[1].status == LoadStatus::rejected);
+    CHECK(got[1].verdict.reason == f.reason);
+    CHECK(got[1].verdict.field == f.field);
+    CHECK(got[1].payload.empty());
+    // Its neighbours are untouched.
+    CHECK(got[0].status == LoadStatus::loaded);
+    CHECK(got[2].status == LoadStatus::loaded);
+    // The lookup still sees an object (EXISTS cannot verify); the load decides.
+    CHECK(store.lookup({&d.rank(0)}, blocks).prefix.blocks == 4);
+    // Recompute the block: it loads again, byte for byte.
+    d.save(store, 0, {blocks[1]});
+    CHECK(d.count_exact_loads(store, 0, blocks) == 4);
+  }
+  fmt::print("faults: {} kinds of damaged value, each rejected with its reason and field, then recomputed\n",
+             faults.size());
+}
+
+namespace {
+
+// A TCP server on 127.0.0.1 that answers the first request on its first
+// connection with fixed bytes, then closes (or, with close_after false, stays
+// silent until destroyed).
+class FakeServer {
+ public:
+  FakeServer(std::string reply, bool close_after) : reply_(std::move(reply)), close_after_(close_after) {
+    fd_ = ::socket(AF_INET, SOCK_STREAM, 0);
+    sockaddr_in addr{};
+    addr.sin_family = AF_INET;
+    addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    socklen_t len = sizeof addr;
+    REQUIRE(::bind(fd_, reinterpret_cast<sockaddr*>(&addr), sizeof addr) == 0);
+    REQUIRE(::listen(fd_, 4) == 0);
+    REQUIRE(::getsockname(fd_, reinterpret_cast<sockaddr*>(&addr), &len) == 0);
+    port_ = ntohs(addr.sin_port);
+    thread_ = std::thread([this] { serve(); });
+  }
+  ~FakeServer() {
+    ::shutdown(fd_, SHUT_RDWR);
+    if (conn_ >= 0) ::shutdown(conn_, SHUT_RDWR);
+    thread_.join();
+    if (conn_ >= 0) ::close(conn_);
+    ::close(fd_);
+  }
+  kvkey_redis::Options options() const {
+    kvkey_redis::Options o;
+    o.port = port_;
+    o.command_timeout = std::chrono::milliseconds(300);
+    return o;
+  }
+
+ private:
+  void serve() {
+    conn_ = ::accept(fd_, nullptr, nullptr);
+    if (conn_ < 0) return;
+    char buf[4096];
+    if (::read(conn_, buf, sizeof buf) <= 0) return;
+    if (!reply_.empty()) (void)!::write(conn_, reply_.data(), reply_.size());
+    if (close_after_) {
+      ::shutdown(conn_, SHUT_RDWR);
+      return;
+    }
+    while (::read(conn_, buf, sizeof buf) > 0) {
+    }
+  }
+
+  std::string reply_;
+  bool close_after_;
+  int fd_ = -1;
+  std::atomic<int> conn_{-1};
+  int port_ = 0;
+  std::thread thread_;
+};
+
+StoreError::Kind error_kind_of(const std::function<void()>& call) {
+  try {
+    call();
+  } catch (const StoreError& e) {
+    INFO(e.what());
+    return e.kind();
+  }
+  FAIL("the call returned instead of throwing StoreError");
+  return StoreError::Kind::server;
+}
+
+}  // namespace
+
+TEST_CASE("broken replies, silence and refused connections are errors, never loads", "[faults]") {
+  const Deployment d("faults", it::base_identity(it::unique_tenant("fake")));
+  const auto blocks = d.rank(0).block_hashes(it::prompt(7, 0, 3));
+  const std::size_t size = d.payload_size(0);
+
+  SECTION("a pipeline reply that stops after the first of three replies") {
+    FakeServer server(":1\r\n", true);
+    kvkey_redis::Connector store(server.options());
+    CHECK(error_kind_of([&] { store.lookup({&d.rank(0)}, blocks); }) == StoreError::Kind::io);
+    CHECK_FALSE(store.connection().connected());
+  }
+  SECTION("a value that stops part-way") {
+    const auto header = d.rank(0).seal(blocks[0], size);
+    std::string reply = "$" + std::to_string(kvkey::envelope_size + size) + "\r\n";
+    reply.append(header.begin(), header.end());  // the header, then nothing
+    FakeServer server(reply, true);
+    kvkey_redis::Connector store(server.options());
+    std::vector<kvkey_redis::LoadedBlock> got;
+    CHECK(error_kind_of([&] { got = store.load(d.rank(0), blocks, size); }) == StoreError::Kind::io);
+    CHECK(got.empty());
+  }
+  SECTION("a reply that is not RESP") {
+    FakeServer server("?garbage\r\n", true);
+    kvkey_redis::Connector store(server.options());
+    CHECK(error_kind_of([&] { store.load(d.rank(0), blocks, size); }) == StoreError::Kind::protocol);
+  }
+  SECTION("a reply of the wrong type") {
+    FakeServer server("+OK\r\n+OK\r\n+OK\r\n", false);
+    kvkey_redis::Connector store(server.options());
+    CHECK(error_kind_of([&] { store.load(d.rank(0), blocks, size); }) == StoreError::Kind::protocol);
+  }
+  SECTION("an error reply") {
+    FakeServer server("-ERR out of memory\r\n", false);
+    kvkey_redis::Connector store(server.options());
+    CHECK(error_kind_of([&] { store.load(d.rank(0), {blocks[0]}, size); }) == StoreError::Kind::server);
+  }
+  SECTION("no reply at all") {
+    FakeServer server("", false);
+    kvkey_redis::Connector store(server.options());
+    const auto t0 = std::chrono::steady_clock::now();
+    CHECK(error_kind_of([&] { store.load(d.rank(0), blocks, size); }) == StoreError::Kind::timeout);
+    const auto waited = std::chrono::steady_clock::now() - t0;
+    CHECK(waited >= std::chrono::milliseconds(250));
+    CHECK(waited < std::chrono::seconds(5));
+  }
+  SECTION("nothing listening") {
+    kvkey_redis::Options o;
+    o.port = it::free_port();
+    kvkey_redis::Connector store(o);
+    CHECK(error_kind_of([&] { store.lookup({&d.rank(0)}, blocks); }) == StoreError::Kind::connect);
+    CHECK(error_kind_of([&] { d.save(store, 0, blocks); }) == StoreError::Kind::connect);
+  }
+}

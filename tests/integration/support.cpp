@@ -1,0 +1,269 @@
+// SPDX-License-Identifier: Apache-2.0
+#include "support.hpp"
+
+#include <kvkey/fmt.hpp>
+
+#include <fmt/format.h>
+
+#include <arpa/inet.h>
+#include <fcntl.h>
+#include <netinet/in.h>
+#include <signal.h>
+#include <sys/prctl.h>
+#include <sys/socket.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <chrono>
+#include <cstdlib>
+#include <cstring>
+#include <filesystem>
+#include <random>
+#include <stdexcept>
+#include <thread>
+
+namespace it {
+
+kvkey_redis::Options shared_server() {
+  const char* port = std::getenv("KVKEY_REDIS_PORT");
+  if (port == nullptr || *port == '\0') {
+    throw std::runtime_error(
+        "KVKEY_REDIS_PORT is not set: start a redis-server on 127.0.0.1 and export its port, "
+        "or run `scripts/test.sh redis`, which does both");
+  }
+  kvkey_redis::Options o;
+  o.port = std::atoi(port);
+  o.command_timeout = std::chrono::milliseconds(10000);  // generous: the machine may be busy
+  return o;
+}
+
+std::string unique_tenant(std::string_view tag) {
+  static std::atomic<unsigned> counter{0};
+  static const unsigned run = std::random_device{}();
+  return fmt::format("{}-{}-{:08x}-{}", tag, ::getpid(), run, counter++);
+}
+
+kvkey::Identity base_identity(const std::string& tenant) {
+  kvkey::Identity id;
+  id.tenant = tenant;
+  id.model.name = "Qwen/Qwen2.5-7B-Instruct";
+  id.model.revision = "a09a35458c702b33eeacc393d103063234e8bc28";
+  id.kv.dtype = kvkey::KvDtype::fp16;
+  id.kv.block_size = 8;
+  id.kv.num_layers = 2;
+  id.kv.num_kv_heads = 8;
+  id.kv.head_dim = 4;
+  id.kv.layout = "it.layer_major.v1";
+  return id;
+}
+
+std::vector<std::int32_t> prompt(std::uint32_t family, std::uint32_t seed, std::size_t blocks,
+                                 std::size_t shared_blocks) {
+  constexpr std::size_t block_size = 8;  // base_identity's
+  std::vector<std::int32_t> tokens;
+  for (std::size_t i = 0; i < blocks * block_size; ++i) {
+    const std::uint32_t salt = i < shared_blocks * block_size ? 0 : seed + 1;
+    tokens.push_back(static_cast<std::int32_t>((family * 7919u + salt * 104729u + i * 31u) % 150000u));
+  }
+  return tokens;
+}
+
+// ---- deployments ----------------------------------------------------------------
+
+Deployment::Deployment(std::string name, kvkey::Identity id) : name_(std::move(name)) {
+  for (std::uint32_t r = 0; r < id.shard.tp_size; ++r) {
+    id.shard.tp_rank = r;
+    ranks_.emplace_back(id);
+  }
+  kvkey::Identity unsharded = ranks_.front().identity();
+  unsharded.shard = {};
+  object_seed_ = kvkey::describe(unsharded);
+}
+
+std::vector<const Namespace*> Deployment::all_ranks() const {
+  std::vector<const Namespace*> out;
+  for (const auto& ns : ranks_) out.push_back(&ns);
+  return out;
+}
+
+namespace {
+
+std::size_t bits_of(kvkey::KvDtype d) {
+  switch (d) {
+    case kvkey::KvDtype::fp32: return 32;
+    case kvkey::KvDtype::fp16:
+    case kvkey::KvDtype::bf16: return 16;
+    case kvkey::KvDtype::int4:
+    case kvkey::KvDtype::uint4:
+    case kvkey::KvDtype::fp4_e2m1: return 4;
+    default: return 8;
+  }
+}
+
+}  // namespace
+
+std::size_t Deployment::payload_size(std::size_t r) const {
+  const kvkey::Kv& kv = identity().kv;
+  const kvkey::Slice& s = rank(r).slice();
+  const std::size_t layers = s.layer_end - s.layer_begin;
+  const std::size_t heads = s.kv_head_end - s.kv_head_begin;
+  const std::size_t elements = layers * 2 * heads * kv.head_dim * kv.block_size;  // K and V
+  std::size_t bytes = elements * bits_of(kv.dtype) / 8;
+  if (kv.quant.scheme != "none") {
+    const std::size_t groups = kv.quant.group_size != 0 ? elements / kv.quant.group_size : layers * 2 * heads;
+    const std::size_t per_group = bits_of(kv.quant.scale_dtype.value_or(kvkey::KvDtype::fp16)) / 8;
+    bytes += groups * per_group * (kv.quant.zero_point ? 2 : 1);
+  }
+  return bytes;
+}
+
+std::vector<std::uint8_t> Deployment::payload(std::size_t r, const kvkey::Digest& block) const {
+  const kvkey::Digest seed = kvkey::fingerprint(fmt::format("{}|{}|{}", object_seed_, rank(r).slice(), block));
+  std::uint64_t state = 0;
+  std::memcpy(&state, seed.data(), sizeof state);
+  std::vector<std::uint8_t> out(payload_size(r));
+  for (std::size_t i = 0; i < out.size(); i += 8) {  // splitmix64
+    std::uint64_t z = (state += 0x9E3779B97F4A7C15ull);
+    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+    z ^= z >> 31;
+    std::memcpy(out.data() + i, &z, std::min<std::size_t>(8, out.size() - i));
+  }
+  return out;
+}
+
+void Deployment::save(kvkey_redis::Connector& store, std::size_t r, const std::vector<kvkey::Digest>& blocks) const {
+  std::vector<std::vector<std::uint8_t>> bytes;
+  std::vector<kvkey_redis::BlockPayload> items;
+  bytes.reserve(blocks.size());
+  for (const auto& b : blocks) bytes.push_back(payload(r, b));
+  for (std::size_t i = 0; i < blocks.size(); ++i) items.push_back({blocks[i], bytes[i].data(), bytes[i].size()});
+  store.save(rank(r), items);
+}
+
+void Deployment::save_all_ranks(kvkey_redis::Connector& store, const std::vector<kvkey::Digest>& blocks) const {
+  for (std::size_t r = 0; r < rank_count(); ++r) save(store, r, blocks);
+}
+
+std::size_t Deployment::count_exact_loads(kvkey_redis::Connector& store, std::size_t r,
+                                          const std::vector<kvkey::Digest>& blocks) const {
+  const auto loaded = store.load(rank(r), blocks, payload_size(r));
+  std::size_t n = 0;
+  for (std::size_t i = 0; i < blocks.size(); ++i) {
+    n += loaded[i].status == kvkey_redis::LoadStatus::loaded && loaded[i].payload == payload(r, blocks[i]);
+  }
+  return n;
+}
+
+// ---- raw access -------------------------------------------------------------------
+
+std::string get_raw(kvkey_redis::Connector& store, const std::string& key) {
+  const auto r = store.connection().command({"GET", key});
+  return r->type == REDIS_REPLY_STRING ? std::string(r->str, r->len) : std::string();
+}
+
+void set_raw(kvkey_redis::Connector& store, const std::string& key, std::string_view value) {
+  store.connection().command({"SET", key, value});
+}
+
+int free_port() {
+  const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+  if (fd < 0) throw std::runtime_error("free_port: socket failed");
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  addr.sin_port = 0;
+  socklen_t len = sizeof addr;
+  if (::bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr) != 0 ||
+      ::getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len) != 0) {
+    ::close(fd);
+    throw std::runtime_error("free_port: bind failed");
+  }
+  ::close(fd);
+  return ntohs(addr.sin_port);
+}
+
+// ---- a redis-server of our own ------------------------------------------------------------
+
+RedisServer::RedisServer() : port_(free_port()) {
+  char dir[] = "/tmp/kvkey-redis-XXXXXX";
+  if (::mkdtemp(dir) == nullptr) throw std::runtime_error("RedisServer: mkdtemp failed");
+  dir_ = dir;
+  spawn();
+}
+
+RedisServer::~RedisServer() {
+  if (pid_ > 0) {
+    ::kill(pid_, SIGKILL);
+    ::waitpid(pid_, nullptr, 0);
+  }
+  std::error_code ec;
+  std::filesystem::remove_all(dir_, ec);
+}
+
+kvkey_redis::Options RedisServer::options() const {
+  kvkey_redis::Options o;
+  o.port = port_;
+  o.connect_timeout = std::chrono::milliseconds(1000);
+  o.command_timeout = std::chrono::milliseconds(2000);
+  return o;
+}
+
+void RedisServer::spawn() {
+  // Everything the child needs is prepared before fork: other threads may be
+  // running, so the child calls only async-signal-safe functions.
+  const std::string port = std::to_string(port_);
+  const std::string log = dir_ + "/redis.log";
+  const char* argv[] = {KVKEY_REDIS_SERVER_PATH, "--port", port.c_str(), "--bind", "127.0.0.1", "--save", "",
+                        "--appendonly", "no", "--dir", dir_.c_str(), "--daemonize", "no", nullptr};
+  const pid_t parent = ::getpid();
+  const pid_t pid = ::fork();
+  if (pid < 0) throw std::runtime_error("RedisServer: fork failed");
+  if (pid == 0) {
+    ::prctl(PR_SET_PDEATHSIG, SIGKILL);
+    if (::getppid() != parent) ::_exit(127);
+    const int fd = ::open(log.c_str(), O_WRONLY | O_CREAT | O_APPEND, 0644);
+    if (fd >= 0) {
+      ::dup2(fd, 1);
+      ::dup2(fd, 2);
+    }
+    ::execv(argv[0], const_cast<char* const*>(argv));
+    ::_exit(127);
+  }
+  pid_ = pid;
+  kvkey_redis::Options o = options();
+  o.connect_timeout = std::chrono::milliseconds(200);
+  kvkey_redis::Connection probe(o);
+  for (int attempt = 0; attempt < 500; ++attempt) {  // up to ~10 s
+    try {
+      probe.command({"PING"});
+      return;
+    } catch (const kvkey_redis::StoreError&) {
+      int status = 0;
+      if (::waitpid(pid_, &status, WNOHANG) == pid_) {
+        pid_ = -1;
+        throw std::runtime_error("redis-server exited at startup (port " + port + "); see " + log);
+      }
+      std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    }
+  }
+  throw std::runtime_error("redis-server did not answer PING within 10 s (port " + port + ")");
+}
+
+void RedisServer::kill() {
+  if (pid_ <= 0) return;
+  ::kill(pid_, SIGKILL);
+  ::waitpid(pid_, nullptr, 0);
+  pid_ = -1;
+}
+
+void RedisServer::restart() {
+  kill();
+  spawn();
+}
+
+void RedisServer::pause() { ::kill(pid_, SIGSTOP); }
+void RedisServer::resume() { ::kill(pid_, SIGCONT); }
+
+}  // namespace it

@@ -1,0 +1,104 @@
+// SPDX-License-Identifier: Apache-2.0
+// Shared pieces of the Redis integration tests: the server under test,
+// deployments with deterministic KV payloads, and a redis-server the test
+// controls itself (for kill / restart / stop).
+#ifndef KVKEY_TESTS_INTEGRATION_SUPPORT_HPP
+#define KVKEY_TESTS_INTEGRATION_SUPPORT_HPP
+
+#include "redis_connector.hpp"
+
+#include <sys/types.h>
+
+#include <cstddef>
+#include <cstdint>
+#include <string>
+#include <string_view>
+#include <vector>
+
+namespace it {
+
+using kvkey_redis::Namespace;
+
+/// The shared server the CI stage started: 127.0.0.1 and $KVKEY_REDIS_PORT.
+/// Fails the test (never skips it) when the variable is not set.
+kvkey_redis::Options shared_server();
+
+/// A tenant name no other test (or earlier run) on the shared server uses.
+std::string unique_tenant(std::string_view tag);
+
+/// A small model: 8 KV heads, 2 layers, head_dim 4, 8-token blocks, fp16.
+kvkey::Identity base_identity(const std::string& tenant);
+
+/// `blocks` full blocks of tokens; the first `shared_blocks` depend only on
+/// `family`, the rest on `seed` too (prompts of one family share a prefix).
+std::vector<std::int32_t> prompt(std::uint32_t family, std::uint32_t seed, std::size_t blocks,
+                                 std::size_t shared_blocks = 0);
+
+/// One deployment: a namespace per TP rank (pp = 1) and the KV bytes each rank
+/// writes. Payloads are a function of what the object is (identity without
+/// the rank, KV slice, block hash), computed without kvkey's key derivation:
+/// a load that returns another deployment's or another block's bytes never
+/// matches, while replicas and identical deployments agree byte for byte.
+class Deployment {
+ public:
+  Deployment(std::string name, kvkey::Identity id);
+
+  const std::string& name() const noexcept { return name_; }
+  const kvkey::Identity& identity() const noexcept { return ranks_.front().identity(); }
+  std::size_t rank_count() const noexcept { return ranks_.size(); }
+  const Namespace& rank(std::size_t r) const { return ranks_.at(r); }
+  std::vector<const Namespace*> all_ranks() const;
+
+  /// KV bytes of one block on rank r (all of the rank's layers and heads).
+  std::size_t payload_size(std::size_t r) const;
+  std::vector<std::uint8_t> payload(std::size_t r, const kvkey::Digest& block) const;
+
+  /// Saves rank r's payloads for blocks.
+  void save(kvkey_redis::Connector& store, std::size_t r, const std::vector<kvkey::Digest>& blocks) const;
+  void save_all_ranks(kvkey_redis::Connector& store, const std::vector<kvkey::Digest>& blocks) const;
+
+  /// How many of blocks rank r loads with exactly its own payload bytes.
+  std::size_t count_exact_loads(kvkey_redis::Connector& store, std::size_t r,
+                                const std::vector<kvkey::Digest>& blocks) const;
+
+ private:
+  std::string name_;
+  std::vector<Namespace> ranks_;
+  std::string object_seed_;  // identity without the shard
+};
+
+/// The raw stored value of key (empty when missing).
+std::string get_raw(kvkey_redis::Connector& store, const std::string& key);
+void set_raw(kvkey_redis::Connector& store, const std::string& key, std::string_view value);
+
+/// A TCP port on 127.0.0.1 that nothing listens on right now.
+int free_port();
+
+/// A redis-server child process on 127.0.0.1 without persistence. The child
+/// dies with the thread that started it (PR_SET_PDEATHSIG), so construct it on
+/// the test's main thread.
+class RedisServer {
+ public:
+  RedisServer();  ///< starts on a free port and waits until it answers PING
+  ~RedisServer();
+  RedisServer(const RedisServer&) = delete;
+  RedisServer& operator=(const RedisServer&) = delete;
+
+  int port() const noexcept { return port_; }
+  kvkey_redis::Options options() const;
+
+  void kill();     ///< SIGKILL and reap
+  void restart();  ///< start again on the same port and wait until ready
+  void pause();    ///< SIGSTOP: accepts connections, answers nothing
+  void resume();   ///< SIGCONT
+
+ private:
+  void spawn();
+  int port_;
+  pid_t pid_ = -1;
+  std::string dir_;
+};
+
+}  // namespace it
+
+#endif  // KVKEY_TESTS_INTEGRATION_SUPPORT_HPP

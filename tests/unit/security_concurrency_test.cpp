@@ -1,0 +1,106 @@
+// One const KeyNamespace shared read-only by many threads. Built and run under
+// ThreadSanitizer by scripts/ci/stages/50-sanitizers.sh; in the ordinary suite
+// it checks that concurrent results equal single-threaded ones.
+#include <catch2/catch.hpp>
+
+#include <atomic>
+#include <cstdint>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "security_fixtures.hpp"
+
+namespace {
+
+using kvkey::Digest;
+
+constexpr std::size_t thread_count = 8;
+constexpr std::size_t prompt_count = 12;
+constexpr std::size_t rounds = 4;
+constexpr std::uint64_t payload = 4096;
+
+// Everything a connector does with a namespace for one prompt.
+struct Work {
+  std::vector<Digest> hashes;
+  std::vector<Digest> incremental;
+  Digest salted_parent;
+  std::vector<std::string> keys;
+  std::vector<kvkey::Envelope> headers;
+  std::vector<kvkey::Reason> verdicts;  // own header, foreign header, truncated header
+
+  friend bool operator==(const Work& a, const Work& b) {
+    return a.hashes == b.hashes && a.incremental == b.incremental && a.salted_parent == b.salted_parent &&
+           a.keys == b.keys && a.headers == b.headers && a.verdicts == b.verdicts;
+  }
+};
+
+template <class Hash>
+Work run(const kvkey::KeyNamespace<Hash>& ns, const kvkey::Envelope& foreign, std::size_t prompt) {
+  const auto tokens = kvkey_test::prompt_tokens(6, ns.block_size(), static_cast<std::int64_t>(prompt));
+  Work w;
+  kvkey::HashOptions opt;
+  if (prompt % 3 == 0) opt.salt = "salt-" + std::to_string(prompt);
+  w.hashes = ns.block_hashes(tokens, opt);
+  w.incremental = ns.block_hashes(std::vector<std::int64_t>(tokens.begin(), tokens.begin() + 2 * ns.block_size()), opt);
+  ns.extend_block_hashes(w.incremental, tokens, opt);
+  w.salted_parent = ns.first_parent("salt-" + std::to_string(prompt));
+  for (const Digest& h : w.hashes) {
+    w.keys.push_back(ns.store_key(h));
+    w.headers.push_back(ns.seal(h, payload));
+    w.verdicts.push_back(ns.verify(w.headers.back(), h, payload).reason);
+    w.verdicts.push_back(ns.verify(foreign, h, payload).reason);
+    w.verdicts.push_back(ns.verify(w.headers.back().data(), 100, h, payload).reason);
+  }
+  return w;
+}
+
+template <class Hash>
+void check_shared_namespace(const kvkey::KeyNamespace<Hash>& ns, const kvkey::Envelope& foreign) {
+  std::vector<Work> expected;
+  for (std::size_t p = 0; p < prompt_count; ++p) expected.push_back(run(ns, foreign, p));
+  // The single-threaded results are themselves sensible.
+  REQUIRE(expected[0].hashes == expected[0].incremental);
+  REQUIRE(expected[0].verdicts[0] == kvkey::Reason::ok);
+  REQUIRE(expected[0].verdicts[1] != kvkey::Reason::ok);
+  REQUIRE(expected[0].verdicts[2] == kvkey::Reason::malformed);
+
+  std::atomic<std::size_t> mismatches{0};
+  std::atomic<std::size_t> runs{0};
+  std::atomic<bool> go{false};
+  std::vector<std::thread> threads;
+  for (std::size_t t = 0; t < thread_count; ++t) {
+    threads.emplace_back([&, t] {
+      while (!go.load()) std::this_thread::yield();
+      for (std::size_t r = 0; r < rounds; ++r) {
+        for (std::size_t i = 0; i < prompt_count; ++i) {
+          const std::size_t p = (i + t) % prompt_count;  // threads work on different prompts at once
+          if (!(run(ns, foreign, p) == expected[p])) ++mismatches;
+          ++runs;
+        }
+      }
+    });
+  }
+  go = true;
+  for (auto& th : threads) th.join();
+  CHECK(runs.load() == thread_count * rounds * prompt_count);
+  CHECK(mismatches.load() == 0);
+}
+
+}  // namespace
+
+TEST_CASE("A const KeyNamespace<Sha256> is shared safely by 8 threads", "[security][concurrency]") {
+  const kvkey::KeyNamespace<> ns{kvkey_test::security_identity()};
+  auto other = kvkey_test::security_identity();
+  other.model.weights_epoch += 1;
+  const kvkey::KeyNamespace<> writer{other};
+  check_shared_namespace(ns, writer.seal(writer.root(), payload));
+}
+
+TEST_CASE("A const KeyNamespace<HmacSha256> is shared safely by 8 threads", "[security][concurrency]") {
+  const kvkey::KeyNamespace<kvkey::HmacSha256> ns{kvkey_test::security_identity(),
+                                                  kvkey::TenantSecret{kvkey_test::secret_bytes('a')}};
+  const kvkey::KeyNamespace<kvkey::HmacSha256> writer{kvkey_test::security_identity(),
+                                                      kvkey::TenantSecret{kvkey_test::secret_bytes('b')}};
+  check_shared_namespace(ns, writer.seal(writer.root(), payload));
+}

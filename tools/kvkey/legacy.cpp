@@ -1,0 +1,156 @@
+// SPDX-License-Identifier: Apache-2.0
+// `kvkey legacy`: the keys lmdeploy's Mooncake store connector writes today,
+// so operators can find, list and purge them (docs/integration/lmdeploy.md).
+#include <kvkey/compat/lmdeploy.hpp>
+#include <kvkey/errors.hpp>
+
+#include <fmt/format.h>
+
+#include <iterator>
+
+#include "kvkey/commands.hpp"
+#include "kvkey/inputs.hpp"
+#include "kvkey/report.hpp"
+#include "kvkey/tool.hpp"
+
+namespace kvkey_tool {
+
+namespace lmdeploy = kvkey::compat::lmdeploy;
+
+namespace {
+
+constexpr std::size_t width = 16;
+
+void check_model_name(const LegacyOptions& o) {
+  if (o.model_name.empty()) fail("--model-name: must not be empty (lmdeploy refuses an empty model_name)");
+}
+
+// Keys per block, from the TP size and KV heads (lmdeploy's num_kv_head_shards).
+std::uint32_t positive(const std::string& text, std::string_view what) {
+  const auto v = static_cast<std::uint32_t>(parse_uint_option(text, 32, what));
+  if (v == 0) fail("{}: must be greater than 0", what);
+  return v;
+}
+
+std::uint32_t shard_keys(const LegacyOptions& o) {
+  const std::uint32_t tp_size = positive(o.tp_size, "--tp-size");
+  if (tp_size == 1) return 1;
+  if (o.num_kv_heads.empty()) fail("--num-kv-heads: required when --tp-size is above 1");
+  const std::uint32_t heads = positive(o.num_kv_heads, "--num-kv-heads");
+  try {
+    return lmdeploy::shard_key_count(tp_size, heads);
+  } catch (const kvkey::input_error& e) {
+    fail("--tp-size: {}", without_error_id(e.what()));
+  }
+}
+
+}  // namespace
+
+int run_legacy_keys(const LegacyOptions& o, std::string& out) {
+  check_model_name(o);
+  const std::uint32_t block_size = positive(o.block_size, "--block-size");
+  const std::uint32_t shards = shard_keys(o);
+  const std::vector<std::int64_t> tokens = read_tokens(o.tokens);
+  const std::vector<kvkey::Digest> hashes = lmdeploy::block_hashes(tokens, block_size, o.adapter);
+  const std::size_t bs = block_size;
+
+  if (o.json) {
+    Json blocks = Json::array();
+    for (std::size_t i = 0; i < hashes.size(); ++i) {
+      Json keys = Json::array();
+      for (std::uint32_t k = 0; k < shards; ++k) keys.push_back(lmdeploy::store_key(o.cache_prefix, o.model_name, k, hashes[i]));
+      blocks.push_back(Json{{"index", i},
+                            {"token_begin", i * bs},
+                            {"token_end", (i + 1) * bs},
+                            {"block_hash", hashes[i].hex()},
+                            {"keys", std::move(keys)}});
+    }
+    const Json j{{"cache_prefix", o.cache_prefix},
+                 {"model_name", o.model_name},
+                 {"extra_identity", o.adapter},
+                 {"block_size", block_size},
+                 {"token_count", tokens.size()},
+                 {"keys_per_block", shards},
+                 {"blocks", std::move(blocks)}};
+    out += j.dump(2, ' ', false, nlohmann::json::error_handler_t::replace);
+    out += '\n';
+    return exit_ok;
+  }
+
+  fmt::format_to(std::back_inserter(out), "lmdeploy legacy keys (no tenant, dtype, revision or epoch in them)\n");
+  append_row(out, "cache prefix", o.cache_prefix.empty() ? std::string("none") : quote(o.cache_prefix), width);
+  append_row(out, "model name", quote(o.model_name), width);
+  append_row(out, "extra identity", o.adapter.empty() ? std::string("none (adapter name)") : quote(o.adapter), width);
+  append_row(out, "tokens",
+             fmt::format("{} ({} full blocks of {}; {} trailing tokens not hashed)", tokens.size(), hashes.size(), bs,
+                         tokens.size() - hashes.size() * bs),
+             width);
+  append_row(out, "keys per block", std::to_string(shards), width);
+  for (std::size_t i = 0; i < hashes.size(); ++i) {
+    fmt::format_to(std::back_inserter(out), "block {} (tokens [{}, {})):\n", i, i * bs, (i + 1) * bs);
+    append_row(out, "block hash", hashes[i].hex(), width);
+    for (std::uint32_t k = 0; k < shards; ++k) {
+      append_row(out, "key", lmdeploy::store_key(o.cache_prefix, o.model_name, k, hashes[i]), width);
+    }
+  }
+  return exit_ok;
+}
+
+int run_legacy_pattern(const LegacyOptions& o, std::string& out) {
+  check_model_name(o);
+  const std::string regex = lmdeploy::purge_pattern(o.cache_prefix, o.model_name);
+  const std::string glob = lmdeploy::purge_glob(o.cache_prefix, o.model_name);
+  if (o.json) {
+    out += Json{{"cache_prefix", o.cache_prefix}, {"model_name", o.model_name}, {"regex", regex}, {"glob", glob}}
+               .dump(2, ' ', false, nlohmann::json::error_handler_t::replace);
+    out += '\n';
+    return exit_ok;
+  }
+  fmt::format_to(std::back_inserter(out), "every legacy key of cache prefix {} and model name {}:\n",
+                 o.cache_prefix.empty() ? std::string("none") : quote(o.cache_prefix), quote(o.model_name));
+  append_row(out, "regex", regex, 7);
+  append_row(out, "glob", glob, 7);
+  fmt::format_to(std::back_inserter(out),
+                 "the regex matches exactly these keys (ECMAScript and POSIX ERE: Mooncake remove_by_regex, "
+                 "grep -E);\nthe glob (Redis SCAN MATCH) also matches some non-keys: check each match with the regex\n");
+  return exit_ok;
+}
+
+int run_legacy_parse(const LegacyOptions& o, std::string& out) {
+  // Every key is checked before anything is printed.
+  std::vector<lmdeploy::LegacyKey> parsed;
+  for (const std::string& key : o.keys) {
+    auto k = lmdeploy::parse_key(key);
+    if (!k) fail("{}: not an lmdeploy legacy key ([<cache_prefix>@]<model_name>@tp_rank:<K>@group:0@<64 hex>)", quote(key));
+    parsed.push_back(std::move(*k));
+  }
+  Json all = Json::array();
+  for (std::size_t i = 0; i < parsed.size(); ++i) {
+    const lmdeploy::LegacyKey& k = parsed[i];
+    if (o.json) {
+      all.push_back(Json{{"key", o.keys[i]},
+                         {"cache_prefix", k.cache_prefix},
+                         {"model_name", k.model_name},
+                         {"kv_head_rank", k.kv_head_rank},
+                         {"block_hash", k.block_hash.hex()},
+                         {"ambiguous", k.ambiguous}});
+      continue;
+    }
+    fmt::format_to(std::back_inserter(out), "{}\n", quote(o.keys[i]));
+    append_row(out, "cache prefix", k.cache_prefix.empty() ? std::string("none") : quote(k.cache_prefix), width);
+    append_row(out, "model name", quote(k.model_name), width);
+    append_row(out, "kv head rank", std::to_string(k.kv_head_rank), width);
+    append_row(out, "block hash", k.block_hash.hex(), width);
+    if (k.ambiguous) {
+      append_row(out, "ambiguous",
+                 "yes: the head contains '@', so another (cache prefix, model name) split wrote the same key", width);
+    }
+  }
+  if (o.json) {
+    out += all.dump(2, ' ', false, nlohmann::json::error_handler_t::replace);
+    out += '\n';
+  }
+  return exit_ok;
+}
+
+}  // namespace kvkey_tool
