@@ -56,7 +56,8 @@ def median_merge(entries):
 
 def load_runs(runs):
     bm_runs = [load_benchmarks(os.path.join(r, "kvkey_bench.json"))[1] for r in runs]
-    bm = {name: median_merge([b[name] for b in bm_runs if name in b]) for name in bm_runs[0]}
+    names = dict.fromkeys(name for b in bm_runs for name in b)
+    bm = {name: median_merge([b[name] for b in bm_runs if name in b]) for name in names}
     peer_results = {}
     python = None
     for r in runs:
@@ -207,6 +208,11 @@ def main():
         if b:
             p("| block_hashes, 128k %s tokens, block 64 | %s tokens/s | %.4f / block |" % (
                 t.replace("std::", ""), fmt_rate(b["tokens_per_s"]), b["allocs_per_block"]))
+    for bs in (16, 64, 256):
+        b = bm.get("chain_keyed/bs:%d" % bs)
+        if b:
+            p("| block_hashes, keyed namespace (HMAC-SHA-256, EVP_MAC), 128k tokens, block %d | %s tokens/s | %.2f / block |"
+              % (bs, fmt_rate(b["tokens_per_s"]), b["allocs_per_block"]))
     b = bm.get("fingerprint_file")
     if b:
         p("| fingerprint_file (page-cached) | %.0f MB/s | |" % b["MB_per_s"])
