@@ -22,6 +22,7 @@ import json
 import math
 import os
 import re
+import statistics
 import subprocess
 import sys
 
@@ -70,7 +71,7 @@ def load_runs(runs):
             peer_results.setdefault((x["peer"], x["tokens"], x["block_size"]), []).append(x)
     peers = {"python": python, "results": [median_merge(v) for v in peer_results.values()]}
     rates = [x for x in (openssl_rate(os.path.join(r, "openssl_speed.txt")) for r in runs) if x]
-    ossl = sorted(rates)[len(rates) // 2] if rates else None
+    ossl = statistics.median(rates) if rates else None
     machine = []
     for r in runs:
         path = os.path.join(r, "machine.txt")
