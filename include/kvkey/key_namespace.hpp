@@ -146,10 +146,15 @@ bool tokens_in_range(const T* t, std::size_t n) noexcept {
 /// outside [0, 2^32) (first_index is the index of t[0]). The range check goes
 /// first, so both loops vectorize.
 template <class T>
+void check_tokens(const T* t, std::size_t n, std::size_t first_index) {
+  if (tokens_in_range(t, n)) return;
+  std::uint8_t scratch[4];
+  for (std::size_t i = 0; i < n; ++i) put_token(scratch, t[i], first_index + i);  // throws
+}
+
+template <class T>
 void put_tokens(std::uint8_t* p, const T* t, std::size_t n, std::size_t first_index) {
-  if (!tokens_in_range(t, n)) {
-    for (std::size_t i = 0; i < n; ++i) put_token(p + 4 * i, t[i], first_index + i);  // throws
-  }
+  check_tokens(t, n, first_index);
 #if defined(__BYTE_ORDER__) && __BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__
   for (std::size_t i = 0; i < n; ++i) {
     const auto v = static_cast<std::uint32_t>(t[i]);
@@ -211,8 +216,8 @@ class KeyNamespace {
 
   // ---- the chain ------------------------------------------------------------
 
-  /// Hashes of every full block of tokens (a partial tail is ignored).
-  /// Token ids must lie in [0, 2^32); others throw input_error naming the index.
+  /// Hashes of every full block of tokens (a partial tail is not hashed).
+  /// Every token id, the partial tail's included, must lie in [0, 2^32); others throw input_error naming the index.
   std::vector<Digest> block_hashes(const std::vector<std::int32_t>& tokens, const HashOptions& opt = {}) const {
     return block_hashes(tokens.data(), tokens.size(), opt);
   }
@@ -246,6 +251,9 @@ class KeyNamespace {
       throw input_error("extend_block_hashes: " + std::to_string(hashes.size()) + " previous hashes but only " +
                         std::to_string(full) + " full blocks in " + std::to_string(count) + " tokens");
     }
+    // The partial tail is not hashed, but its ids must be valid too: bad input
+    // is reported on the call that receives it, not on a later one.
+    detail::check_tokens(tokens + full * bs, count - full * bs, full * bs);
     const auto extras = sorted_extras(opt.extras);
     if (hashes.size() == full) return;
     // Geometric growth: a sequence extended block by block must not copy its
@@ -424,7 +432,7 @@ class KeyNamespace {
       }
       const std::size_t full1 = count1 / bs;
       const std::size_t full2 = count2 / bs;
-      if (!detail::tokens_in_range(tokens1, full1 * bs) || !detail::tokens_in_range(tokens2, full2 * bs)) {
+      if (!detail::tokens_in_range(tokens1, count1) || !detail::tokens_in_range(tokens2, count2)) {
         return false;
       }
       out1.reserve(full1);

@@ -54,20 +54,27 @@ class Sha256 {
   /// result() leaves the object ready for the next message (see above).
   static constexpr bool resets_after_result = true;
 
-  Sha256() : ctx_(EVP_MD_CTX_new()) {
-    if (ctx_ == nullptr) throw crypto_error("EVP_MD_CTX_new failed");
-    reset();
+  Sha256() : ctx_(new_ctx()) {
+    try {
+      reset();
+    } catch (...) {
+      EVP_MD_CTX_free(ctx_);  // the destructor does not run for a throwing constructor
+      throw;
+    }
   }
-  Sha256(const Sha256& other) : ctx_(EVP_MD_CTX_new()) {
-    if (ctx_ == nullptr) throw crypto_error("EVP_MD_CTX_new failed");
-    copy_from(other);
+  Sha256(const Sha256& other) : ctx_(new_ctx()) {
+    try {
+      copy_from(other);
+    } catch (...) {
+      EVP_MD_CTX_free(ctx_);
+      throw;
+    }
   }
   Sha256(Sha256&& other) noexcept : ctx_(std::exchange(other.ctx_, nullptr)) {}
   Sha256& operator=(const Sha256& other) {
     if (this != &other) {
       if (ctx_ == nullptr) {
-        ctx_ = EVP_MD_CTX_new();
-        if (ctx_ == nullptr) throw crypto_error("EVP_MD_CTX_new failed");
+        ctx_ = new_ctx();
       }
       copy_from(other);
     }
@@ -111,6 +118,11 @@ class Sha256 {
   }
 
  private:
+  static EVP_MD_CTX* new_ctx() {
+    EVP_MD_CTX* ctx = EVP_MD_CTX_new();
+    if (ctx == nullptr) throw crypto_error("EVP_MD_CTX_new failed");
+    return ctx;
+  }
   void copy_from(const Sha256& other) {
     if (EVP_MD_CTX_copy_ex(ctx_, other.ctx_) != 1) throw crypto_error("EVP_MD_CTX_copy_ex failed");
   }

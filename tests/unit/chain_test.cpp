@@ -119,6 +119,17 @@ TEST_CASE("Token ids outside 0 to 2^32-1 raise input_error naming the index", "[
     t[47] = bad;  // last token of the last full block
     check_bad(t, 47);
   }
+  {
+    // The partial tail is not hashed but is still checked, on the call that receives it,
+    // whether the blocks before it are hashed now or were hashed by an earlier call.
+    auto t = tokens(40);
+    t[37] = -3;
+    check_bad(t, 37);
+    std::vector<kvkey::Digest> prev = ns.block_hashes(std::vector<std::int32_t>(t.begin(), t.begin() + 32));
+    CHECK_THROWS_WITH(ns.extend_block_hashes(prev, t), Catch::Matchers::StartsWith("[kvkey.input_error] token 37 is "));
+    std::vector<std::int32_t> short_tail{1, 2, -1};  // no full block at all
+    check_bad(short_tail, 2);
+  }
   // The error carries the value.
   std::vector<std::int64_t> t(16, 1);
   t[0] = std::int64_t{1} << 32;

@@ -314,7 +314,9 @@ TEST_CASE("perf: every optimized output equals the hand-built reference", "[perf
 TEST_CASE("perf: a bad token fails the same way in every path", "[perf][equivalence]") {
   kvkey::KeyNamespace<> ns(make_identity(0, 16));
   std::vector<std::int64_t> tokens(40, 5);
-  tokens[37] = -1;  // block 2, ignored: partial tail
+  tokens[37] = -1;  // in the partial tail: not hashed, still checked
+  REQUIRE_THROWS_WITH(ns.block_hashes(tokens), Catch::Contains("token 37 is -1"));
+  tokens[37] = 5;
   REQUIRE(ns.block_hashes(tokens).size() == 2);
   tokens[21] = std::int64_t{1} << 32;
   std::vector<kvkey::Digest> part;
