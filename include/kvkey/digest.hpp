@@ -15,6 +15,16 @@
 
 KVKEY_BEGIN_NAMESPACE
 
+namespace detail {
+/// The value of one hex digit (either case), or -1 for any other character.
+constexpr int hex_digit_value(char c) noexcept {
+  return (c >= '0' && c <= '9')   ? c - '0'
+         : (c >= 'a' && c <= 'f') ? c - 'a' + 10
+         : (c >= 'A' && c <= 'F') ? c - 'A' + 10
+                                  : -1;
+}
+}  // namespace detail
+
 /// A 32-byte digest (SHA-256 or HMAC-SHA-256 output): block hashes, roots,
 /// object hashes and fingerprints. A regular value type: copyable, comparable,
 /// hashable with std::hash, printable as 64 lowercase hex characters.
@@ -44,8 +54,8 @@ class Digest {
     if (hex.size() != 2 * size_bytes) return std::nullopt;
     Digest d;
     for (std::size_t i = 0; i < size_bytes; ++i) {
-      const int hi = nibble(hex[2 * i]);
-      const int lo = nibble(hex[2 * i + 1]);
+      const int hi = detail::hex_digit_value(hex[2 * i]);
+      const int lo = detail::hex_digit_value(hex[2 * i + 1]);
       if (hi < 0 || lo < 0) return std::nullopt;
       d.bytes_[i] = static_cast<std::uint8_t>((hi << 4) | lo);
     }
@@ -60,7 +70,7 @@ class Digest {
                         " characters");
     }
     for (std::size_t i = 0; i < hex.size(); ++i) {
-      if (nibble(hex[i]) < 0) {
+      if (detail::hex_digit_value(hex[i]) < 0) {
         throw input_error("hex digest has a non-hex character at position " + std::to_string(i));
       }
     }
@@ -96,12 +106,6 @@ class Digest {
   friend bool operator<(const Digest& a, const Digest& b) noexcept { return a.bytes_ < b.bytes_; }
 
  private:
-  static constexpr int nibble(char c) noexcept {
-    return (c >= '0' && c <= '9')   ? c - '0'
-           : (c >= 'a' && c <= 'f') ? c - 'a' + 10
-           : (c >= 'A' && c <= 'F') ? c - 'A' + 10
-                                    : -1;
-  }
   storage bytes_;
 };
 

@@ -167,13 +167,9 @@ struct WipedBuffer {
   ~WipedBuffer() { OPENSSL_cleanse(bytes.data(), bytes.size()); }
 };
 
-inline int hex_value(char c) noexcept {
-  return (c >= '0' && c <= '9') ? c - '0' : (c >= 'a' && c <= 'f') ? c - 'a' + 10 : (c >= 'A' && c <= 'F') ? c - 'A' + 10 : -1;
-}
-
 inline bool all_hex(std::string_view s) noexcept {
   for (char c : s) {
-    if (hex_value(c) < 0) return false;
+    if (hex_digit_value(c) < 0) return false;
   }
   return true;
 }
@@ -183,7 +179,7 @@ template <std::size_t N>
 bool decode_secret_hex(std::string_view s, WipedBuffer<N>& out) noexcept {
   if (s.size() % 2 != 0 || s.size() / 2 > N) return false;
   for (std::size_t i = 0; i < s.size() / 2; ++i) {
-    out.bytes[i] = static_cast<std::uint8_t>((hex_value(s[2 * i]) << 4) | hex_value(s[2 * i + 1]));
+    out.bytes[i] = static_cast<std::uint8_t>((hex_digit_value(s[2 * i]) << 4) | hex_digit_value(s[2 * i + 1]));
   }
   out.size = s.size() / 2;
   return true;

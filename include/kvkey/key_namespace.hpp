@@ -142,9 +142,8 @@ bool tokens_in_range(const T* t, std::size_t n) noexcept {
   }
 }
 
-/// Writes n token ids as u32le, or throws put_token's error for the first id
-/// outside [0, 2^32) (first_index is the index of t[0]). The range check goes
-/// first, so both loops vectorize.
+/// Throws put_token's error for the first id of t[0, n) outside [0, 2^32)
+/// (first_index is the index of t[0]).
 template <class T>
 void check_tokens(const T* t, std::size_t n, std::size_t first_index) {
   if (tokens_in_range(t, n)) return;
@@ -152,6 +151,8 @@ void check_tokens(const T* t, std::size_t n, std::size_t first_index) {
   for (std::size_t i = 0; i < n; ++i) put_token(scratch, t[i], first_index + i);  // throws
 }
 
+/// Writes n token ids as u32le, or throws check_tokens' error. The range check
+/// goes first, so both loops vectorize.
 template <class T>
 void put_tokens(std::uint8_t* p, const T* t, std::size_t n, std::size_t first_index) {
   check_tokens(t, n, first_index);

@@ -6,17 +6,13 @@
 
 #include <cstdint>
 
+#include "core_test_support.hpp"
+
+// The core tests' small identity, in bf16, at the block size under test.
 inline kvkey::Identity perf_identity(std::uint32_t block_size) {
-  kvkey::Identity id;
-  id.tenant = "team-a";
-  id.model.name = "Qwen/Qwen2.5-7B-Instruct";
-  id.model.revision = "a09a35458c702b33eeacc393d103063234e8bc28";
+  kvkey::Identity id = core_test::base_identity();
   id.kv.dtype = kvkey::KvDtype::bf16;
   id.kv.block_size = block_size;
-  id.kv.num_layers = 28;
-  id.kv.num_kv_heads = 4;
-  id.kv.head_dim = 128;
-  id.kv.layout = "lmdeploy.v1.layer_major";
   return id;
 }
 
