@@ -219,33 +219,59 @@ def test_gil_is_released_while_hashing(ns):
     """Another Python thread runs while a long prompt is being hashed.
 
     If the GIL were held for the whole C++ call, the other thread could only run
-    at the edges of a call (a thread switch just before or after it, at most one
-    switch interval long), never in the middle half of a call that lasts several
-    switch intervals.
+    at the edges of a call (a thread switch just before or after it, at most a
+    few switch intervals long), never in the middle half of a call that lasts
+    many switch intervals.
+
+    Nothing here depends on how fast the machine is: the switch interval is
+    lowered for the test, the prompt is sized from a measured call so that each
+    call lasts at least 50 switch intervals, and calls repeat (a bounded number
+    of times) until the other thread is seen in the middle of one. On one
+    loaded core the spinner may miss a given call, never all of them.
     """
-    tokens = np.arange(2_000_000, dtype=np.int32) % 150000
-    intervals = []
-    ticks = []
-    stop = threading.Event()
-
-    def spin():
-        while not stop.is_set():
-            ticks.append(time.perf_counter())
-
-    t = threading.Thread(target=spin)
-    t.start()
+    old_interval = sys.getswitchinterval()
+    sys.setswitchinterval(0.001)
     try:
-        for _ in range(10):
-            start = time.perf_counter()
-            ns.block_hashes(tokens)
-            intervals.append((start, time.perf_counter()))
+        interval = sys.getswitchinterval()
+        min_call = 50 * interval
+        base = np.arange(1 << 18, dtype=np.int32) % 150000  # 4096 blocks of 64
+        start = time.perf_counter()
+        ns.block_hashes(base)
+        per_call = max(time.perf_counter() - start, 1e-6)
+        repeat = min(256, max(1, int(2 * min_call / per_call) + 1))  # at most 64 Mtokens
+        tokens = np.tile(base, repeat)
+
+        ticks = []
+        stop = threading.Event()
+
+        def spin():  # one tick per 100 us at most: the list stays small
+            last = 0.0
+            while not stop.is_set():
+                now = time.perf_counter()
+                if now - last >= 1e-4:
+                    ticks.append(now)
+                    last = now
+
+        t = threading.Thread(target=spin)
+        t.start()
+        judged = []
+        in_middle = 0
+        try:
+            for _ in range(50):
+                a = time.perf_counter()
+                ns.block_hashes(tokens)
+                b = time.perf_counter()
+                if b - a < min_call:
+                    continue  # too short to tell the middle from the edges
+                judged.append(b - a)
+                quarter = (b - a) / 4
+                in_middle = bisect.bisect_left(ticks, b - quarter) - bisect.bisect_right(ticks, a + quarter)
+                if in_middle > 0:
+                    break
+        finally:
+            stop.set()
+            t.join()
     finally:
-        stop.set()
-        t.join()
-    long_enough = [(a, b) for a, b in intervals if b - a > 4 * sys.getswitchinterval()]
-    assert long_enough, f"hashing calls too short to judge: {intervals}"
-    in_middle = 0
-    for a, b in long_enough:
-        quarter = (b - a) / 4
-        in_middle += bisect.bisect_left(ticks, b - quarter) - bisect.bisect_right(ticks, a + quarter)
-    assert in_middle > 0, f"no tick of the other thread in the middle of {len(long_enough)} hashing calls"
+        sys.setswitchinterval(old_interval)
+    assert judged, f"no hashing call of {len(tokens)} tokens lasted {min_call:.3f} s"
+    assert in_middle > 0, f"no tick of the other thread in the middle of {len(judged)} hashing calls {judged}"

@@ -140,10 +140,14 @@ class FakeServer {
     if (conn_ >= 0) ::close(conn_);
     ::close(fd_);
   }
+  // A generous command timeout: the fake server answers at once, but on a
+  // loaded machine its thread may be scheduled late, and a timeout there would
+  // be reported instead of the fault under test. The silent-server case sets
+  // its own short timeout.
   kvkey_redis::Options options() const {
     kvkey_redis::Options o;
     o.port = port_;
-    o.command_timeout = std::chrono::milliseconds(300);
+    o.command_timeout = std::chrono::milliseconds(30000);
     return o;
   }
 
@@ -221,12 +225,15 @@ TEST_CASE("broken replies, silence and refused connections are errors, never loa
   }
   SECTION("no reply at all") {
     FakeServer server("", false);
-    kvkey_redis::Connector store(server.options());
+    auto options = server.options();
+    options.command_timeout = std::chrono::milliseconds(300);
+    kvkey_redis::Connector store(options);
     const auto t0 = std::chrono::steady_clock::now();
     CHECK(error_kind_of([&] { store.load(d.rank(0), blocks, size); }) == StoreError::Kind::timeout);
     const auto waited = std::chrono::steady_clock::now() - t0;
-    CHECK(waited >= std::chrono::milliseconds(250));
-    CHECK(waited < std::chrono::seconds(5));
+    CHECK(waited >= std::chrono::milliseconds(250));  // not before the timeout
+    // The call ends (it does not hang); the bound is loose, a loaded machine may be late.
+    CHECK(waited < std::chrono::seconds(60));
   }
   SECTION("nothing listening") {
     kvkey_redis::Options o;

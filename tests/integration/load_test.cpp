@@ -1,7 +1,8 @@
 // SPDX-License-Identifier: Apache-2.0
 // Many clients, many deployments, one server: every load returns exactly the
 // bytes its deployment wrote for that block, and every acknowledged save is
-// found later.
+// found later. The run is bounded by its operation count, not by a clock: a
+// slow or busy machine takes longer, it does not fail.
 #include <catch2/catch.hpp>
 
 #include <fmt/format.h>
@@ -26,7 +27,6 @@ constexpr std::size_t client_threads = 8;
 constexpr std::size_t ops_per_thread = 10000;
 constexpr std::size_t prompts = 32;  // 8 families of 4 prompts sharing their first 2 blocks
 constexpr std::size_t prompt_blocks = 4;
-constexpr auto time_limit = std::chrono::seconds(150);
 
 using Saved = std::tuple<std::size_t, std::size_t, std::size_t>;  // deployment, rank, prompt
 
@@ -105,9 +105,7 @@ TEST_CASE("load: concurrent clients across deployments load no wrong block and l
   }
 
   std::vector<Tally> tallies(client_threads);
-  std::atomic<bool> out_of_time{false};
   const auto t0 = Clock::now();
-  const auto deadline = t0 + time_limit;
   std::vector<std::thread> clients;
   for (std::size_t t = 0; t < client_threads; ++t) {
     clients.emplace_back([&, t] {
@@ -116,10 +114,6 @@ TEST_CASE("load: concurrent clients across deployments load no wrong block and l
       std::mt19937 rng(static_cast<unsigned>(t + 1));
       auto acked = [&](std::size_t d, std::size_t r, std::size_t p) { return tally.saved.count({d, r, p}) != 0; };
       for (std::size_t op = 0; op < ops_per_thread; ++op) {
-        if ((op & 63) == 0 && Clock::now() > deadline) {
-          out_of_time = true;
-          return;
-        }
         const std::size_t d = rng() % deps.size();
         const std::size_t p = rng() % prompts;
         const std::size_t r = rng() % deps[d].rank_count();
@@ -190,7 +184,6 @@ TEST_CASE("load: concurrent clients across deployments load no wrong block and l
              "saves); rejected: {}; errors: {}\n",
              total.blocks_loaded, total.wrong, total.lost, total.saved.size(), total.rejected, total.errors);
 
-  CHECK_FALSE(out_of_time);
   CHECK(ops == client_threads * ops_per_thread);
   CHECK(total.wrong == 0);
   CHECK(total.lost == 0);

@@ -102,13 +102,15 @@ TEST_CASE("a server killed and restarted mid-run: errors, recovery, no wrong blo
       return true;
     };
   };
-  const bool warmed_up = wait_for(all_ok(before_kill), std::chrono::seconds(60));
+  // Generous limits: they bound the test on a machine that never gets there, and
+  // a slow one only takes longer.
+  const bool warmed_up = wait_for(all_ok(before_kill), std::chrono::seconds(240));
   phase = down;  // first: an operation in flight when the server dies fails in this phase
   server.kill();
-  const bool all_saw_errors = wait_for(all_failed(down), std::chrono::seconds(30));
+  const bool all_saw_errors = wait_for(all_failed(down), std::chrono::seconds(240));
   server.restart();
   phase = after_restart;
-  const bool recovered = wait_for(all_ok(after_restart), std::chrono::seconds(60));
+  const bool recovered = wait_for(all_ok(after_restart), std::chrono::seconds(240));
   stop = true;
   for (auto& c : clients) c.join();
 
@@ -177,7 +179,8 @@ TEST_CASE("a stalled server gives timeouts, and the client recovers when it resu
   CHECK(threw);
   CHECK(kind == StoreError::Kind::timeout);
   CHECK(waited >= timeout - std::chrono::milliseconds(100));
-  CHECK(waited < timeout + std::chrono::seconds(5));
+  // The call ends (it does not hang); the bound is loose, a loaded machine may be late.
+  CHECK(waited < timeout + std::chrono::seconds(60));
   CHECK_FALSE(store.connection().connected());
   CHECK(d.count_exact_loads(store, 0, blocks) == 3);  // reconnects on the next call
 }

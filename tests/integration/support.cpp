@@ -190,7 +190,18 @@ RedisServer::RedisServer() : port_(free_port()) {
   char dir[] = "/tmp/kvkey-redis-XXXXXX";
   if (::mkdtemp(dir) == nullptr) throw std::runtime_error("RedisServer: mkdtemp failed");
   dir_ = dir;
-  spawn();
+  // A port found free can be taken by another process before the server binds
+  // it (two test runs on one machine): try a few ports.
+  for (int attempt = 1;; ++attempt) {
+    try {
+      spawn();
+      return;
+    } catch (const std::runtime_error&) {
+      if (attempt == 5) throw;
+      kill();
+      port_ = free_port();
+    }
+  }
 }
 
 RedisServer::~RedisServer() {
@@ -205,8 +216,10 @@ RedisServer::~RedisServer() {
 kvkey_redis::Options RedisServer::options() const {
   kvkey_redis::Options o;
   o.port = port_;
-  o.connect_timeout = std::chrono::milliseconds(1000);
-  o.command_timeout = std::chrono::milliseconds(2000);
+  // Generous, as for the shared server: a busy machine must not turn a slow
+  // reply into an error (the stall test waits this long once).
+  o.connect_timeout = std::chrono::milliseconds(5000);
+  o.command_timeout = std::chrono::milliseconds(10000);
   return o;
 }
 
@@ -235,7 +248,10 @@ void RedisServer::spawn() {
   kvkey_redis::Options o = options();
   o.connect_timeout = std::chrono::milliseconds(200);
   kvkey_redis::Connection probe(o);
-  for (int attempt = 0; attempt < 500; ++attempt) {  // up to ~10 s
+  // Bounded by a generous wall-clock limit, not a count of attempts: each
+  // attempt's own length depends on the machine.
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(60);
+  while (std::chrono::steady_clock::now() < deadline) {
     try {
       probe.command({"PING"});
       return;
@@ -248,7 +264,7 @@ void RedisServer::spawn() {
       std::this_thread::sleep_for(std::chrono::milliseconds(20));
     }
   }
-  throw std::runtime_error("redis-server did not answer PING within 10 s (port " + port + ")");
+  throw std::runtime_error("redis-server did not answer PING within 60 s (port " + port + ")");
 }
 
 void RedisServer::kill() {
