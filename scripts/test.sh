@@ -17,21 +17,29 @@ for stage in scripts/ci/stages/*.sh; do
   done
 done
 
+if [ "${#selected[@]}" -eq 0 ]; then
+  echo "test.sh: no stage matches: $* (stages: $(cd scripts/ci/stages && ls *.sh | tr '\n' ' '))" >&2
+  exit 2
+fi
+
+# Every selected stage runs, even after one fails, so one red stage does not
+# hide the state of the others; the run fails if any stage failed.
 summary=()
+failed=0
 start_all=$SECONDS
 for stage in "${selected[@]}"; do
   name="$(basename "$stage" .sh)"
   echo "=== stage $name ==="
   t0=$SECONDS
   if bash "$stage"; then
-    summary+=("PASS $name ($((SECONDS - t0))s)")
+    summary+=("PASS $name ($((SECONDS - t0)) s)")
   else
-    summary+=("FAIL $name ($((SECONDS - t0))s)")
-    printf '%s\n' "${summary[@]}"
-    echo "=== FAILED in stage $name ==="
-    exit 1
+    summary+=("FAIL $name ($((SECONDS - t0)) s)")
+    echo "=== FAILED: stage $name ==="
+    failed=$((failed + 1))
   fi
 done
-echo "=== summary ==="
+echo "=== summary ($((SECONDS - start_all)) s) ==="
 printf '%s\n' "${summary[@]}"
-echo "=== all ${#selected[@]} stages passed in $((SECONDS - start_all))s ==="
+echo "stages: $(( ${#selected[@]} - failed )) passed, $failed failed"
+[ "$failed" -eq 0 ]
