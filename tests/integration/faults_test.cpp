@@ -236,8 +236,22 @@ TEST_CASE("broken replies, silence and refused connections are errors, never loa
     CHECK(waited < std::chrono::seconds(60));
   }
   SECTION("nothing listening") {
+    // The port stays bound, never listened on, for the whole section: no other
+    // process can take it in between, and connecting to it is refused.
+    const int reserved = ::socket(AF_INET, SOCK_STREAM, 0);
+    REQUIRE(reserved >= 0);
+    sockaddr_in addr{};
+    addr.sin_family = AF_INET;
+    addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    socklen_t len = sizeof addr;
+    REQUIRE(::bind(reserved, reinterpret_cast<sockaddr*>(&addr), sizeof addr) == 0);
+    REQUIRE(::getsockname(reserved, reinterpret_cast<sockaddr*>(&addr), &len) == 0);
+    struct Closer {
+      int fd;
+      ~Closer() { ::close(fd); }
+    } closer{reserved};
     kvkey_redis::Options o;
-    o.port = it::free_port();
+    o.port = ntohs(addr.sin_port);
     kvkey_redis::Connector store(o);
     CHECK(error_kind_of([&] { store.lookup({&d.rank(0)}, blocks); }) == StoreError::Kind::connect);
     CHECK(error_kind_of([&] { d.save(store, 0, blocks); }) == StoreError::Kind::connect);
