@@ -188,11 +188,14 @@ class Deployment:
 class Workload:
     """Client threads, each with its own connector, that save and load prompts of
     one deployment and record every operation: when it ended, whether it raised
-    (and the error's kind), wrong loads, and the keys whose save was acknowledged."""
+    (and the error's kind), wrong loads, and the keys whose save was acknowledged.
+
+    A save stores a prompt never stored before (so a write lost to a failover
+    shows as a missing key); a load picks any prompt stored so far."""
 
     def __init__(self, deployment: Deployment, families, threads: int, max_ops_per_thread: int = 100000):
         self.d = deployment
-        self.families = list(families)
+        self.families = list(families)  # grows with every save
         self.hashes = {f: deployment.hashes(f) for f in self.families}
         self.stop = threading.Event()
         self.lock = threading.Lock()
@@ -221,23 +224,34 @@ class Workload:
         with self.lock:
             return sum(1 for end, _, kind in self.ops if end >= since and (kind is None or not ok_only))
 
+    def last_error(self, default: float = 0.0) -> float:
+        """When the last operation that raised ended."""
+        with self.lock:
+            return max((end for end, _, kind in self.ops if kind), default=default)
+
     def _run(self, t: int):
         rng = random.Random(1000 + t)
         with ClusterConnector([(HOST, p) for p in cluster_nodes()]) as conn:
-            for _ in range(self._max):
+            for n in range(self._max):
                 if self.stop.is_set():
                     return
-                family = rng.choice(self.families)
-                hashes = self.hashes[family]
                 kind = None
                 try:
                     if rng.random() < 0.3:
+                        family = 1_000_000 * (t + 1) + n  # a new prompt
+                        hashes = self.d.hashes(family)
+                        with self.lock:
+                            self.hashes[family] = hashes
                         for r, ns in enumerate(self.d.ranks):
                             conn.save(ns, [(h, self.d.payload(r, h)) for h in hashes])
                             with self.lock:
                                 for i, h in enumerate(hashes):
                                     self.acknowledged[ns.store_key(h)] = (family, r, i)
+                                if r == len(self.d.ranks) - 1:
+                                    self.families.append(family)  # loadable once every rank has it
                     else:
+                        with self.lock:
+                            hashes = self.hashes[rng.choice(self.families)]
                         found = conn.lookup(self.d.ranks, hashes)
                         c = self.d.load(conn, hashes[: found.prefix.blocks])
                         with self.lock:
