@@ -86,37 +86,32 @@ class ClusterError(Exception):
         self.kind = kind
 
 
+# redis-py exception classes and their kinds, searched in order: subclasses
+# first (MasterDownError is a ClusterDownError, MovedError an AskError,
+# AuthenticationError a ConnectionError, ...).
+_KINDS = (
+    ((rex.ReadOnlyError, rex.MasterDownError), "failover"),
+    ((rex.ClusterDownError, rex.SlotNotCoveredError), "down"),
+    ((rex.AskError, rex.TryAgainError), "moved"),
+    ((rex.TimeoutError,), "timeout"),
+    ((rex.AuthenticationError, rex.AuthorizationError), "server"),
+    ((rex.ConnectionError,), "connect"),
+    ((rex.RedisClusterException,), "protocol"),  # but see error_kind
+    ((rex.ClusterError,), "moved"),  # "TTL exhausted": redirected too often
+    ((rex.InvalidResponse, rex.DataError), "protocol"),
+    ((rex.ResponseError,), "server"),
+    ((rex.RedisError,), "protocol"),
+)
+
+
 def error_kind(e: BaseException) -> Optional[str]:
     """The ClusterError kind of a redis-py exception, or None for other exceptions."""
-    # Order matters: the subclasses first (MasterDownError is a ClusterDownError,
-    # MovedError an AskError, AuthenticationError a ConnectionError, ...).
-    if isinstance(e, (rex.ReadOnlyError, rex.MasterDownError)):
-        return "failover"
-    if isinstance(e, (rex.ClusterDownError, rex.SlotNotCoveredError)):
-        return "down"
-    if isinstance(e, (rex.AskError, rex.TryAgainError)):  # MovedError too
-        return "moved"
-    if isinstance(e, rex.TimeoutError):
-        return "timeout"
-    if isinstance(e, (rex.AuthenticationError, rex.AuthorizationError)):
-        return "server"
-    if isinstance(e, rex.ConnectionError):
-        return "connect"
     if isinstance(e, rex.RedisClusterException):
-        # Raised when no startup node answers, and when no node is known for a slot.
+        # Raised when no startup node answers and when no node is known for a slot.
         text = str(e)
         if "cannot be connected" in text or "No targets" in text:
             return "connect"
-        return "protocol"
-    if isinstance(e, rex.ClusterError):  # "TTL exhausted": redirected too often
-        return "moved"
-    if isinstance(e, (rex.InvalidResponse, rex.DataError)):
-        return "protocol"
-    if isinstance(e, rex.ResponseError):
-        return "server"
-    if isinstance(e, rex.RedisError):
-        return "protocol"
-    return None
+    return next((kind for classes, kind in _KINDS if isinstance(e, classes)), None)
 
 
 # ---- results --------------------------------------------------------------------------------

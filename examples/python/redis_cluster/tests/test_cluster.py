@@ -14,7 +14,7 @@ import subprocess
 import time
 
 import kvkey
-from kvkey_cluster import ClusterError, LoadStatus, rotate_epoch
+from kvkey_cluster import LoadStatus, rotate_epoch
 
 import support
 from support import Deployment, Workload
