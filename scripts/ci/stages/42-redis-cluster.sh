@@ -52,7 +52,7 @@ start_node() {
     mkdir -p "$work/$i"
     redis-server --port "$port" --cluster-port "$bus" --bind 127.0.0.1 --save '' --appendonly no \
       --daemonize no --cluster-enabled yes --cluster-config-file "$work/$i/nodes.conf" \
-      --cluster-node-timeout 3000 --dir "$work/$i" --logfile "$work/$i/redis.log" &
+      --cluster-node-timeout 5000 --dir "$work/$i" --logfile "$work/$i/redis.log" &
     pid=$!
     pids+=("$pid")
     deadline=$((SECONDS + 60))  # generous: a loaded machine starts it late
@@ -111,6 +111,6 @@ set +e
 (cd "$example" && "$py" -m pytest -q -s -p no:cacheprovider ${KVKEY_CLUSTER_PYTEST_ARGS:-} tests) 2>&1 | tee "$work/tests.log"
 status="${PIPESTATUS[0]}"
 set -e
-echo "=== cluster results ==="
+echo "=== cluster results === (a 'Killed' notice above is the primary the failover scenario killed)"
 grep -oE 'cluster (isolation|failover|resharding|purge|faults): .*' "$work/tests.log" || true
 exit "$status"
