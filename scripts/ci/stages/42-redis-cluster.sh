@@ -85,13 +85,16 @@ redis-cli --cluster create "${addresses[@]}" --cluster-replicas 1 --cluster-yes 
   exit 1
 }
 
-# Every node must see the cluster as ok, with all six nodes known (bounded).
+# Every node must see the cluster as ok, with all six nodes known and three of
+# them replicas (bounded).
+replicas_seen_by() { redis-cli -p "$1" cluster nodes 2>/dev/null | awk '$3 ~ /slave/' | wc -l; }
 deadline=$((SECONDS + 120))
 until
   ok=0
   for p in "${ports[@]}"; do
     info="$(redis-cli -p "$p" cluster info 2>/dev/null || true)"
-    if grep -q '^cluster_state:ok' <<<"$info" && grep -q '^cluster_known_nodes:6' <<<"$info"; then ok=$((ok + 1)); fi
+    if grep -q '^cluster_state:ok' <<<"$info" && grep -q '^cluster_known_nodes:6' <<<"$info" &&
+      [ "$(replicas_seen_by "$p")" -eq 3 ]; then ok=$((ok + 1)); fi
   done
   [ "$ok" -eq 6 ]
 do
@@ -102,7 +105,7 @@ do
   fi
   sleep 0.2
 done
-echo "42-redis-cluster: cluster_state:ok on all 6 nodes ($(redis-cli -p "${ports[0]}" cluster nodes | grep -c master) primaries)"
+echo "42-redis-cluster: cluster_state:ok on all 6 nodes, each seeing 3 primaries and 3 replicas"
 
 export KVKEY_CLUSTER_NODES="${nodes[*]}"
 set +e
