@@ -792,9 +792,14 @@ class HostileInputTest(ToolTest):
         self.assert_error(["identity", config], r"deep\.json: invalid JSON: nested deeper than 32 levels$")
         config = self.write("deep.toml", "tenant = " + "[" * 100001 + "]" * 100001 + "\n")
         self.assert_clean(self.assert_error(["identity", config], r"deep\.toml:1:\d+: "))
-        # 32 levels are fine (and then the wrong type is reported, by type name only).
-        nested = self.write("nested.json", self.config_text(lambda c: c.update(tenant=[[[[1] * 1000]]])))
-        self.assert_error(["identity", nested], r"nested\.json: tenant: expected a string, got array$")
+        # 32 levels (the file's object and 31 arrays) are parsed, and the wrong type is reported by name.
+        for arrays, pattern in ((31, r"tenant: expected a string, got array$"),
+                                (32, r"invalid JSON: nested deeper than 32 levels$")):
+            value = [1] * 1000
+            for _ in range(arrays - 1):
+                value = [value]
+            nested = self.write("nested.json", self.config_text(lambda c: c.update(tenant=value)))
+            self.assert_error(["identity", nested], r"nested\.json: " + pattern)
 
     def test_huge_values_are_quoted_truncated(self):
         tokens = self.write("s.json", '[1, "' + "a" * 1000000 + '"]')
