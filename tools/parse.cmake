@@ -9,10 +9,10 @@ function(kvkey_tool_parse_library name)
   find_package(tomlplusplus 3 REQUIRED)
   set(dir ${PROJECT_SOURCE_DIR}/tools)
   add_library(${name} STATIC
-    ${dir}/kvkey/identity_config.cpp
-    ${dir}/kvkey/inputs.cpp
-    ${dir}/kvkey/text.cpp
-    ${dir}/kvkey/toml_config.cpp)
+    ${dir}/cli/identity_config.cpp
+    ${dir}/cli/inputs.cpp
+    ${dir}/cli/text.cpp
+    ${dir}/cli/toml_config.cpp)
   target_include_directories(${name} PUBLIC ${dir})
   target_link_libraries(${name} PUBLIC kvkey::kvkey nlohmann_json::nlohmann_json tomlplusplus::tomlplusplus)
   if(COMMAND kvkey_strict_warnings)

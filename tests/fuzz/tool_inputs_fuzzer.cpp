@@ -1,4 +1,4 @@
-// The kvkey tool's input parsers (tools/kvkey/inputs.hpp, identity_config.hpp):
+// The kvkey tool's input parsers (tools/cli/inputs.hpp, identity_config.hpp):
 // the first byte picks an identity file in JSON (0), in TOML (1) or a token
 // file (2); the rest is the file's contents. Each parser returns a value or
 // throws the tool's Failure, never anything else; the message is one bounded
@@ -10,9 +10,9 @@
 #include <string_view>
 
 #include "fuzz_common.hpp"
-#include "kvkey/identity_config.hpp"
-#include "kvkey/inputs.hpp"
-#include "kvkey/tool.hpp"
+#include "cli/identity_config.hpp"
+#include "cli/inputs.hpp"
+#include "cli/tool.hpp"
 
 namespace {
 

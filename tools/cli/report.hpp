@@ -8,7 +8,7 @@
 #include <string>
 #include <vector>
 
-#include "kvkey/inputs.hpp"
+#include "cli/inputs.hpp"
 
 namespace kvkey_tool {
 

@@ -1,5 +1,5 @@
 // SPDX-License-Identifier: Apache-2.0
-#include "kvkey/toml_config.hpp"
+#include "cli/toml_config.hpp"
 
 #include <toml++/toml.h>
 
@@ -9,7 +9,7 @@
 #include <utility>
 #include <vector>
 
-#include "kvkey/tool.hpp"
+#include "cli/tool.hpp"
 
 namespace kvkey_tool {
 

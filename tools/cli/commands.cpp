@@ -1,5 +1,5 @@
 // SPDX-License-Identifier: Apache-2.0
-#include "kvkey/commands.hpp"
+#include "cli/commands.hpp"
 
 #include <kvkey/encode.hpp>
 #include <kvkey/envelope.hpp>
@@ -17,10 +17,10 @@
 #include <limits>
 #include <optional>
 
-#include "kvkey/identity_config.hpp"
-#include "kvkey/inputs.hpp"
-#include "kvkey/report.hpp"
-#include "kvkey/tool.hpp"
+#include "cli/identity_config.hpp"
+#include "cli/inputs.hpp"
+#include "cli/report.hpp"
+#include "cli/tool.hpp"
 
 namespace kvkey_tool {
 

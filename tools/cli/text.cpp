@@ -7,7 +7,7 @@
 #include <string>
 #include <string_view>
 
-#include "kvkey/tool.hpp"
+#include "cli/tool.hpp"
 
 namespace kvkey_tool {
 

@@ -1,5 +1,5 @@
 // SPDX-License-Identifier: Apache-2.0
-#include "kvkey/report.hpp"
+#include "cli/report.hpp"
 
 #include <kvkey/digest.hpp>
 
@@ -10,7 +10,7 @@
 #include <string_view>
 #include <type_traits>
 
-#include "kvkey/tool.hpp"
+#include "cli/tool.hpp"
 
 namespace kvkey_tool {
 

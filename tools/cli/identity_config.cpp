@@ -1,5 +1,5 @@
 // SPDX-License-Identifier: Apache-2.0
-#include "kvkey/identity_config.hpp"
+#include "cli/identity_config.hpp"
 
 #include <kvkey/errors.hpp>
 #include <kvkey/fingerprint.hpp>
@@ -11,9 +11,9 @@
 #include <limits>
 #include <optional>
 
-#include "kvkey/inputs.hpp"
-#include "kvkey/toml_config.hpp"
-#include "kvkey/tool.hpp"
+#include "cli/inputs.hpp"
+#include "cli/toml_config.hpp"
+#include "cli/tool.hpp"
 
 namespace kvkey_tool {
 

@@ -1,5 +1,5 @@
 // SPDX-License-Identifier: Apache-2.0
-#include "kvkey/inputs.hpp"
+#include "cli/inputs.hpp"
 
 #include <kvkey/errors.hpp>
 #include <kvkey/sha256.hpp>
@@ -14,7 +14,7 @@
 #include <limits>
 #include <set>
 
-#include "kvkey/tool.hpp"
+#include "cli/tool.hpp"
 
 namespace kvkey_tool {
 

@@ -12,8 +12,8 @@
 #include <exception>
 #include <string>
 
-#include "kvkey/commands.hpp"
-#include "kvkey/tool.hpp"
+#include "cli/commands.hpp"
+#include "cli/tool.hpp"
 
 namespace {
 

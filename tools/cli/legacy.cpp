@@ -8,10 +8,10 @@
 
 #include <iterator>
 
-#include "kvkey/commands.hpp"
-#include "kvkey/inputs.hpp"
-#include "kvkey/report.hpp"
-#include "kvkey/tool.hpp"
+#include "cli/commands.hpp"
+#include "cli/inputs.hpp"
+#include "cli/report.hpp"
+#include "cli/tool.hpp"
 
 namespace kvkey_tool {
 

@@ -7,7 +7,7 @@
 #include <string>
 #include <string_view>
 
-#include "kvkey/inputs.hpp"
+#include "cli/inputs.hpp"
 
 namespace kvkey_tool {
 
