@@ -239,13 +239,38 @@ inline void check_printable(std::string_view field, std::string_view s, std::siz
   }
 }
 
-// Free text (model and adapter names): any bytes except control characters.
+// "U+202E"
+inline std::string code_point_name(unsigned cp) {
+  std::string s = "U+0000";
+  for (std::size_t i = 5; i >= 2; --i, cp >>= 4) s[i] = "0123456789ABCDEF"[cp & 0xf];
+  return s;
+}
+
+// The code point of a C1 control (U+0080..U+009F) or a bidirectional
+// embedding, override or isolate character (U+202A..U+202E, U+2066..U+2069)
+// whose UTF-8 encoding starts at s[i]; 0 for anything else.
+inline unsigned invisible_format_char(std::string_view s, std::size_t i) noexcept {
+  auto at = [&](std::size_t k) { return k < s.size() ? static_cast<unsigned char>(s[k]) : 0u; };
+  if (at(i) == 0xc2 && at(i + 1) >= 0x80 && at(i + 1) <= 0x9f) return at(i + 1);
+  if (at(i) != 0xe2 || (at(i + 1) != 0x80 && at(i + 1) != 0x81)) return 0;
+  const unsigned cp = 0x2000u + ((at(i + 1) & 0x3fu) << 6) + (at(i + 2) & 0x3fu);
+  return (cp >= 0x202a && cp <= 0x202e) || (cp >= 0x2066 && cp <= 0x2069) ? cp : 0;
+}
+
+// Free text (model and adapter names): any bytes except control characters
+// (C0 and DEL; C1 in UTF-8) and the bidirectional formatting characters above,
+// which would make a printed name read differently from its bytes.
 inline void check_text(std::string_view field, std::string_view s, std::size_t max) {
   check_length(field, s, max);
   for (std::size_t i = 0; i < s.size(); ++i) {
     const auto c = static_cast<unsigned char>(s[i]);
     if (c < 0x20 || c == 0x7f) {
       throw identity_error(field, "byte " + std::to_string(i) + " is a control character");
+    }
+    if (const unsigned cp = invisible_format_char(s, i)) {
+      throw identity_error(field, "byte " + std::to_string(i) + " starts " +
+                                      (cp < 0x100 ? "a C1 control character (" : "a bidirectional formatting character (") +
+                                      code_point_name(cp) + ")");
     }
   }
 }

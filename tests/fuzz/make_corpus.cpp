@@ -128,6 +128,62 @@ void lmdeploy_key_seeds() {
   write("lmdeploy_key", "kvkey_key", ns.store_key(ns.root()));
 }
 
+// tool_inputs: a mode byte (0 JSON identity file, 1 TOML identity file, 2
+// token file) and the file's text.
+void tool_input(const std::string& name, char mode, std::string_view text) {
+  write("tool_inputs", name, std::string(1, mode) + std::string(text));
+}
+
+void tool_inputs_seeds() {
+  const std::string json = R"({"tenant": "team-a", "model": {"name": "Qwen2.5-0.5B-Instruct", "revision": "7ae5576",
+ "weights_epoch": 0}, "kv": {"dtype": "int4", "quant": {"scheme": "per_token_asym", "group_size": 64,
+ "scale_dtype": "fp16", "zero_point": true}, "block_size": 64, "num_layers": 24, "num_kv_heads": 2,
+ "head_dim": 64, "layout": "lmdeploy.mooncake.v1", "mla": false}, "shard": {"tp_size": 4, "tp_rank": 1},
+ "adapter": {"name": "base", "weights_fingerprint": ")" + kvkey::fingerprint("adapter").hex() + R"("}}
+)";
+  const std::string toml = R"(tenant = "team-a"
+policy = "required"
+[model]
+name = "Qwen2.5-0.5B-Instruct"
+revision = "7ae5576"
+weights_epoch = 0
+[kv]
+dtype = "fp16"
+block_size = 64
+num_layers = 24
+num_kv_heads = 2
+head_dim = 64
+layout = "lmdeploy.mooncake.v1"
+[kv.quant]
+scheme = "none"
+)";
+  const std::string bom = "\xef\xbb\xbf";
+  tool_input("config_json", 0, json);
+  tool_input("config_toml", 1, toml);
+  tool_input("config_single_tenant", 0, R"({"policy": "single_tenant", "model": {"name": "m", "revision": "r"},
+ "kv": {"dtype": "bf16", "block_size": 16, "num_layers": 2, "num_kv_heads": 1, "head_dim": 8, "layout": "l"}})");
+  tool_input("config_bom", 0, bom + json);
+  tool_input("config_bom_toml", 1, bom + toml);
+  tool_input("config_nul_tail", 0, json + std::string(1, '\0') + R"({"tenant":"evil"})");
+  tool_input("config_nul_path", 0, R"({"model": {"name": "m", "revision": "r", "weights_file": "w.txt\u0000.evil"}})");
+  tool_input("config_deep", 0, R"({"tenant": )" + std::string(5000, '[') + std::string(5000, ']') + "}");
+  tool_input("config_deep_toml", 1, "tenant = " + std::string(300, '[') + std::string(300, ']') + "\n");
+  tool_input("config_minus_zero", 0, R"({"tenant": "t", "model": {"name": "m", "revision": "r"}, "kv": {"dtype": "fp16",
+ "block_size": -0, "num_layers": 99999999999999999999}})");
+  tool_input("config_overflow", 0, R"({"kv": {"num_layers": 1e400}})");
+  tool_input("config_inf_toml", 1, "[kv]\nblock_size = inf\nnum_layers = -nan\n");
+  tool_input("config_controls", 0, R"({"kv": {"\u001b[31m\u202e\u0085": 1}, "zz": {}})");
+  tool_input("config_raw_escape", 0, "{\"kv\": {\"\x1b[31m\": 1}}");
+  tool_input("config_duplicate", 0, R"({"kv": {"dtype": "fp16", "dtype": "fp32"}})");
+  tool_input("tokens_json", 2, "[0, 1, 4294967295, 151643]");
+  tool_input("tokens_text", 2, "1 2, 3\n4,5\t6");
+  tool_input("tokens_bom", 2, bom + "[1, 2, 3]");
+  tool_input("tokens_nul", 2, std::string("[1,2,3]\0,4,5,6]", 15));
+  tool_input("tokens_deep", 2, std::string(5000, '[') + std::string(5000, ']'));
+  tool_input("tokens_huge", 2, "[18446744073709551616, -0, 1e400, 4294967296, \"x\"]");
+  tool_input("tokens_text_bad", 2, "1 2 \x1b[31m -3 ,,");
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -142,6 +198,7 @@ int main(int argc, char** argv) {
   identity_seeds();
   decode_identity_seeds();
   lmdeploy_key_seeds();
+  tool_inputs_seeds();
   std::cout << "make_corpus: seeds written to " << root << "\n";
   return 0;
 }

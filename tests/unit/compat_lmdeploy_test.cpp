@@ -266,6 +266,25 @@ TEST_CASE("compat.lmdeploy: store key layout", "[compat][lmdeploy]") {
   CHECK(lm::default_model_name == "unnamed-model");
 }
 
+TEST_CASE("compat.lmdeploy: an empty model name is refused everywhere", "[compat][lmdeploy]") {
+  // lmdeploy never writes one (basename, else "unnamed-model"); a key built from
+  // it would be one parse_key and is_legacy_key reject and no pattern matches.
+  const auto h = kvkey::Digest::from_hex(std::string(64, 'a'));
+  const std::string hex(64, 'a');
+  CHECK_FALSE(lm::parse_key("@tp_rank:0@group:0@" + hex));
+  CHECK_FALSE(lm::is_legacy_key("@tp_rank:0@group:0@" + hex));
+  for (const char* prefix : {"", "p"}) {
+    CAPTURE(prefix);
+    CHECK_THROWS_WITH(lm::store_key(prefix, "", 0, h),
+                      Catch::Contains("store_key: model_name must not be empty") && Catch::Contains("unnamed-model"));
+    CHECK_THROWS_AS(lm::store_key(prefix, "", 0, h), kvkey::input_error);
+    CHECK_THROWS_AS(lm::lookup_keys(prefix, "", 1, {h}), kvkey::input_error);
+    CHECK_THROWS_AS(lm::purge_pattern(prefix, ""), kvkey::input_error);
+    CHECK_THROWS_AS(lm::purge_glob(prefix, ""), kvkey::input_error);
+    CHECK_FALSE(lm::is_legacy_key_of("p@tp_rank:0@group:0@" + hex, prefix, ""));
+  }
+}
+
 TEST_CASE("compat.lmdeploy: kv_head_rank follows the replica factor", "[compat][lmdeploy]") {
   // tp 8, 2 KV heads: 4 replicas per head.
   for (std::uint32_t r = 0; r < 8; ++r) CHECK(lm::kv_head_rank(r, 8, 2) == r / 4);

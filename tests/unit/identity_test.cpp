@@ -71,6 +71,13 @@ TEST_CASE("Every validation rule raises identity_error naming its field", "[iden
       {"model name of 129 bytes", [](Identity& i) { i.model.name = std::string(129, 'm'); }, "model.name"},
       {"model name with a newline", [](Identity& i) { i.model.name = "qwen\n"; }, "model.name"},
       {"model name with DEL", [](Identity& i) { i.model.name = "qwen\x7f"; }, "model.name"},
+      {"model name with NEL (U+0085)", [](Identity& i) { i.model.name = "qwen\xc2\x85"; }, "model.name"},
+      {"model name with U+0080", [](Identity& i) { i.model.name = "\xc2\x80qwen"; }, "model.name"},
+      {"model name with U+009F", [](Identity& i) { i.model.name = "qw\xc2\x9f" "en"; }, "model.name"},
+      {"model name with RLO (U+202E)", [](Identity& i) { i.model.name = "qwen\xe2\x80\xae" "fp16"; }, "model.name"},
+      {"model name with LRE (U+202A)", [](Identity& i) { i.model.name = "\xe2\x80\xaaqwen"; }, "model.name"},
+      {"model name with LRI (U+2066)", [](Identity& i) { i.model.name = "q\xe2\x81\xa6"; }, "model.name"},
+      {"model name with PDI (U+2069)", [](Identity& i) { i.model.name = "q\xe2\x81\xa9"; }, "model.name"},
       {"empty revision", [](Identity& i) { i.model.revision.clear(); }, "model.revision"},
       {"revision with a space", [](Identity& i) { i.model.revision = "main 2"; }, "model.revision"},
       {"revision with a tab", [](Identity& i) { i.model.revision = "main\t2"; }, "model.revision"},
@@ -130,12 +137,41 @@ TEST_CASE("Every validation rule raises identity_error naming its field", "[iden
        "adapter.name"},
       {"adapter name with a control byte",
        [](Identity& i) { i.adapter = kvkey::Adapter("lora\x01", kvkey::fingerprint("w")); }, "adapter.name"},
+      {"adapter name with RLO (U+202E)",
+       [](Identity& i) { i.adapter = kvkey::Adapter("lora\xe2\x80\xae", kvkey::fingerprint("w")); }, "adapter.name"},
+      {"adapter name with NEL (U+0085)",
+       [](Identity& i) { i.adapter = kvkey::Adapter("\xc2\x85lora", kvkey::fingerprint("w")); }, "adapter.name"},
   };
   for (const auto& c : cases) {
     CAPTURE(c.what);
     Identity id = base_identity();  // 4 KV heads, 28 layers
     c.mutate(id);
     require_identity_error(id, c.field);
+  }
+}
+
+TEST_CASE("Invisible formatting characters in names are refused with their offset", "[identity]") {
+  auto message = [](const std::string& name) {
+    Identity id = base_identity();
+    id.model.name = name;
+    try {
+      (void)kvkey::validated(id);
+    } catch (const kvkey::identity_error& e) {
+      CHECK(e.field() == "model.name");
+      return std::string(e.what());
+    }
+    return std::string("accepted");
+  };
+  CHECK(message("Qwen\xe2\x80\xae" "61pf") ==
+        "[kvkey.identity_error] model.name: byte 4 starts a bidirectional formatting character (U+202E)");
+  CHECK(message("ab\xc2\x85") == "[kvkey.identity_error] model.name: byte 2 starts a C1 control character (U+0085)");
+  CHECK(message("\xe2\x81\xa9") ==
+        "[kvkey.identity_error] model.name: byte 0 starts a bidirectional formatting character (U+2069)");
+  // Their neighbours are ordinary text: U+00A0, U+00E9, U+2029, U+202F, U+2065, U+206A, and a truncated sequence.
+  for (const char* ok : {"a\xc2\xa0" "b", "\xc3\xa9", "a\xe2\x80\xa9", "a\xe2\x80\xaf", "a\xe2\x81\xa5",
+                         "a\xe2\x81\xaa", "a\xe2\x80", "a\xc2"}) {
+    CAPTURE(ok);
+    CHECK(message(ok) == "accepted");
   }
 }
 

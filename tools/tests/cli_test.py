@@ -35,8 +35,8 @@ def example(name):
     return os.path.join(EXAMPLES, name + ".json")
 
 
-def run(*args, stdin=None, cwd=None):
-    p = subprocess.run([TOOL, *args], input=stdin, capture_output=True, cwd=cwd)
+def run(*args, stdin=None, cwd=None, timeout=None):
+    p = subprocess.run([TOOL, *args], input=stdin, capture_output=True, cwd=cwd, timeout=timeout)
     return p.returncode, p.stdout.decode(), p.stderr.decode()
 
 
@@ -757,6 +757,191 @@ class LegacyTest(ToolTest):
         self.assert_error(["legacy", "purge"], r"unknown subcommand 'legacy purge' \(known: keys, pattern, parse\)")
 
 
+# ---- hostile input -----------------------------------------------------------------------
+
+class HostileInputTest(ToolTest):
+    """Input a careless or hostile user gives: never a crash, a hang, unbounded work or a
+    truncated read; a one-line error that quotes the input truncated and escaped."""
+
+    FP16 = example("qwen-fp16")
+
+    def write(self, name, data):
+        path = self.tmp_path(name)
+        with open(path, "wb") as f:
+            f.write(data if isinstance(data, bytes) else data.encode())
+        return path
+
+    def config_text(self, change=None):
+        cfg = load(self.FP16)
+        if change:
+            change(cfg)
+        return json.dumps(cfg)
+
+    def assert_clean(self, line, limit=400):
+        """A bounded line without raw control, C1 or bidi characters."""
+        self.assertLess(len(line), limit, line[:200])
+        self.assertIsNone(re.search("[\x00-\x1f\x7f-\x9f\u202a-\u202e\u2066-\u2069]", line), repr(line))
+
+    def test_deep_nesting_is_an_error_not_a_crash(self):
+        deep = self.write("d.json", "[" * 100001 + "]" * 100001)
+        for args in (["keys", self.FP16, "--tokens", deep],
+                     ["legacy", "keys", "--model-name", "m", "--block-size", "4", "--tokens", deep]):
+            self.assert_clean(self.assert_error(args, r"d\.json: token 0: expected an integer in \[0, 2\^32\), "
+                                                      r"got an array$"))
+        config = self.write("deep.json", '{"tenant": ' + "[" * 100001 + "]" * 100001 + "}")
+        self.assert_error(["identity", config], r"deep\.json: invalid JSON: nested deeper than 32 levels$")
+        config = self.write("deep.toml", "tenant = " + "[" * 100001 + "]" * 100001 + "\n")
+        self.assert_clean(self.assert_error(["identity", config], r"deep\.toml:1:\d+: "))
+        # 32 levels (the file's object and 31 arrays) are parsed, and the wrong type is reported by name.
+        for arrays, pattern in ((31, r"tenant: expected a string, got array$"),
+                                (32, r"invalid JSON: nested deeper than 32 levels$")):
+            value = [1] * 1000
+            for _ in range(arrays - 1):
+                value = [value]
+            nested = self.write("nested.json", self.config_text(lambda c: c.update(tenant=value)))
+            self.assert_error(["identity", nested], r"nested\.json: " + pattern)
+
+    def test_huge_values_are_quoted_truncated(self):
+        tokens = self.write("s.json", '[1, "' + "a" * 1000000 + '"]')
+        self.assert_clean(self.assert_error(["keys", self.FP16, "--tokens", tokens],
+                                            r's\.json: token 1: .*got the string "a{64}"\.\.\. \(1000000 bytes\)$'))
+        key = "k" * 100000
+        config = self.write("key.json", self.config_text(lambda c: c["kv"].update({key: 1})))
+        self.assert_clean(self.assert_error(["identity", config], r"key\.json: kv\.k{64}\.\.\. \(100000 bytes\): "
+                                                                  r"unknown key \(kv takes: dtype, "))
+        number = self.write("n.json", self.config_text().replace('"block_size": 64', '"block_size": 1e400'))
+        self.assert_clean(self.assert_error(["identity", number], r"n\.json: invalid JSON: .*number overflow"))
+
+    def test_nul_bytes_are_errors_not_the_end_of_the_input(self):
+        cases = {"t.json": (b"[1,2,3]\0,4,5,6]", r"t\.json:1:8: NUL byte \(byte 7\): not a text file$"),
+                 "t.txt": (b"1 2\n3\0 4", r"t\.txt:2:2: NUL byte \(byte 5\)")}
+        for name, (data, pattern) in cases.items():
+            self.assert_error(["keys", self.FP16, "--tokens", self.write(name, data)], pattern)
+        config = self.config_text().encode()
+        for name in ("c.json", "c.toml"):
+            text = config if name == "c.json" else open(example("qwen-fp16")[:-5] + ".toml", "rb").read()
+            self.assert_error(["identity", self.write(name, text + b'\0{"tenant":"evil"}')],
+                              re.escape(name) + r":\d+:\d+: NUL byte \(byte %d\)" % len(text))
+        shutil.copy(os.path.join(EXAMPLES, "adapter-weights.txt"), self.tmp)
+        lora = self.write("lora.json", self.config_text(lambda c: c.update(
+            adapter={"name": "base", "weights_file": "adapter-weights.txt\0.evil"})))
+        self.assert_error(["identity", lora], r'lora\.json: adapter\.weights_file: byte 19 is NUL, which cannot be '
+                                              r'in a path \("adapter-weights\.txt\\u0000\.evil"\)$')
+        # Messages show the whole value, NUL escaped, not the part before it.
+        dtype = self.write("d.json", self.config_text(lambda c: c["kv"].update(dtype="fp16\0evil")))
+        self.assert_error(["identity", dtype], r'd\.json: kv\.dtype: unknown dtype "fp16\\u0000evil"')
+
+    def test_stdin_is_read_only_as_far_as_needed(self):
+        path = self.write("big.bin", bytes(4096))
+        header = self.seal(self.FP16, "00" * 32)
+        for args in (["inspect", "-"], ["verify", self.FP16, "-", "--block", "00" * 32, "--size", "1"]):
+            with open(path, "rb") as f:
+                p = subprocess.run([TOOL, *args], stdin=f, capture_output=True, timeout=600)
+                consumed = os.lseek(f.fileno(), 0, os.SEEK_CUR)  # the tool shared this file offset
+            self.assertLessEqual(consumed, 1025, args)
+            self.assertIn(b"it is more than 1024 bytes, an envelope is exactly 1024", p.stdout + p.stderr)
+        with open(header, "rb") as f:
+            self.assertTrue(self.ok("inspect", "-", stdin=f.read()).startswith("header: stdin (1024-byte"))
+
+    def test_inputs_must_be_regular_files(self):
+        self.assert_error(["identity", "/dev/zero"], r"^kvkey: error: /dev/zero: not a regular file \(a character "
+                                                     r"device\)$")
+        self.assert_error(["keys", self.FP16, "--tokens", "/dev/zero"], r"/dev/zero: not a regular file")
+        self.assert_error(["inspect", "/dev/zero"], r"/dev/zero: not a regular file")
+        fifo = self.tmp_path("fifo")
+        os.mkfifo(fifo)
+        for target in ("/dev/zero", fifo):
+            config = self.write("w.json", self.config_text(lambda c: c["model"].update(weights_file=target)))
+            rc, out, err = run("identity", config, timeout=600)  # a blocking read would hang here
+            self.assertEqual((rc, out), (2, ""))
+            self.assertRegex(err, r"w\.json: model\.weights_file: \S+: not a regular file \(a (character device|FIFO)\)")
+        self.assert_error(["keys", self.FP16, "--tokens", fifo], r"fifo: not a regular file \(a FIFO\)")
+
+    def test_sizes_are_capped(self):
+        self.assert_error(["identity", self.write("big.json", b" " * (2**20 + 1))],
+                          r"big\.json: larger than the 1048576-byte limit for identity files$")
+        self.assert_error(["keys", self.FP16, "--tokens", "-"],
+                          r"^kvkey: error: stdin: larger than the 33554432-byte limit for token files$",
+                          stdin=b"1 " * (2**24) + b"1")
+        self.assert_error(["legacy", "keys", "--model-name", "m", "--block-size", "4", "--tokens", PROBE_TOKENS,
+                           "--tp-size", "4294967295", "--num-kv-heads", "4294967295"],
+                          r"--tp-size: 4294967295 with 4294967295 KV heads gives 4294967295 keys per block, above "
+                          r"the tool's limit of 1024$")
+        j = json.loads(self.ok("legacy", "keys", "--model-name", "m", "--block-size", "4", "--tokens", PROBE_TOKENS,
+                               "--tp-size", "1024", "--num-kv-heads", "1024", "--json"))
+        self.assertEqual(j["keys_per_block"], 1024)
+
+    def test_values_are_reported_as_written(self):
+        minus_zero = self.write("z.json", self.config_text().replace('"block_size": 64', '"block_size": -0'))
+        self.assert_error(["identity", minus_zero], r"z\.json: kv\.block_size: expected an integer in "
+                                                    r"\[0, 4294967295\], got -0$")
+        with open(example("qwen-fp16")[:-5] + ".toml") as f:
+            toml = f.read()
+        for value in ("inf", "-inf", "nan"):
+            path = self.write("v.toml", toml.replace("block_size = 64", "block_size = " + value))
+            self.assert_error(["identity", path], r"v\.toml: kv\.block_size: expected an integer in "
+                                                  r"\[0, 4294967295\], got %s$" % re.escape(value))
+
+    def test_control_characters_are_escaped(self):
+        esc = self.write("e.txt", b"1 2 \x1b[31mred\x1b[0m")
+        line = self.assert_error(["keys", self.FP16, "--tokens", esc], r'got "\\u001b\[31mred\\u001b\[0m"$')
+        self.assert_clean(line)
+        bidi = "\u202egnp.exe\u0085"
+        key = self.write("k.json", self.config_text(lambda c: c["kv"].update({bidi: 1})))
+        self.assert_clean(self.assert_error(["identity", key], r"kv\.\\u202egnp\.exe\\u0085: unknown key"))
+        self.assert_clean(self.assert_error(["identity", self.tmp_path("x\x1by.json")],
+                                            r"cannot open \S*x\\u001by\.json: No such file"))
+        # Output too: legacy keys echo the command line's names.
+        out = self.ok("legacy", "pattern", "--model-name", "m\x1b]0;x\x07\u202e", "--cache-prefix", "p\x85")
+        self.assert_clean(out.replace("\n", " "), limit=2000)
+        self.assertIn('model name "m\\u001b]0;x\\u0007\\u202e"', out)
+        j = self.ok("legacy", "pattern", "--model-name", "m\x1b\u202e", "--json")
+        self.assertTrue(j.isascii())
+        self.assertEqual(json.loads(j)["model_name"], "m\x1b\u202e")
+
+    def test_names_with_bidi_or_c1_characters_are_refused(self):
+        for name, offset, cp in (("Qwen\u202e61pf", 4, "U+202E"), ("Qwen\u0085", 4, "U+0085"),
+                                 ("\u2066Qwen", 0, "U+2066")):
+            config = self.write("n.json", self.config_text(lambda c: c["model"].update(name=name)))
+            self.assert_error(["identity", config], r"n\.json: model\.name: byte %d starts a .* \(%s\)$" % (offset, re.escape(cp)))
+            config = self.write("a.json", self.config_text(lambda c: c.update(
+                adapter={"name": name, "weights_fingerprint": "00" * 32})))
+            self.assert_error(["identity", config], r"a\.json: adapter\.name: byte %d starts" % offset)
+
+    def test_utf8_bom_is_ignored_in_every_text_input(self):
+        bom = b"\xef\xbb\xbf"
+        plain = keys_json(self.FP16)["blocks"]
+        with open(os.path.join(EXAMPLES, "prompts", "short.json"), "rb") as f:
+            tokens = f.read()
+        with open(example("qwen-fp16")[:-5] + ".toml", "rb") as f:
+            toml = f.read()
+        for name, data in (("t.json", tokens), ("t.txt", b" ".join(tokens.strip(b"[]\n").split(b",")))):
+            j = json.loads(self.ok("keys", self.FP16, "--tokens", self.write(name, bom + data), "--json"))
+            self.assertEqual(j["token_count"], 130, name)
+            self.assertEqual(j["blocks"], plain[:2], name)
+        for name, data in (("c.json", self.config_text().encode()), ("c.toml", toml)):
+            self.assertEqual(row(self.ok("identity", self.write(name, bom + data)), "root"),
+                             row(self.ok("identity", self.FP16), "root"), name)
+
+    def test_suggestions_only_for_likely_typos(self):
+        for key in ("zz", "kx", "mv"):  # two letters, one or two away from "kv"
+            config = self.write("s.json", self.config_text(lambda c: c.update({key: 1})))
+            line = self.assert_error(["identity", config], r"s\.json: %s: unknown key \(the top level takes: " % key)
+            self.assertNotIn("did you mean", line)
+        config = self.write("s.json", self.config_text(lambda c: c["kv"].update(layuot="x")))
+        self.assert_error(["identity", config], r"kv\.layuot: unknown key \(did you mean kv\.layout\?\)$")
+
+    def test_seal_to_stdout(self):
+        p = subprocess.run([TOOL, "seal", self.FP16, "--block", "00" * 32, "--size", "7", "-o", "-"],
+                           capture_output=True, cwd=self.tmp)
+        self.assertEqual((p.returncode, p.stderr), (0, b""))
+        self.assertFalse(os.path.exists(self.tmp_path("-")))
+        with open(self.seal(self.FP16, "00" * 32, size=7), "rb") as f:
+            self.assertEqual(p.stdout, f.read())
+        out = self.ok("inspect", "-", stdin=p.stdout)
+        self.assertEqual(row(out, "payload size"), "7 bytes")
+
+
 # ---- docs/cli.md ------------------------------------------------------------------------
 
 class DocsTest(ToolTest):
@@ -827,7 +1012,7 @@ class ErrorsTest(ToolTest):
     def test_missing_and_unreadable_files(self):
         self.assert_error(["identity", self.data("no-such.json")],
                           r"cannot open \S*no-such\.json: No such file or directory$")
-        self.assert_error(["identity", DATA], r"cannot read \S*data: Is a directory$")
+        self.assert_error(["identity", DATA], r"\S*data: not a regular file \(a directory\)$")
         self.assert_error(["keys", example("qwen-fp16"), "--tokens", self.data("none.txt")],
                           r"cannot open \S*none\.txt: No such file or directory$")
 
@@ -869,9 +1054,9 @@ class ErrorsTest(ToolTest):
 
     def test_token_errors(self):
         self.assert_error(["keys", example("qwen-fp16"), "--tokens", self.data("bad-tokens.txt")],
-                          r"bad-tokens\.txt:2:3: token 4: expected an integer in \[0, 2\^32\), got 'x5'$")
-        cases = {"neg.txt": ("1 -2", r"neg\.txt:1:3: token 1: .*got '-2'"),
-                 "big.txt": ("4294967296", r"big\.txt:1:1: token 0: .*got '4294967296'"),
+                          r"bad-tokens\.txt:2:3: token 4: expected an integer in \[0, 2\^32\), got \"x5\"$")
+        cases = {"neg.txt": ("1 -2", r"neg\.txt:1:3: token 1: .*got \"-2\""),
+                 "big.txt": ("4294967296", r"big\.txt:1:1: token 0: .*got \"4294967296\""),
                  "commas.txt": ("1,,2", r"commas\.txt:1:3: unexpected ','"),
                  "neg.json": ("[1, -2]", r"neg\.json: token 1: expected an integer in \[0, 2\^32\), got -2$"),
                  "big.json": ("[4294967296]", r"big\.json: token 0: .*got 4294967296$"),

@@ -109,9 +109,12 @@ inline std::string key_head(std::string_view cache_prefix, std::string_view mode
   return head;
 }
 
+// lmdeploy never writes an empty model_name (it falls back to the model path's
+// basename, then to default_model_name), and parse_key cannot split such a key.
 inline void check_model_name(std::string_view model_name, std::string_view what) {
   if (model_name.empty()) {
-    throw input_error(std::string(what) + ": model_name must not be empty (lmdeploy refuses an empty model_name)");
+    throw input_error(std::string(what) + ": model_name must not be empty (lmdeploy never writes one: it uses the "
+                      "model path's basename, or \"" + std::string(default_model_name) + "\")");
   }
 }
 
@@ -232,8 +235,11 @@ inline std::uint32_t shard_key_count(std::uint32_t tp_size, std::uint32_t num_kv
 
 /// "[<cache_prefix>@]<model_name>@tp_rank:<kv_head_rank>@group:0@<64 hex>",
 /// exactly as lmdeploy's build_store_key writes it ('@' is not escaped).
+/// Throws input_error for an empty model_name, which lmdeploy never writes and
+/// parse_key, is_legacy_key and purge_pattern refuse.
 inline std::string store_key(std::string_view cache_prefix, std::string_view model_name, std::uint32_t kv_head_rank,
                              const Digest& block_hash) {
+  detail::check_model_name(model_name, "store_key");
   std::string key = detail::key_head(cache_prefix, model_name);
   key.append("@tp_rank:").append(std::to_string(kv_head_rank)).append("@group:0@");
   key.append(block_hash.hex());
@@ -241,9 +247,11 @@ inline std::string store_key(std::string_view cache_prefix, std::string_view mod
 }
 
 /// The keys lmdeploy's worker lookup asks batch_is_exist about, block-major:
-/// for each hash, kv_head_rank 0 .. shard_keys - 1.
+/// for each hash, kv_head_rank 0 .. shard_keys - 1. Throws input_error for an
+/// empty model_name.
 inline std::vector<std::string> lookup_keys(std::string_view cache_prefix, std::string_view model_name,
                                             std::uint32_t shard_keys, const std::vector<Digest>& hashes) {
+  detail::check_model_name(model_name, "lookup_keys");
   std::vector<std::string> keys;
   keys.reserve(hashes.size() * shard_keys);
   for (const Digest& h : hashes) {

@@ -8,6 +8,8 @@
 #include <string>
 #include <vector>
 
+#include "cli/inputs.hpp"
+
 namespace kvkey_tool {
 
 /// One salient field, printable: strings quoted, optionals "none".
@@ -25,6 +27,9 @@ std::string value_of(const std::vector<FieldValue>& fields, std::string_view pat
 
 /// Appends "  <label padded to width> <value>\n".
 void append_row(std::string& out, std::string_view label, std::string_view value, std::size_t width = 30);
+
+/// Appends j as indented JSON text, ASCII only (escapes for the rest), and a newline.
+void append_json(std::string& out, const Json& j);
 
 /// Lowercase hex of bytes.
 std::string to_hex(const std::vector<std::uint8_t>& bytes);

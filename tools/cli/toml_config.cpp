@@ -1,5 +1,5 @@
 // SPDX-License-Identifier: Apache-2.0
-#include "kvkey/toml_config.hpp"
+#include "cli/toml_config.hpp"
 
 #include <toml++/toml.h>
 
@@ -9,7 +9,7 @@
 #include <utility>
 #include <vector>
 
-#include "kvkey/tool.hpp"
+#include "cli/tool.hpp"
 
 namespace kvkey_tool {
 
@@ -18,13 +18,21 @@ namespace {
 struct Converter {
   const std::string& file;
 
-  Json node(const toml::node& n, const std::string& path) const {
+  Json node(const toml::node& n, const std::string& path, std::size_t depth) const {
+    if (n.is_table() || n.is_array()) {
+      if (depth >= max_json_depth) {
+        fail("{}:{}:{}: {}: nested deeper than {} levels", file, n.source().begin.line, n.source().begin.column,
+             path, max_json_depth);
+      }
+    }
     switch (n.type()) {
-      case toml::node_type::table: return table(*n.as_table(), path);
+      case toml::node_type::table: return table(*n.as_table(), path, depth + 1);
       case toml::node_type::array: {
         Json j = Json::array();
         std::size_t i = 0;
-        for (const toml::node& e : *n.as_array()) j.push_back(node(e, path + "[" + std::to_string(i++) + "]"));
+        for (const toml::node& e : *n.as_array()) {
+          j.push_back(node(e, path + "[" + std::to_string(i++) + "]", depth + 1));
+        }
         return j;
       }
       case toml::node_type::string: return Json(n.as_string()->get());
@@ -41,7 +49,7 @@ struct Converter {
   }
 
   // Members in file order, so the first unknown key reported is the first one written.
-  Json table(const toml::table& t, const std::string& path) const {
+  Json table(const toml::table& t, const std::string& path, std::size_t depth) const {
     std::vector<std::pair<const toml::key*, const toml::node*>> members;
     for (const auto& [k, v] : t) members.emplace_back(&k, &v);
     std::stable_sort(members.begin(), members.end(), [](const auto& a, const auto& b) {
@@ -52,7 +60,8 @@ struct Converter {
     Json j = Json::object();
     for (const auto& [k, v] : members) {
       const std::string name(k->str());
-      j[name] = node(*v, path.empty() ? name : path + "." + name);
+      const std::string shown = escape(name, quote_limit);
+      j[name] = node(*v, path.empty() ? shown : path + "." + shown, depth);
     }
     return j;
   }
@@ -60,13 +69,15 @@ struct Converter {
 
 }  // namespace
 
-Json parse_toml(const std::string& text, const std::string& path) {
+Json parse_toml(std::string_view text, const std::string& path) {
   const std::string name = display_name(path);
   try {
     const toml::table t = toml::parse(text, name);
-    return Converter{name}.table(t, "");
+    return Converter{name}.table(t, "", 1);
   } catch (const toml::parse_error& e) {
-    fail("{}:{}:{}: invalid TOML: {}", name, e.source().begin.line, e.source().begin.column, e.description());
+    // The description may quote the input: escaped and truncated.
+    fail("{}:{}:{}: invalid TOML: {}", name, e.source().begin.line, e.source().begin.column,
+         escape(e.description(), 2 * quote_limit + 60));
   }
 }
 

@@ -1,5 +1,5 @@
 // SPDX-License-Identifier: Apache-2.0
-#include "kvkey/commands.hpp"
+#include "cli/commands.hpp"
 
 #include <kvkey/encode.hpp>
 #include <kvkey/envelope.hpp>
@@ -17,10 +17,10 @@
 #include <limits>
 #include <optional>
 
-#include "kvkey/identity_config.hpp"
-#include "kvkey/inputs.hpp"
-#include "kvkey/report.hpp"
-#include "kvkey/tool.hpp"
+#include "cli/identity_config.hpp"
+#include "cli/inputs.hpp"
+#include "cli/report.hpp"
+#include "cli/tool.hpp"
 
 namespace kvkey_tool {
 
@@ -76,10 +76,10 @@ kvkey::ExtraKey parse_extra(const std::string& spec) {
 void write_file(const std::string& path, const std::uint8_t* data, std::size_t size) {
   errno = 0;
   std::FILE* f = std::fopen(path.c_str(), "wb");
-  if (f == nullptr) fail("cannot write {}: {}", path, errno != 0 ? std::strerror(errno) : "unknown error");
+  if (f == nullptr) fail("cannot write {}: {}", display_name(path), errno != 0 ? std::strerror(errno) : "unknown error");
   const bool ok = std::fwrite(data, 1, size, f) == size;
   const int err = errno;
-  if (std::fclose(f) != 0 || !ok) fail("cannot write {}: {}", path, std::strerror(err != 0 ? err : errno));
+  if (std::fclose(f) != 0 || !ok) fail("cannot write {}: {}", display_name(path), std::strerror(err != 0 ? err : errno));
 }
 
 // A header file: at most one byte more than an envelope is read (enough to
@@ -90,7 +90,7 @@ struct HeaderFile {
 };
 
 HeaderFile read_header(const std::string& path) {
-  const std::string s = read_file(path, kvkey::envelope_size + 1);
+  const std::string s = read_at_most(path, kvkey::envelope_size + 1);
   HeaderFile h{std::vector<std::uint8_t>(s.begin(), s.end()), std::to_string(s.size())};
   if (s.size() > kvkey::envelope_size) {
     std::error_code ec;
@@ -156,7 +156,7 @@ int run_identity(const std::string& config_path, std::string& out) {
   append_fields(out, field_values(ns.identity()));
   if (!config.fingerprinted_files.empty()) {
     print(out, "fingerprinted files (SHA-256 of the contents):\n");
-    for (const auto& [field, file] : config.fingerprinted_files) append_row(out, field, file, label_width);
+    for (const auto& [field, file] : config.fingerprinted_files) append_row(out, field, display_name(file), label_width);
   }
   print(out, "namespace:\n");
   append_row(out, "policy",
@@ -204,16 +204,15 @@ int run_keys(const KeysOptions& o, std::string& out) {
                  {"key_prefix", ns.key_prefix()},
                  {"tenant_prefix", ns.tenant_prefix()},
                  {"blocks", std::move(blocks)}};
-    out += j.dump(2, ' ', false, nlohmann::json::error_handler_t::replace);
-    out += '\n';
+    append_json(out, j);
     return exit_ok;
   }
 
   print(out, "config: {}\n", display_name(o.config));
   append_row(out, "root", ns.root().hex(), 14);
-  append_row(out, "salt", o.salt.empty() ? std::string("none") : quote(o.salt), 14);
+  append_row(out, "salt", o.salt.empty() ? std::string("none") : quote(o.salt, no_limit), 14);
   for (const auto& e : opt.extras) {
-    append_row(out, "extra", fmt::format("tokens [{}, {}) key {}", e.token_begin, e.token_end, quote(e.key)), 14);
+    append_row(out, "extra", fmt::format("tokens [{}, {}) key {}", e.token_begin, e.token_end, quote(e.key, no_limit)), 14);
   }
   append_row(out, "first parent", ns.first_parent(o.salt).hex(), 14);
   append_row(out, "tokens",
@@ -237,8 +236,12 @@ int run_seal(const SealOptions& o, std::string& out) {
   const kvkey::Digest block = parse_digest(o.block, "--block");
   const std::uint64_t size = parse_uint_option(o.size, 64, "--size");
   const kvkey::Envelope e = ns.seal(block, size);
+  if (o.output == "-") {  // stdout: the envelope's bytes and nothing else
+    out.append(reinterpret_cast<const char*>(e.data()), e.size());
+    return exit_ok;
+  }
   write_file(o.output, e.data(), e.size());
-  print(out, "wrote {}: a {}-byte envelope\n", o.output, e.size());
+  print(out, "wrote {}: a {}-byte envelope\n", display_name(o.output), e.size());
   append_row(out, "block hash", block.hex(), 14);
   append_row(out, "payload size", std::to_string(size), 14);
   append_row(out, "slice", fmt::format("{}", ns.slice()), 14);

@@ -8,6 +8,7 @@
 #include <kvkey/key_namespace.hpp>
 
 #include <string>
+#include <string_view>
 #include <utility>
 #include <vector>
 
@@ -23,7 +24,11 @@ struct IdentityConfig {
   std::vector<std::pair<std::string, std::string>> fingerprinted_files;
 };
 
-/// Reads and parses path. Throws Failure (one line naming the file and the
+/// Parses the contents of the identity file `path` (TOML when the name ends in
+/// ".toml", else JSON): what load_identity_config does after reading it.
+IdentityConfig parse_identity_config(std::string_view text, const std::string& path);
+
+/// Reads (at most max_config_size bytes) and parses path. Throws Failure (one line naming the file and the
 /// field, or the line and column of a syntax error) on any problem other than
 /// an invalid identity, which namespace_for() reports.
 IdentityConfig load_identity_config(const std::string& path);

@@ -1,5 +1,5 @@
 // SPDX-License-Identifier: Apache-2.0
-#include "kvkey/report.hpp"
+#include "cli/report.hpp"
 
 #include <kvkey/digest.hpp>
 
@@ -10,7 +10,7 @@
 #include <string_view>
 #include <type_traits>
 
-#include "kvkey/tool.hpp"
+#include "cli/tool.hpp"
 
 namespace kvkey_tool {
 
@@ -19,7 +19,7 @@ namespace {
 struct Printer {
   std::vector<FieldValue>& out;
 
-  void operator()(std::string_view path, const std::string& v) const { add(path, quote(v)); }
+  void operator()(std::string_view path, const std::string& v) const { add(path, quote(v, no_limit)); }
   void operator()(std::string_view path, std::uint32_t v) const { add(path, std::to_string(v)); }
   void operator()(std::string_view path, std::uint64_t v) const { add(path, std::to_string(v)); }
   void operator()(std::string_view path, bool v) const { add(path, v ? "true" : "false"); }
@@ -59,6 +59,12 @@ std::string value_of(const std::vector<FieldValue>& fields, std::string_view pat
 
 void append_row(std::string& out, std::string_view label, std::string_view value, std::size_t width) {
   fmt::format_to(std::back_inserter(out), "  {:<{}} {}\n", label, width, value);
+}
+
+void append_json(std::string& out, const Json& j) {
+  // ASCII only: every non-ASCII or control character is a \u escape.
+  out += j.dump(2, ' ', true, nlohmann::json::error_handler_t::replace);
+  out += '\n';
 }
 
 std::string to_hex(const std::vector<std::uint8_t>& bytes) {

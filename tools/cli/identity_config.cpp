@@ -1,21 +1,19 @@
 // SPDX-License-Identifier: Apache-2.0
-#include "kvkey/identity_config.hpp"
+#include "cli/identity_config.hpp"
 
 #include <kvkey/errors.hpp>
 #include <kvkey/fingerprint.hpp>
 
 #include <algorithm>
-#include <cerrno>
-#include <cstdio>
-#include <cstring>
+#include <cmath>
 #include <filesystem>
 #include <initializer_list>
 #include <limits>
 #include <optional>
 
-#include "kvkey/inputs.hpp"
-#include "kvkey/toml_config.hpp"
-#include "kvkey/tool.hpp"
+#include "cli/inputs.hpp"
+#include "cli/toml_config.hpp"
+#include "cli/tool.hpp"
 
 namespace kvkey_tool {
 
@@ -37,6 +35,41 @@ std::size_t edit_distance(std::string_view a, std::string_view b) {
   return row[b.size()];
 }
 
+// The known key an unknown one is probably a typo of: at most 2 edits, and
+// fewer than half the unknown key's length ("zz" is no typo of "kv").
+std::optional<std::string_view> suggestion(std::string_view key, std::initializer_list<std::string_view> known) {
+  if (key.size() > 64) return std::nullopt;
+  std::optional<std::string_view> best;
+  std::size_t best_distance = 3;
+  for (std::string_view candidate : known) {
+    const std::size_t d = edit_distance(key, candidate);
+    if (d < best_distance && 2 * d < key.size()) best_distance = d, best = candidate;
+  }
+  return best;
+}
+
+// A JSON value in a message: strings quoted and truncated, numbers as written
+// (-0, inf and nan included), arrays and objects by type only.
+std::string describe(const Json& v) {
+  switch (v.type()) {
+    case Json::value_t::string: return quote(v.get_ref<const std::string&>());
+    case Json::value_t::number_integer: {
+      // Non-negative integers parse as number_unsigned: a signed zero was written "-0".
+      const auto n = v.get<std::int64_t>();
+      return n == 0 ? "-0" : std::to_string(n);
+    }
+    case Json::value_t::number_float: {
+      const double d = v.get<double>();
+      if (std::isnan(d)) return "nan";
+      if (std::isinf(d)) return d < 0 ? "-inf" : "inf";
+      return v.dump();
+    }
+    case Json::value_t::object:
+    case Json::value_t::array: return v.type_name();
+    default: return v.dump();
+  }
+}
+
 /// One JSON object of the configuration, read member by member. Knows its
 /// dotted path so every message names the field.
 class Section {
@@ -47,17 +80,11 @@ class Section {
     for (const auto& item : j.items()) {
       const std::string& k = item.key();
       if (std::find(keys.begin(), keys.end(), k) != keys.end()) continue;
-      std::string_view best;
-      std::size_t best_distance = 3;  // suggest only close matches
       std::string known;
-      for (std::string_view candidate : keys) {
-        const std::size_t d = edit_distance(k, candidate);
-        if (d < best_distance) best_distance = d, best = candidate;
-        if (!known.empty()) known += ", ";
-        known += candidate;
-      }
-      if (!best.empty()) fail("{}: {}: unknown key (did you mean {}?)", file_, field(k), field(best));
-      fail("{}: {}: unknown key ({} takes: {})", file_, field(k), path_.empty() ? "the top level" : path_, known);
+      for (std::string_view candidate : keys) known += (known.empty() ? "" : ", ") + std::string(candidate);
+      const std::string unknown = field(escape(k, quote_limit));
+      if (const auto best = suggestion(k, keys)) fail("{}: {}: unknown key (did you mean {}?)", file_, unknown, field(*best));
+      fail("{}: {}: unknown key ({} takes: {})", file_, unknown, where(), known);
     }
   }
 
@@ -79,6 +106,14 @@ class Section {
     if (!v.is_string()) fail("{}: {}: expected a string, got {}", file_, field(key), describe(v));
     return v.get<std::string>();
   }
+  /// A string naming a file: a NUL would end the path early.
+  std::string path(std::string_view key, const Json& v) const {
+    std::string s = string(key, v);
+    if (const auto nul = s.find('\0'); nul != std::string::npos) {
+      fail("{}: {}: byte {} is NUL, which cannot be in a path ({})", file_, field(key), nul, quote(s));
+    }
+    return s;
+  }
   template <class Uint>
   Uint unsigned_int(std::string_view key, const Json& v) const {
     constexpr auto max = std::numeric_limits<Uint>::max();
@@ -97,9 +132,9 @@ class Section {
     const std::string name = string(key, v);
     if (const auto d = kvkey::kv_dtype_from_string(name)) return *d;
     std::string known;
-    for (const auto& e : kvkey::detail::dtype_names) {
+    for (std::size_t code = 1; code <= kvkey::kv_dtype_count; ++code) {
       if (!known.empty()) known += ", ";
-      known += e.name;
+      known += kvkey::to_string(static_cast<kvkey::KvDtype>(code));
     }
     fail("{}: {}: unknown dtype {} (known: {})", file_, field(key), quote(name), known);
   }
@@ -115,10 +150,6 @@ class Section {
 
  private:
   std::string where() const { return path_.empty() ? "the top level" : path_; }
-  static std::string describe(const Json& v) {
-    const std::string s = v.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
-    return v.is_structured() ? std::string(v.type_name()) : s.size() > 40 ? s.substr(0, 40) + "..." : s;
-  }
 
   const Json& j_;
   std::string path_;
@@ -136,25 +167,16 @@ std::optional<kvkey::Digest> read_fingerprint(const Section& s, std::string_view
   }
   if (hex != nullptr) return s.digest(hex_key, *hex);
   if (file == nullptr) return std::nullopt;
-  const std::filesystem::path given = s.string(file_key, *file);
+  const std::filesystem::path given = s.path(file_key, *file);
   std::filesystem::path resolved = given;
   if (given.is_relative() && config.path != "-") resolved = std::filesystem::path(config.path).parent_path() / given;
   const std::string p = resolved.lexically_normal().string();
-  // Open it here first, so the message names the field rather than the library call.
-  errno = 0;
-  if (std::FILE* f = std::fopen(p.c_str(), "rb")) {
-    std::fclose(f);
-  } else {
-    fail("{}: {}: cannot open {}: {}", s.file(), s.field(file_key), p,
-         errno != 0 ? std::strerror(errno) : "unknown error");
-  }
-  if (std::filesystem::is_directory(resolved)) fail("{}: {}: {} is a directory", s.file(), s.field(file_key), p);
   try {
-    const kvkey::Digest d = kvkey::fingerprint_file(p);
+    const kvkey::Digest d = fingerprint_regular_file(p);
     config.fingerprinted_files.emplace_back(s.field(hex_key), p);
     return d;
-  } catch (const kvkey::io_error& e) {
-    fail("{}: {}: {}", s.file(), s.field(file_key), without_error_id(e.what()));
+  } catch (const Failure& e) {
+    fail("{}: {}: {}", s.file(), s.field(file_key), e.what());
   }
 }
 
@@ -225,12 +247,13 @@ void read_policy(const Section& s, IdentityConfig& c) {
 
 }  // namespace
 
-IdentityConfig load_identity_config(const std::string& path) {
+IdentityConfig parse_identity_config(std::string_view bytes, const std::string& path) {
   IdentityConfig c;
   c.path = path;
   const std::string name = display_name(path);
+  const std::string_view text = text_body(bytes, path);
   const bool toml = path.size() > 5 && path.compare(path.size() - 5, 5, ".toml") == 0;
-  const Json j = toml ? parse_toml(read_file(path), path) : parse_json(read_file(path), path);
+  const Json j = toml ? parse_toml(text, path) : parse_json(text, path);
   const Section top(j, "", {"tenant", "policy", "model", "kv", "shard", "adapter"}, name);
   read_policy(top, c);
   if (const Json* t = top.find("tenant")) c.identity.tenant = top.string("tenant", *t);
@@ -245,6 +268,10 @@ IdentityConfig load_identity_config(const std::string& path) {
     read_adapter(Section(*a, "adapter", {"name", "weights_fingerprint", "weights_file"}, name), c);
   }
   return c;
+}
+
+IdentityConfig load_identity_config(const std::string& path) {
+  return parse_identity_config(read_limited(path, max_config_size, "identity files"), path);
 }
 
 kvkey::KeyNamespace<> namespace_for(const IdentityConfig& config) {

@@ -24,9 +24,27 @@ class Failure : public std::runtime_error {
   using std::runtime_error::runtime_error;
 };
 
+/// How many bytes of an untrusted string a message quotes (quote's default).
+inline constexpr std::size_t quote_limit = 64;
+/// No truncation: for values printed as output (bounded by the identity limits
+/// or the command line).
+inline constexpr std::size_t no_limit = std::string_view::npos;
+
+/// s with everything that could change how a terminal shows the text escaped:
+/// C0 controls and DEL (\n, \t, \u001b), C1 controls and invisible or
+/// bidirectional formatting characters in UTF-8 (\u0085, \u202e) and bytes that
+/// are not UTF-8 (\xff). When s is longer than max bytes, only its first max
+/// bytes (whole characters) are kept, followed by "... (N bytes)".
+std::string escape(std::string_view s, std::size_t max = no_limit);
+
+/// Untrusted text in a message or output: "escaped" like a JSON string ('"' and
+/// '\' escaped too), truncated after max bytes as escape() does.
+std::string quote(std::string_view s, std::size_t max = quote_limit);
+
 template <class... Args>
 [[noreturn]] void fail(fmt::format_string<Args...> f, Args&&... args) {
-  throw Failure(fmt::format(f, std::forward<Args>(args)...));
+  // Whatever a caller formatted in, the message is one printable line.
+  throw Failure(escape(fmt::format(f, std::forward<Args>(args)...)));
 }
 
 /// A kvkey exception's message without its "[kvkey.<type>] " id.
@@ -37,10 +55,6 @@ inline std::string_view without_error_id(std::string_view what) {
   }
   return what;
 }
-
-/// Text that came from a file or an envelope, quoted and escaped like a JSON
-/// string so control characters cannot reach the terminal.
-std::string quote(std::string_view s);
 
 }  // namespace kvkey_tool
 

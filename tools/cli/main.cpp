@@ -12,17 +12,21 @@
 #include <exception>
 #include <string>
 
-#include "kvkey/commands.hpp"
-#include "kvkey/tool.hpp"
+#include "cli/commands.hpp"
+#include "cli/tool.hpp"
 
 namespace {
 
 using namespace kvkey_tool;
 
-// One line on stderr, whatever the message holds.
+// Longest message printed; the tool's own quote untrusted text far shorter,
+// this bounds what CLI11 and the library echo.
+constexpr std::size_t max_message = 4096;
+
+// One printable line on stderr, whatever the message holds.
 int report_error(std::string message) {
   std::replace(message.begin(), message.end(), '\n', ' ');
-  fmt::print(stderr, "kvkey: error: {}\n", message);
+  fmt::print(stderr, "kvkey: error: {}\n", escape(message, max_message));
   return exit_error;
 }
 
@@ -60,7 +64,7 @@ int main(int argc, char** argv) {
   seal_cmd->add_option("CONFIG", seal.config, "identity file (JSON)")->required();
   seal_cmd->add_option("--block", seal.block, "block hash (64 hex)")->required();
   seal_cmd->add_option("--size", seal.size, "payload size in bytes")->required();
-  seal_cmd->add_option("-o,--output", seal.output, "file to write")->required();
+  seal_cmd->add_option("-o,--output", seal.output, "file to write; - writes the envelope to stdout")->required();
 
   auto* inspect_cmd = app.add_subcommand("inspect", "Decode an envelope: the producer's identity, slice, block "
                                                     "hash and payload size");
@@ -115,7 +119,9 @@ int main(int argc, char** argv) {
       known += (known.empty() ? "" : ", ") + sub->get_name();
     }
     const std::string parent = level == &app ? "" : level->get_name() + " ";
-    if (next == nullptr) return report_error(fmt::format("unknown subcommand '{}{}' (known: {})", parent, name, known));
+    if (next == nullptr) {
+      return report_error(fmt::format("unknown subcommand '{}{}' (known: {})", parent, escape(name, quote_limit), known));
+    }
     level = next;
   }
 

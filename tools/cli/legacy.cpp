@@ -8,10 +8,10 @@
 
 #include <iterator>
 
-#include "kvkey/commands.hpp"
-#include "kvkey/inputs.hpp"
-#include "kvkey/report.hpp"
-#include "kvkey/tool.hpp"
+#include "cli/commands.hpp"
+#include "cli/inputs.hpp"
+#include "cli/report.hpp"
+#include "cli/tool.hpp"
 
 namespace kvkey_tool {
 
@@ -21,8 +21,15 @@ namespace {
 
 constexpr std::size_t width = 16;
 
+// Keys per block the tool lists: lmdeploy's TP sizes are far below this, and
+// tp_size up to 2^32 - 1 would make billions of keys per block.
+constexpr std::uint32_t max_keys_per_block = 1024;
+
 void check_model_name(const LegacyOptions& o) {
-  if (o.model_name.empty()) fail("--model-name: must not be empty (lmdeploy refuses an empty model_name)");
+  if (o.model_name.empty()) {
+    fail("--model-name: must not be empty (lmdeploy never writes one: it uses the model path's basename, or {})",
+         quote(lmdeploy::default_model_name));
+  }
 }
 
 // Keys per block, from the TP size and KV heads (lmdeploy's num_kv_head_shards).
@@ -37,11 +44,17 @@ std::uint32_t shard_keys(const LegacyOptions& o) {
   if (tp_size == 1) return 1;
   if (o.num_kv_heads.empty()) fail("--num-kv-heads: required when --tp-size is above 1");
   const std::uint32_t heads = positive(o.num_kv_heads, "--num-kv-heads");
+  std::uint32_t keys = 0;
   try {
-    return lmdeploy::shard_key_count(tp_size, heads);
+    keys = lmdeploy::shard_key_count(tp_size, heads);
   } catch (const kvkey::input_error& e) {
     fail("--tp-size: {}", without_error_id(e.what()));
   }
+  if (keys > max_keys_per_block) {
+    fail("--tp-size: {} with {} KV heads gives {} keys per block, above the tool's limit of {}", tp_size, heads, keys,
+         max_keys_per_block);
+  }
+  return keys;
 }
 
 }  // namespace
@@ -72,15 +85,14 @@ int run_legacy_keys(const LegacyOptions& o, std::string& out) {
                  {"token_count", tokens.size()},
                  {"keys_per_block", shards},
                  {"blocks", std::move(blocks)}};
-    out += j.dump(2, ' ', false, nlohmann::json::error_handler_t::replace);
-    out += '\n';
+    append_json(out, j);
     return exit_ok;
   }
 
   fmt::format_to(std::back_inserter(out), "lmdeploy legacy keys (no tenant, dtype, revision or epoch in them)\n");
-  append_row(out, "cache prefix", o.cache_prefix.empty() ? std::string("none") : quote(o.cache_prefix), width);
-  append_row(out, "model name", quote(o.model_name), width);
-  append_row(out, "extra identity", o.adapter.empty() ? std::string("none (adapter name)") : quote(o.adapter), width);
+  append_row(out, "cache prefix", o.cache_prefix.empty() ? std::string("none") : quote(o.cache_prefix, no_limit), width);
+  append_row(out, "model name", quote(o.model_name, no_limit), width);
+  append_row(out, "extra identity", o.adapter.empty() ? std::string("none (adapter name)") : quote(o.adapter, no_limit), width);
   append_row(out, "tokens",
              fmt::format("{} ({} full blocks of {}; {} trailing tokens not hashed)", tokens.size(), hashes.size(), bs,
                          tokens.size() - hashes.size() * bs),
@@ -90,7 +102,7 @@ int run_legacy_keys(const LegacyOptions& o, std::string& out) {
     fmt::format_to(std::back_inserter(out), "block {} (tokens [{}, {})):\n", i, i * bs, (i + 1) * bs);
     append_row(out, "block hash", hashes[i].hex(), width);
     for (std::uint32_t k = 0; k < shards; ++k) {
-      append_row(out, "key", lmdeploy::store_key(o.cache_prefix, o.model_name, k, hashes[i]), width);
+      append_row(out, "key", escape(lmdeploy::store_key(o.cache_prefix, o.model_name, k, hashes[i])), width);
     }
   }
   return exit_ok;
@@ -101,15 +113,13 @@ int run_legacy_pattern(const LegacyOptions& o, std::string& out) {
   const std::string regex = lmdeploy::purge_pattern(o.cache_prefix, o.model_name);
   const std::string glob = lmdeploy::purge_glob(o.cache_prefix, o.model_name);
   if (o.json) {
-    out += Json{{"cache_prefix", o.cache_prefix}, {"model_name", o.model_name}, {"regex", regex}, {"glob", glob}}
-               .dump(2, ' ', false, nlohmann::json::error_handler_t::replace);
-    out += '\n';
+    append_json(out, Json{{"cache_prefix", o.cache_prefix}, {"model_name", o.model_name}, {"regex", regex}, {"glob", glob}});
     return exit_ok;
   }
   fmt::format_to(std::back_inserter(out), "every legacy key of cache prefix {} and model name {}:\n",
-                 o.cache_prefix.empty() ? std::string("none") : quote(o.cache_prefix), quote(o.model_name));
-  append_row(out, "regex", regex, 7);
-  append_row(out, "glob", glob, 7);
+                 o.cache_prefix.empty() ? std::string("none") : quote(o.cache_prefix, no_limit), quote(o.model_name, no_limit));
+  append_row(out, "regex", escape(regex), 7);
+  append_row(out, "glob", escape(glob), 7);
   fmt::format_to(std::back_inserter(out),
                  "the regex matches exactly these keys (ECMAScript and POSIX ERE: Mooncake remove_by_regex, "
                  "grep -E);\nthe glob (Redis SCAN MATCH) also matches some non-keys: check each match with the regex\n");
@@ -121,7 +131,7 @@ int run_legacy_parse(const LegacyOptions& o, std::string& out) {
   std::vector<lmdeploy::LegacyKey> parsed;
   for (const std::string& key : o.keys) {
     auto k = lmdeploy::parse_key(key);
-    if (!k) fail("{}: not an lmdeploy legacy key ([<cache_prefix>@]<model_name>@tp_rank:<K>@group:0@<64 hex>)", quote(key));
+    if (!k) fail("{}: not an lmdeploy legacy key ([<cache_prefix>@]<model_name>@tp_rank:<K>@group:0@<64 hex>)", quote(key, 4 * quote_limit));
     parsed.push_back(std::move(*k));
   }
   Json all = Json::array();
@@ -136,9 +146,9 @@ int run_legacy_parse(const LegacyOptions& o, std::string& out) {
                          {"ambiguous", k.ambiguous}});
       continue;
     }
-    fmt::format_to(std::back_inserter(out), "{}\n", quote(o.keys[i]));
-    append_row(out, "cache prefix", k.cache_prefix.empty() ? std::string("none") : quote(k.cache_prefix), width);
-    append_row(out, "model name", quote(k.model_name), width);
+    fmt::format_to(std::back_inserter(out), "{}\n", quote(o.keys[i], no_limit));
+    append_row(out, "cache prefix", k.cache_prefix.empty() ? std::string("none") : quote(k.cache_prefix, no_limit), width);
+    append_row(out, "model name", quote(k.model_name, no_limit), width);
     append_row(out, "kv head rank", std::to_string(k.kv_head_rank), width);
     append_row(out, "block hash", k.block_hash.hex(), width);
     if (k.ambiguous) {
@@ -147,8 +157,7 @@ int run_legacy_parse(const LegacyOptions& o, std::string& out) {
     }
   }
   if (o.json) {
-    out += all.dump(2, ' ', false, nlohmann::json::error_handler_t::replace);
-    out += '\n';
+    append_json(out, all);
   }
   return exit_ok;
 }

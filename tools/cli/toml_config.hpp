@@ -5,15 +5,16 @@
 #define KVKEY_TOOL_TOML_CONFIG_HPP
 
 #include <string>
+#include <string_view>
 
-#include "kvkey/inputs.hpp"
+#include "cli/inputs.hpp"
 
 namespace kvkey_tool {
 
 /// Parses TOML text read from path. A syntax error throws Failure
 /// "PATH:LINE:COLUMN: invalid TOML: ..."; dates and times (which no identity
-/// field takes) throw Failure naming the key.
-Json parse_toml(const std::string& text, const std::string& path);
+/// field takes) and nesting deeper than max_json_depth throw Failure naming the key.
+Json parse_toml(std::string_view text, const std::string& path);
 
 }  // namespace kvkey_tool
 

@@ -1,0 +1,351 @@
+// SPDX-License-Identifier: Apache-2.0
+#include "cli/inputs.hpp"
+
+#include <kvkey/errors.hpp>
+#include <kvkey/sha256.hpp>
+
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cstring>
+#include <limits>
+#include <set>
+
+#include "cli/tool.hpp"
+
+namespace kvkey_tool {
+
+namespace {
+
+// 1-based line and column of byte offset `pos` (0-based) in text.
+std::pair<std::size_t, std::size_t> line_column(std::string_view text, std::size_t pos) {
+  std::size_t line = 1, column = 1;
+  for (std::size_t i = 0; i < pos && i < text.size(); ++i) {
+    if (text[i] == '\n') {
+      ++line;
+      column = 1;
+    } else {
+      ++column;
+    }
+  }
+  return {line, column};
+}
+
+// nlohmann's message without its "[json.exception...] parse error at line L,
+// column C: " preamble; its "last read: '...'" quotes the input, so it is
+// escaped and truncated.
+std::string parse_error_detail(std::string_view what) {
+  const auto column = what.find("column ");
+  if (column != std::string_view::npos) {
+    const auto colon = what.find(": ", column);
+    if (colon != std::string_view::npos) what.remove_prefix(colon + 2);
+  } else if (const auto id_end = what.find("] "); id_end != std::string_view::npos) {
+    what.remove_prefix(id_end + 2);
+  }
+  return escape(what, 2 * quote_limit + 60);
+}
+
+// Rejects duplicate object keys (nlohmann keeps the last one silently, which
+// would hide a mistake in a configuration file) and nesting deeper than
+// max_json_depth (before the parser builds it).
+struct ConfigCheck {
+  struct Frame {
+    bool object;
+    std::set<std::string> keys;
+    std::string current;
+  };
+  const std::string& path;
+  std::vector<Frame> frames;
+  std::string duplicate;  // dotted path of the first duplicate
+
+  bool operator()(int depth, nlohmann::json::parse_event_t event, Json& parsed) {
+    using Event = nlohmann::json::parse_event_t;
+    switch (event) {
+      case Event::object_start:
+      case Event::array_start:
+        if (static_cast<std::size_t>(depth) >= max_json_depth) {
+          fail("{}: invalid JSON: nested deeper than {} levels", display_name(path), max_json_depth);
+        }
+        frames.push_back({event == Event::object_start, {}, {}});
+        break;
+      case Event::object_end:
+      case Event::array_end:
+        if (!frames.empty()) frames.pop_back();
+        break;
+      case Event::key: {
+        Frame& f = frames.back();
+        f.current = parsed.get<std::string>();
+        if (!f.keys.insert(f.current).second && duplicate.empty()) {
+          for (const Frame& outer : frames) {
+            if (!outer.object) continue;
+            if (!duplicate.empty()) duplicate += '.';
+            duplicate += escape(outer.current, quote_limit);
+          }
+        }
+        break;
+      }
+      case Event::value: break;
+    }
+    return true;
+  }
+};
+
+// The smallest regular-file reader: an open descriptor, closed on scope exit.
+class Fd {
+ public:
+  explicit Fd(int fd, bool owned) : fd_(fd), owned_(owned) {}
+  Fd(Fd&& other) noexcept : fd_(other.fd_), owned_(other.owned_) { other.owned_ = false; }
+  Fd(const Fd&) = delete;
+  Fd& operator=(const Fd&) = delete;
+  Fd& operator=(Fd&&) = delete;
+  ~Fd() {
+    if (owned_) ::close(fd_);
+  }
+  int get() const { return fd_; }
+
+ private:
+  int fd_;
+  bool owned_;
+};
+
+const char* file_kind(mode_t mode) {
+  if (S_ISDIR(mode)) return "a directory";
+  if (S_ISCHR(mode)) return "a character device";
+  if (S_ISBLK(mode)) return "a block device";
+  if (S_ISFIFO(mode)) return "a FIFO";
+  if (S_ISSOCK(mode)) return "a socket";
+  return "not a plain file";
+}
+
+// stdin for "-", else path opened without blocking (a FIFO would wait for a
+// writer) and checked to be a regular file.
+Fd open_input(const std::string& path) {
+  if (path == "-") return Fd(STDIN_FILENO, false);
+  const int fd = ::open(path.c_str(), O_RDONLY | O_NONBLOCK | O_CLOEXEC);
+  if (fd < 0) fail("cannot open {}: {}", display_name(path), std::strerror(errno));
+  Fd f(fd, true);
+  struct stat st {};
+  if (::fstat(fd, &st) != 0) fail("cannot read {}: {}", display_name(path), std::strerror(errno));
+  if (!S_ISREG(st.st_mode)) fail("{}: not a regular file ({})", display_name(path), file_kind(st.st_mode));
+  return f;
+}
+
+// Up to n bytes into buf; fewer only at the end of the input.
+std::size_t read_some(const Fd& f, const std::string& path, char* buf, std::size_t n) {
+  std::size_t got = 0;
+  while (got < n) {
+    const ssize_t r = ::read(f.get(), buf + got, n - got);
+    if (r == 0) break;
+    if (r < 0) {
+      if (errno == EINTR) continue;
+      fail("cannot read {}: {}", display_name(path), std::strerror(errno));
+    }
+    got += static_cast<std::size_t>(r);
+  }
+  return got;
+}
+
+}  // namespace
+
+std::optional<std::uint64_t> parse_unsigned(std::string_view text, std::uint64_t max) {
+  if (text.empty()) return std::nullopt;
+  std::uint64_t v = 0;
+  for (char c : text) {
+    if (c < '0' || c > '9') return std::nullopt;
+    const auto d = static_cast<std::uint64_t>(c - '0');
+    if (v > (max - d) / 10) return std::nullopt;
+    v = v * 10 + d;
+  }
+  return v;
+}
+
+std::uint64_t parse_uint_option(std::string_view text, int bits, std::string_view what) {
+  const std::uint64_t max = bits == 32 ? std::numeric_limits<std::uint32_t>::max() : std::numeric_limits<std::uint64_t>::max();
+  const auto v = parse_unsigned(text, max);
+  if (!v) fail("{}: expected an integer in [0, 2^{}), got {}", what, bits, quote(text));
+  return *v;
+}
+
+std::string display_name(const std::string& path) { return path == "-" ? "stdin" : escape(path, 4 * quote_limit); }
+
+std::string read_at_most(const std::string& path, std::size_t max) {
+  const Fd f = open_input(path);
+  std::string text;
+  char buf[1 << 16];
+  while (text.size() < max) {
+    const std::size_t n = read_some(f, path, buf, std::min(sizeof buf, max - text.size()));
+    text.append(buf, n);
+    if (n == 0) break;
+  }
+  return text;
+}
+
+std::string read_limited(const std::string& path, std::size_t limit, std::string_view what) {
+  std::string text = read_at_most(path, limit + 1);
+  if (text.size() > limit) fail("{}: larger than the {}-byte limit for {}", display_name(path), limit, what);
+  return text;
+}
+
+std::string_view text_body(std::string_view bytes, const std::string& path) {
+  constexpr std::string_view bom = "\xef\xbb\xbf";
+  if (bytes.substr(0, bom.size()) == bom) bytes.remove_prefix(bom.size());
+  const auto nul = bytes.find('\0');
+  if (nul != std::string_view::npos) {
+    const auto [line, column] = line_column(bytes, nul);
+    fail("{}:{}:{}: NUL byte (byte {}): not a text file", display_name(path), line, column, nul);
+  }
+  return bytes;
+}
+
+kvkey::Digest fingerprint_regular_file(const std::string& path) {
+  const Fd f = open_input(path);
+  kvkey::Sha256 h;
+  std::vector<char> buf(std::size_t{1} << 20);
+  while (const std::size_t n = read_some(f, path, buf.data(), buf.size())) h.update(buf.data(), n);
+  return h.result();
+}
+
+Json parse_json(std::string_view text, const std::string& path) {
+  ConfigCheck check{path, {}, {}};
+  Json j;
+  try {
+    j = Json::parse(text.begin(), text.end(), std::ref(check));
+  } catch (const nlohmann::json::parse_error& e) {
+    const auto [line, column] = line_column(text, e.byte == 0 ? 0 : e.byte - 1);
+    fail("{}:{}:{}: invalid JSON: {}", display_name(path), line, column, parse_error_detail(e.what()));
+  } catch (const nlohmann::json::exception& e) {  // e.g. out_of_range: a number beyond double
+    fail("{}: invalid JSON: {}", display_name(path), parse_error_detail(e.what()));
+  }
+  if (!check.duplicate.empty()) fail("{}: {}: duplicate key", display_name(path), check.duplicate);
+  return j;
+}
+
+namespace {
+
+constexpr std::uint64_t max_token = std::numeric_limits<std::uint32_t>::max();
+
+// A JSON token list read as it is parsed (no document tree, so no nesting to
+// build or to print): an array of unsigned integers and nothing else.
+class TokenReader : public nlohmann::json_sax<Json> {
+ public:
+  explicit TokenReader(std::vector<std::int64_t>& tokens) : tokens_(tokens) {}
+  std::string error;  // set when reading stopped: what is wrong
+  std::size_t error_byte = 0;
+  bool syntax_error = false;
+
+  bool null() override { return bad("null"); }
+  bool boolean(bool v) override { return bad(v ? "true" : "false"); }
+  bool number_integer(number_integer_t v) override { return bad(v == 0 ? "-0" : std::to_string(v)); }
+  bool number_unsigned(number_unsigned_t v) override {
+    if (depth_ != 1 || v > max_token) return bad(std::to_string(v));
+    tokens_.push_back(static_cast<std::int64_t>(v));
+    return true;
+  }
+  bool number_float(number_float_t, const string_t& text) override { return bad(escape(text, quote_limit)); }
+  bool string(string_t& v) override { return bad("the string " + quote(v)); }
+  bool binary(binary_t&) override { return bad("binary data"); }
+  bool start_object(std::size_t) override { return bad("an object"); }
+  bool key(string_t&) override { return false; }
+  bool end_object() override { return false; }
+  bool start_array(std::size_t) override {
+    if (depth_ != 0) return bad("an array");
+    depth_ = 1;
+    return true;
+  }
+  bool end_array() override {
+    depth_ = 0;
+    return true;
+  }
+  bool parse_error(std::size_t position, const std::string&, const nlohmann::json::exception& e) override {
+    syntax_error = true;
+    error_byte = position;
+    error = parse_error_detail(e.what());
+    return false;
+  }
+
+ private:
+  bool bad(const std::string& got) {
+    if (depth_ != 1) {  // unreachable: the text starts with '[' and a second value is a syntax error
+      error = "expected a JSON array of token ids, got " + got;
+    } else {
+      error = fmt::format("token {}: expected an integer in [0, 2^32), got {}", tokens_.size(), got);
+    }
+    return false;
+  }
+
+  std::vector<std::int64_t>& tokens_;
+  int depth_ = 0;
+};
+
+std::vector<std::int64_t> tokens_from_json(std::string_view text, const std::string& path) {
+  std::vector<std::int64_t> tokens;
+  TokenReader reader(tokens);
+  if (Json::sax_parse(text.begin(), text.end(), &reader)) return tokens;
+  if (reader.syntax_error) {
+    const auto [line, column] = line_column(text, reader.error_byte == 0 ? 0 : reader.error_byte - 1);
+    fail("{}:{}:{}: invalid JSON: {}", display_name(path), line, column, reader.error);
+  }
+  fail("{}: {}", display_name(path), reader.error);
+}
+
+bool is_space(char c) { return c == ' ' || c == '\t' || c == '\n' || c == '\r' || c == '\v' || c == '\f'; }
+
+std::vector<std::int64_t> tokens_from_text(std::string_view text, const std::string& path) {
+  std::vector<std::int64_t> tokens;
+  bool comma_allowed = false;  // one comma may follow each id
+  for (std::size_t i = 0; i < text.size();) {
+    const char c = text[i];
+    if (is_space(c)) {
+      ++i;
+      continue;
+    }
+    if (c == ',') {
+      if (!comma_allowed) {
+        const auto [line, column] = line_column(text, i);
+        fail("{}:{}:{}: unexpected ',' (expected a token id)", display_name(path), line, column);
+      }
+      comma_allowed = false;
+      ++i;
+      continue;
+    }
+    std::size_t end = i;
+    while (end < text.size() && !is_space(text[end]) && text[end] != ',') ++end;
+    const std::string_view word = text.substr(i, end - i);
+    const auto v = parse_unsigned(word, max_token);
+    if (!v) {
+      const auto [line, column] = line_column(text, i);
+      fail("{}:{}:{}: token {}: expected an integer in [0, 2^32), got {}", display_name(path), line, column,
+           tokens.size(), quote(word));
+    }
+    tokens.push_back(static_cast<std::int64_t>(*v));
+    comma_allowed = true;
+    i = end;
+  }
+  return tokens;
+}
+
+}  // namespace
+
+std::vector<std::int64_t> parse_tokens(std::string_view bytes, const std::string& path) {
+  const std::string_view text = text_body(bytes, path);
+  const auto first = text.find_first_not_of(" \t\r\n\v\f");
+  if (first != std::string_view::npos && text[first] == '[') return tokens_from_json(text, path);
+  return tokens_from_text(text, path);
+}
+
+std::vector<std::int64_t> read_tokens(const std::string& path) {
+  return parse_tokens(read_limited(path, max_token_file_size, "token files"), path);
+}
+
+kvkey::Digest parse_digest(std::string_view hex, std::string_view what) {
+  try {
+    return kvkey::Digest::from_hex(hex);
+  } catch (const kvkey::input_error& e) {
+    fail("{}: {}", what, without_error_id(e.what()));
+  }
+}
+
+}  // namespace kvkey_tool
