@@ -4,7 +4,7 @@
 #include <kvkey/batch.hpp>
 #include <kvkey/kvkey.hpp>
 
-#include "perf_fixtures.hpp"
+#include "support/fixtures.hpp"
 
 #include <catch2/catch.hpp>
 
@@ -22,7 +22,7 @@ std::vector<std::int64_t> tokens_for(std::size_t request, std::size_t n) {
 }
 
 struct Fixture {
-  kvkey::KeyNamespace<> ns{perf_identity(16)};
+  kvkey::KeyNamespace<> ns{kvkey_test::bf16_identity(16)};
   std::vector<std::vector<std::int64_t>> prompts;
   std::vector<kvkey::HashOptions> options;
   std::vector<kvkey::BlockHashRequest<std::int64_t>> requests;
@@ -114,7 +114,7 @@ TEST_CASE("perf: batches equal block_hashes at every block size and token type",
   // Requests without extras are hashed two at a time in lockstep where the CPU
   // allows; the lengths make pairs of equal and unequal block counts.
   for (std::uint32_t bs : {1u, 16u, 64u, 255u, 256u, 257u}) {
-    const kvkey::KeyNamespace<> ns(perf_identity(bs));
+    const kvkey::KeyNamespace<> ns(kvkey_test::bf16_identity(bs));
     std::vector<std::vector<std::uint32_t>> u32(7);
     std::vector<std::vector<std::int32_t>> i32(7);
     for (std::size_t i = 0; i < u32.size(); ++i) {

@@ -5,11 +5,11 @@
 // The files were generated once by kvkey (the hidden test case
 // "[.golden-generate]", run only after a deliberate, documented format change)
 // and are checked two ways: kvkey must reproduce them, and so must the
-// independent reference in core_test_support.hpp, which builds every message
+// independent reference in tests/support/reference.hpp, which builds every message
 // byte by byte from docs/format.md and hashes it with OpenSSL's EVP_Digest.
 // For the minimal case the identity encoding and the first block message are
 // also spelled out below as annotated literal bytes.
-#include "core_test_support.hpp"
+#include "support/reference.hpp"
 
 #include <catch2/catch.hpp>
 
@@ -23,8 +23,8 @@
 
 namespace {
 
-using core_test::ByteVec;
-using core_test::to_hex;
+using kvkey_test::ByteVec;
+using kvkey_test::to_hex;
 using Entries = std::vector<std::pair<std::string, std::string>>;
 
 struct GoldenCase {
@@ -154,7 +154,7 @@ Entries with_kvkey(const GoldenCase& c) {
 
 // The same entries from the independent reference.
 Entries with_reference(const GoldenCase& c) {
-  namespace ref = core_test::ref;
+  namespace ref = kvkey_test::ref;
   kvkey::Identity id = c.id;
   if (c.policy.tenant == kvkey::TenantPolicy::single_tenant) id.tenant = "_single";
   const ByteVec encoding = ref::identity_encoding(id);
@@ -234,14 +234,14 @@ TEST_CASE("Golden vectors: committed envelopes still verify and decode", "[golde
         if (name == "envelope." + std::to_string(i)) hex = value;
         if (name == "block." + std::to_string(i)) block_hex = value;
       }
-      const ByteVec header = core_test::bytes_from_hex(hex);
+      const ByteVec header = kvkey_test::bytes_from_hex(hex);
       REQUIRE(header.size() == kvkey::envelope_size);
       const auto block = kvkey::Digest::from_hex(block_hex);
       CHECK(ns.verify(header.data(), header.size(), block, c.payload_size).ok());
       const auto contents = kvkey::decode_envelope(header.data(), header.size());
       REQUIRE(contents.has_value());
       CHECK(contents->identity.tenant == ns.identity().tenant);
-      CHECK(core_test::same_salient_fields(contents->identity, ns.identity()));
+      CHECK(kvkey_test::same_salient_fields(contents->identity, ns.identity()));
       CHECK(contents->slice == c.slice);
       CHECK(contents->block_hash == block);
       CHECK(contents->payload_size == c.payload_size);
@@ -276,7 +276,7 @@ TEST_CASE("Golden vectors: the minimal case spelled out byte by byte", "[golden]
                                    "00";                 // adapter absent
   const kvkey::KeyNamespace<> ns(c.id, c.policy);
   CHECK(to_hex(ns.encoding()) == encoding_hex);
-  const ByteVec root = core_test::ref::sha256(core_test::bytes_from_hex(encoding_hex));
+  const ByteVec root = kvkey_test::ref::sha256(kvkey_test::bytes_from_hex(encoding_hex));
   CHECK(ns.root().hex() == to_hex(root));
 
   // Block 0: 'B' || root || 64 tokens as u32le || u32le 0 (no extras).
@@ -291,14 +291,14 @@ TEST_CASE("Golden vectors: the minimal case spelled out byte by byte", "[golden]
   block0_hex += "00000000";
   CHECK(block0_hex.size() == 2 * (1 + 32 + 4 * 64 + 4));
   CHECK(block0_hex.substr(66, 8) == "39300000");  // t_0 = 12345 = 0x3039
-  const ByteVec block0 = core_test::ref::sha256(core_test::bytes_from_hex(block0_hex));
+  const ByteVec block0 = kvkey_test::ref::sha256(kvkey_test::bytes_from_hex(block0_hex));
   const auto blocks = ns.block_hashes(toks);
   REQUIRE(blocks.size() == 3);
   CHECK(blocks[0].hex() == to_hex(block0));
 
   // Object of block 0: 'O' || block hash || u32le 0, 1, 0, 1 (heads [0,1), layers [0,1)).
-  const ByteVec object0 = core_test::ref::sha256(
-      core_test::bytes_from_hex("4f" + to_hex(block0) + "00000000" "01000000" "00000000" "01000000"));
+  const ByteVec object0 = kvkey_test::ref::sha256(
+      kvkey_test::bytes_from_hex("4f" + to_hex(block0) + "00000000" "01000000" "00000000" "01000000"));
   CHECK(ns.object_hash(blocks[0]).hex() == to_hex(object0));
   CHECK(ns.store_key(blocks[0]) == "kvk1/t0/m/e0/" + to_hex(object0));
 

@@ -8,7 +8,7 @@
 // and the reference would still be caught.
 #include <kvkey/kvkey.hpp>
 
-#include "perf_fixtures.hpp"
+#include "support/fixtures.hpp"
 
 #include <openssl/evp.h>
 
@@ -156,7 +156,7 @@ Bytes ref_envelope(const Bytes& encoding, const kvkey::Slice& s, const kvkey::Di
 // ---- the grid ------------------------------------------------------------------
 
 kvkey::Identity make_identity(int which, std::uint32_t block_size) {
-  kvkey::Identity id = perf_identity(block_size);
+  kvkey::Identity id = kvkey_test::bf16_identity(block_size);
   if (which == 1) {
     id.tenant = "t.0_x";
     id.model.name = std::string("deep seek/V3 \xc3\xa9@") + std::string(60, 'z');  // escapes + cut at 96
