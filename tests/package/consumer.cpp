@@ -4,10 +4,10 @@
 
 #include <vector>
 
-#include "consumer.hpp"
+#include "../support/fixtures.hpp"
 
 int main() {
-  const kvkey::KeyNamespace<> ns{consumer_identity()};
+  const kvkey::KeyNamespace<> ns{kvkey_test::base_identity()};
   const auto hashes = ns.block_hashes(std::vector<std::int64_t>(40, 7));
   if (hashes.size() != 2) return 1;
   const kvkey::Verdict rejected = ns.verify(ns.seal(hashes[1], 4096), hashes[0], 4096);

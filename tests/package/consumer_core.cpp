@@ -10,10 +10,10 @@
 #include <cstdio>
 #include <vector>
 
-#include "consumer.hpp"
+#include "../support/fixtures.hpp"
 
 int main() {
-  const kvkey::KeyNamespace<> ns{consumer_identity()};
+  const kvkey::KeyNamespace<> ns{kvkey_test::base_identity()};
   const std::vector<std::vector<std::int64_t>> prompts(4, std::vector<std::int64_t>(40, 7));
   kvkey::BatchHasher pool(2);  // threads: kvkey/batch.hpp
   const auto batch = pool.block_hashes(ns, prompts);

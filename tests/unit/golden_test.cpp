@@ -57,15 +57,7 @@ std::vector<GoldenCase> golden_cases() {
     GoldenCase c;
     c.name = "minimal";
     c.description = "smallest identity: one-letter strings, no optionals, quant none, 1 layer, 1 head, tp = pp = 1";
-    c.id.tenant = "t0";
-    c.id.model.name = "m";
-    c.id.model.revision = "r";
-    c.id.kv.dtype = kvkey::KvDtype::fp16;
-    c.id.kv.block_size = 64;
-    c.id.kv.num_layers = 1;
-    c.id.kv.num_kv_heads = 1;
-    c.id.kv.head_dim = 1;
-    c.id.kv.layout = "l";
+    c.id = kvkey_test::make_identity("t0", "m", "r", {kvkey::KvDtype::fp16, 64, 1, 1, 1, "l"});
     c.payload_size = 1 * 2 * 1 * 1 * 64 * 2;  // layers * (K,V) * heads * head_dim * tokens * fp16
     c.slice = {0, 1, 0, 1};
     cases.push_back(c);
@@ -74,22 +66,15 @@ std::vector<GoldenCase> golden_cases() {
     GoldenCase c;
     c.name = "sharded";
     c.description = "int8 per-token asymmetric quant with fingerprints and an adapter, tp 4 rank 2, pp 2 rank 1";
-    c.id.tenant = "team-a";
-    c.id.model.name = "Qwen/Qwen2.5-7B-Instruct";
-    c.id.model.revision = "a09a35458c702b33eeacc393d103063234e8bc28";
+    c.id = kvkey_test::make_identity("team-a", "Qwen/Qwen2.5-7B-Instruct", "a09a35458c702b33eeacc393d103063234e8bc28",
+                                     {kvkey::KvDtype::int8, 64, 28, 8, 128, "lmdeploy.v1.layer_major"});
     c.id.model.weights_epoch = 3;
     c.id.model.weights_fingerprint = digest_of_bytes(0x00, 1);  // 00 01 02 .. 1f
-    c.id.kv.dtype = kvkey::KvDtype::int8;
     c.id.kv.quant.scheme = "per_token_asym";
     c.id.kv.quant.group_size = 128;
     c.id.kv.quant.scale_dtype = kvkey::KvDtype::bf16;
     c.id.kv.quant.zero_point = true;
     c.id.kv.quant.scales_fingerprint = digest_of_bytes(0xff, -1);  // ff fe fd .. e0
-    c.id.kv.block_size = 64;
-    c.id.kv.num_layers = 28;
-    c.id.kv.num_kv_heads = 8;
-    c.id.kv.head_dim = 128;
-    c.id.kv.layout = "lmdeploy.v1.layer_major";
     c.id.shard = {4, 2, 2, 1};
     c.id.adapter = kvkey::Adapter("sql-lora@v2", digest_of_bytes(0xa5, 0));  // a5 x 32
     c.payload_size = 14 * 2 * 2 * 128 * 64 * 1;
@@ -100,15 +85,9 @@ std::vector<GoldenCase> golden_cases() {
     GoldenCase c;
     c.name = "salted";
     c.description = "single-tenant MLA model, tp 2 rank 1, with a request salt and multimodal extras";
-    c.id.model.name = "deepseek-ai/DeepSeek-V2-Lite";
-    c.id.model.revision = "main@604d5664";
+    c.id = kvkey_test::make_identity("", "deepseek-ai/DeepSeek-V2-Lite", "main@604d5664",
+                                     {kvkey::KvDtype::bf16, 64, 27, 1, 576, "sglang.mla.v1"});
     c.id.model.weights_epoch = 12;
-    c.id.kv.dtype = kvkey::KvDtype::bf16;
-    c.id.kv.block_size = 64;
-    c.id.kv.num_layers = 27;
-    c.id.kv.num_kv_heads = 1;
-    c.id.kv.head_dim = 576;
-    c.id.kv.layout = "sglang.mla.v1";
     c.id.kv.mla = true;
     c.id.shard = {2, 1, 1, 0};
     c.policy = kvkey::single_tenant;
