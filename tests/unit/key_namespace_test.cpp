@@ -114,7 +114,7 @@ kvkey::HashOptions options(const Case& c) {
 
 }  // namespace
 
-TEST_CASE("perf: every optimized output equals the hand-built reference", "[perf][equivalence]") {
+TEST_CASE("Every optimized output equals the hand-built reference", "[key_namespace][equivalence]") {
   Outputs out;
   std::size_t blocks_checked = 0;
   for (int which = 0; which < 3; ++which) {
@@ -190,7 +190,7 @@ TEST_CASE("perf: every optimized output equals the hand-built reference", "[perf
   CHECK(ref_sha256(out.all).hex() == "f4f183d2baf7ff8b2142d288cf453266c65904ad26206cf914a738ffb045dc2a");
 }
 
-TEST_CASE("perf: a bad token fails the same way in every path", "[perf][equivalence]") {
+TEST_CASE("A bad token fails the same way in every path", "[key_namespace][equivalence]") {
   kvkey::KeyNamespace<> ns(make_identity(0, 16));
   std::vector<std::int64_t> tokens(40, 5);
   tokens[37] = -1;  // in the partial tail: not hashed, still checked
@@ -206,7 +206,7 @@ TEST_CASE("perf: a bad token fails the same way in every path", "[perf][equivale
   REQUIRE_THROWS_WITH(ns.block_hashes(neg), Catch::Contains("token 15 is -7"));
 }
 
-TEST_CASE("perf: verify's one-pass check gives verify_envelope's verdict for every byte changed", "[perf][equivalence]") {
+TEST_CASE("KeyNamespace::verify's one-pass check gives verify_envelope's verdict for every byte changed", "[key_namespace][equivalence]") {
   const kvkey::KeyNamespace<> ns(make_identity(1, 64));
   const auto blocks = ns.block_hashes(make_tokens(3 * 64, 3));
   const std::uint64_t payload = 917504;
