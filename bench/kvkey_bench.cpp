@@ -15,6 +15,7 @@
 // Every case reports allocs_per_block (or allocs_per_op): heap allocations
 // through operator new and OpenSSL's allocator, counted by this binary.
 #include "alloc_counter.hpp"
+#include "support/fixtures.hpp"
 
 #include <kvkey/batch.hpp>
 #include <kvkey/hmac.hpp>
@@ -45,18 +46,10 @@ std::vector<std::uint32_t> prompt(std::size_t n) {
   return t;
 }
 
+// The tests' 7B identity in bf16, epoch 3, rank 1 of 2.
 kvkey::Identity identity(std::uint32_t block_size) {
-  kvkey::Identity id;
-  id.tenant = "team-a";
-  id.model.name = "Qwen/Qwen2.5-7B-Instruct";
-  id.model.revision = "a09a35458c702b33eeacc393d103063234e8bc28";
+  kvkey::Identity id = kvkey_test::bf16_identity(block_size);
   id.model.weights_epoch = 3;
-  id.kv.dtype = kvkey::KvDtype::bf16;
-  id.kv.block_size = block_size;
-  id.kv.num_layers = 28;
-  id.kv.num_kv_heads = 4;
-  id.kv.head_dim = 128;
-  id.kv.layout = "lmdeploy.v1.layer_major";
   id.shard.tp_size = 2;
   id.shard.tp_rank = 1;
   return id;

@@ -2,11 +2,17 @@
 """Turns one benchmark run (scripts/bench.sh) into the tables of docs/performance.md.
 
     report.py RUN_DIR... [--plot FILE.svg]
+    report.py --medians RUN_DIR      # writes RUN_DIR/medians.csv from its raw output
 
 A RUN_DIR holds kvkey_bench.json (Google Benchmark, median aggregates when the
 run had repetitions), peers.json (bench/peers/peers.py), openssl_speed.txt
 (`openssl speed -bytes 16384 sha256`) and machine.txt. With several runs, every
 figure is the median over the runs. Prints Markdown.
+
+A recorded run (bench/results/) keeps only machine.txt and medians.csv: the
+per-case medians of that run, every figure the tables are built from, one row
+per benchmark case, peer case and `openssl speed` result. Where a RUN_DIR has no kvkey_bench.json,
+the tables are built from its medians.csv.
 
 The limit and the ceiling:
   * evp_baseline: one EVP_Digest per block over parent ‖ 4-byte tokens, the
@@ -18,6 +24,7 @@ The limit and the ceiling:
     on one core.
 """
 
+import csv
 import json
 import math
 import os
@@ -55,22 +62,89 @@ def median_merge(entries):
     return out
 
 
+# Google Benchmark's own fields of an entry; every other numeric field is a counter.
+BENCHMARK_FIELDS = {"family_index", "per_family_instance_index", "repetitions", "repetition_index", "threads",
+                    "iterations"}
+MEDIANS = "medians.csv"
+
+
+def load_raw_run(r):
+    """(benchmarks by name, peer results, python version, openssl kbytes/s) from a run's raw output."""
+    bm = load_benchmarks(os.path.join(r, "kvkey_bench.json"))[1]
+    results, python = [], None
+    path = os.path.join(r, "peers.json")
+    if os.path.exists(path):
+        doc = json.load(open(path))
+        python = doc.get("python")
+        results = doc["results"]
+    return bm, results, python, openssl_kbytes(os.path.join(r, "openssl_speed.txt"))
+
+
+def write_medians(r):
+    """Writes RUN_DIR/medians.csv: every figure load_raw_run reads, one row per case
+    (7 significant digits; blank where a case has no such figure)."""
+    bm, results, python, kbytes = load_raw_run(r)
+    rows = []
+    for name, b in bm.items():
+        row = {"source": "kvkey_bench", "case": name, "time_unit": b.get("time_unit", "ns")}
+        row.update({k: v for k, v in b.items()
+                    if isinstance(v, (int, float)) and not isinstance(v, bool) and k not in BENCHMARK_FIELDS})
+        rows.append(row)
+    for x in results:
+        row = {"source": "peers", "case": "%s/tokens:%d/bs:%d" % (x["peer"], x["tokens"], x["block_size"])}
+        row.update({k: x[k] for k in ("tokens_per_s", "blocks_per_s", "seconds", "runs") if k in x})
+        rows.append(row)
+    if python:
+        rows.append({"source": "peers", "case": "python", "version": python})
+    if kbytes is not None:
+        rows.append({"source": "openssl_speed", "case": "sha256/bytes:16384", "kbytes_per_s": kbytes})
+    columns = list(dict.fromkeys(k for row in rows for k in row))
+    with open(os.path.join(r, MEDIANS), "w", newline="") as f:
+        w = csv.DictWriter(f, columns, lineterminator="\n")
+        w.writeheader()
+        for row in rows:
+            w.writerow({k: "%.7g" % v if isinstance(v, float) else v for k, v in row.items()})
+
+
+def load_medians(r):
+    """The same as load_raw_run, from a recorded run's medians.csv."""
+    bm, peers, python, kbytes = {}, [], None, None
+    with open(os.path.join(r, MEDIANS), newline="") as f:
+        for row in csv.DictReader(f):
+            source, case = row.pop("source"), row.pop("case")
+            text = {k: v for k, v in row.items() if k in ("time_unit", "version")}
+            values = {k: float(v) for k, v in row.items() if v and k not in text}
+            if source == "kvkey_bench":
+                bm[case] = dict(values, name=case, time_unit=text["time_unit"])
+            elif source == "peers" and case == "python":
+                python = text["version"]
+            elif source == "peers":
+                peer, tokens, bs = re.fullmatch(r"(\w+)/tokens:(\d+)/bs:(\d+)", case).groups()
+                peers.append(dict(values, peer=peer, tokens=int(tokens), block_size=int(bs)))
+            elif source == "openssl_speed":
+                kbytes = values["kbytes_per_s"]
+    return bm, peers, python, kbytes
+
+
+def load_run(r):
+    if os.path.exists(os.path.join(r, "kvkey_bench.json")):
+        return load_raw_run(r)
+    return load_medians(r)
+
+
 def load_runs(runs):
-    bm_runs = [load_benchmarks(os.path.join(r, "kvkey_bench.json"))[1] for r in runs]
+    loaded = [load_run(r) for r in runs]
+    bm_runs = [x[0] for x in loaded]
     names = dict.fromkeys(name for b in bm_runs for name in b)
     bm = {name: median_merge([b[name] for b in bm_runs if name in b]) for name in names}
     peer_results = {}
     python = None
-    for r in runs:
-        path = os.path.join(r, "peers.json")
-        if not os.path.exists(path):
-            continue
-        doc = json.load(open(path))
-        python = doc.get("python")
-        for x in doc["results"]:
+    for _, results, py, _ in loaded:
+        python = py or python
+        for x in results:
             peer_results.setdefault((x["peer"], x["tokens"], x["block_size"]), []).append(x)
     peers = {"python": python, "results": [median_merge(v) for v in peer_results.values()]}
-    rates = [x for x in (openssl_rate(os.path.join(r, "openssl_speed.txt")) for r in runs) if x]
+    rates = [openssl_rate(x[3]) for x in loaded if x[3] is not None]
     ossl = statistics.median(rates) if rates else None
     machine = []
     for r in runs:
@@ -89,15 +163,20 @@ def compressions(block_size):
     return math.ceil((1 + 32 + 4 * block_size + 4 + 9) / 64)
 
 
-def openssl_rate(path):
-    """Compressions/s from `openssl speed -bytes 16384 sha256` (its numbers are 1000s of
-    bytes/s; a 16 KiB message takes 257 compressions, padding included)."""
+def openssl_kbytes(path):
+    """1000s of bytes/s from `openssl speed -bytes 16384 sha256`'s output, or None."""
     try:
         text = open(path).read()
     except OSError:
         return None
     m = re.search(r"^sha256\s+([\d.]+)k\s*$", text, re.M)
-    return float(m.group(1)) * 1000 / 16384 * 257 if m else None
+    return float(m.group(1)) if m else None
+
+
+def openssl_rate(kbytes):
+    """Compressions/s from `openssl speed`'s 1000s of bytes/s over 16 KiB messages (a 16 KiB
+    message takes 257 compressions, padding included)."""
+    return kbytes * 1000 / 16384 * 257
 
 
 def fmt_tokens(n):
@@ -117,6 +196,10 @@ def main():
     if len(sys.argv) < 2:
         sys.exit(__doc__)
     args = sys.argv[1:]
+    if args[0] == "--medians":
+        for r in args[1:]:
+            write_medians(r)
+        return
     plot = None
     if "--plot" in args:
         i = args.index("--plot")

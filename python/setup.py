@@ -7,6 +7,7 @@ interpreter, or use a venv made with --system-site-packages):
 """
 
 import os
+import re
 
 from pybind11.setup_helpers import Pybind11Extension, build_ext
 from setuptools import setup
@@ -19,12 +20,24 @@ if not os.path.isfile(os.path.join(INCLUDE, "kvkey", "kvkey.hpp")):
         "(pip builds ./python in place, next to ../include)"
     )
 
+
+
+def kvkey_version():
+    """The library's version, from include/kvkey/config.hpp (the one place it is written)."""
+    with open(os.path.join(INCLUDE, "kvkey", "config.hpp")) as f:
+        text = f.read()
+    parts = [re.search(r"^#define KVKEY_VERSION_%s (\d+)$" % p, text, re.M) for p in ("MAJOR", "MINOR", "PATCH")]
+    if not all(parts):
+        raise SystemExit("kvkey: KVKEY_VERSION_MAJOR/MINOR/PATCH not found in include/kvkey/config.hpp")
+    return ".".join(m.group(1) for m in parts)
+
+
 extension = Pybind11Extension(
     "kvkey._kvkey",
     ["src/module.cpp"],
     include_dirs=[INCLUDE],
-    libraries=["crypto", "fmt"],  # OpenSSL 3 libcrypto (EVP), {fmt} for the reprs
+    libraries=["crypto", "fmt"],  # OpenSSL 3 libcrypto (EVP), {fmt} for the reprs (kvkey/fmt.hpp)
     cxx_std=17,
 )
 
-setup(ext_modules=[extension], cmdclass={"build_ext": build_ext})
+setup(version=kvkey_version(), ext_modules=[extension], cmdclass={"build_ext": build_ext})

@@ -6,8 +6,11 @@
 #   scripts/bench.sh --quick        # a short run (smaller prompts, one repetition)
 #   scripts/bench.sh --plot docs/performance.svg   # also draw the plot
 #
-# The run directory gets kvkey_bench.json, peers.json, openssl_speed.txt,
-# machine.txt (CPU, OpenSSL, load before and after) and report.md.
+# The run directory gets the raw output (kvkey_bench.json, peers.json,
+# openssl_speed.txt), machine.txt (CPU, OpenSSL, load before and after),
+# medians.csv (the per-case medians, bench/report.py --medians) and report.md.
+# A run worth recording is committed as its machine.txt and medians.csv only,
+# under bench/results/<date>/<run>/; the raw output stays in build/.
 # The machine should be quiet: the load average is recorded, and the batch
 # cases (two threads, wall-clock time) are the most sensitive to it.
 set -euo pipefail
@@ -60,6 +63,7 @@ openssl speed -seconds "$speed_seconds" -bytes 16384 sha256 >"$out/openssl_speed
 /usr/bin/python3 bench/peers/peers.py "${peers_args[@]}" --out "$out/peers.json"
 echo "load after:  $(cut -d' ' -f1-3 /proc/loadavg)" >>"$out/machine.txt"
 
+/usr/bin/python3 bench/report.py --medians "$out"
 report_args=("$out")
 if [ -n "$plot" ]; then report_args+=(--plot "$plot"); fi
 /usr/bin/python3 bench/report.py "${report_args[@]}" | tee "$out/report.md"

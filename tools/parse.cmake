@@ -14,7 +14,7 @@ function(kvkey_tool_parse_library name)
     ${dir}/cli/text.cpp
     ${dir}/cli/toml_config.cpp)
   target_include_directories(${name} PUBLIC ${dir})
-  target_link_libraries(${name} PUBLIC kvkey::kvkey nlohmann_json::nlohmann_json tomlplusplus::tomlplusplus)
+  target_link_libraries(${name} PUBLIC kvkey::kvkey kvkey::fmt nlohmann_json::nlohmann_json tomlplusplus::tomlplusplus)
   if(COMMAND kvkey_strict_warnings)
     kvkey_strict_warnings(${name})
   endif()

@@ -14,6 +14,8 @@
 #include <string_view>
 #include <vector>
 
+#include "support/fixtures.hpp"
+
 namespace kvkey_fuzz {
 
 /// A broken invariant: print it and abort, which libFuzzer reports as a crash
@@ -29,26 +31,13 @@ inline void require(bool ok, const char* what) {
 /// The identity the envelope target verifies against: every optional present,
 /// so that header edits reach every field.
 inline kvkey::Identity fixture_identity() {
-  kvkey::Identity id;
-  id.tenant = "fuzz-tenant";
-  id.model.name = "org/model@v1 %20";
-  id.model.revision = "0123456789abcdef";
+  kvkey::Identity id = kvkey_test::with_optionals(
+      kvkey_test::make_identity("fuzz-tenant", "org/model@v1 %20", "0123456789abcdef",
+                                {kvkey::KvDtype::int4, 4, 8, 4, 32, "fuzz.v1"}),
+      {kvkey::KvDtype::int4, "weights", "scales", "lora", "adapter"});
   id.model.weights_epoch = 7;
-  id.model.weights_fingerprint = kvkey::fingerprint("weights");
-  id.kv.dtype = kvkey::KvDtype::int4;
-  id.kv.quant.scheme = "per_token_asym";
-  id.kv.quant.group_size = 64;
-  id.kv.quant.scale_dtype = kvkey::KvDtype::fp16;
-  id.kv.quant.zero_point = true;
-  id.kv.quant.scales_fingerprint = kvkey::fingerprint("scales");
-  id.kv.block_size = 4;
-  id.kv.num_layers = 8;
-  id.kv.num_kv_heads = 4;
-  id.kv.head_dim = 32;
-  id.kv.layout = "fuzz.v1";
   id.shard.tp_size = 2;
   id.shard.tp_rank = 1;
-  id.adapter = kvkey::Adapter("lora", kvkey::fingerprint("adapter"));
   return id;
 }
 inline const char* fixture_secret() { return "fuzz-secret-0123456789abcdef0123456789"; }

@@ -35,17 +35,8 @@ std::vector<std::uint8_t> with_mode(std::uint8_t mode, const std::uint8_t* p, st
 }
 
 kvkey::Identity plain_identity() {
-  kvkey::Identity id;
-  id.tenant = "team-a";
-  id.model.name = "Qwen/Qwen2.5-7B-Instruct";
-  id.model.revision = "a09a35458c702b33eeacc393d103063234e8bc28";
-  id.kv.dtype = kvkey::KvDtype::fp16;
-  id.kv.block_size = 64;
-  id.kv.num_layers = 28;
-  id.kv.num_kv_heads = 4;
-  id.kv.head_dim = 128;
-  id.kv.layout = "lmdeploy.v1";
-  return id;
+  return kvkey_test::make_identity("team-a", "Qwen/Qwen2.5-7B-Instruct", kvkey_test::qwen_7b_revision,
+                                   {kvkey::KvDtype::fp16, 64, 28, 4, 128, "lmdeploy.v1"});
 }
 
 void envelope_seeds() {

@@ -1,6 +1,8 @@
 // SPDX-License-Identifier: Apache-2.0
 #include "support.hpp"
 
+#include "support/fixtures.hpp"
+
 #include <kvkey/fmt.hpp>
 
 #include <fmt/format.h>
@@ -45,17 +47,8 @@ std::string unique_tenant(std::string_view tag) {
 }
 
 kvkey::Identity base_identity(const std::string& tenant) {
-  kvkey::Identity id;
-  id.tenant = tenant;
-  id.model.name = "Qwen/Qwen2.5-7B-Instruct";
-  id.model.revision = "a09a35458c702b33eeacc393d103063234e8bc28";
-  id.kv.dtype = kvkey::KvDtype::fp16;
-  id.kv.block_size = 8;
-  id.kv.num_layers = 2;
-  id.kv.num_kv_heads = 8;
-  id.kv.head_dim = 4;
-  id.kv.layout = "it.layer_major.v1";
-  return id;
+  return kvkey_test::make_identity(tenant, "Qwen/Qwen2.5-7B-Instruct", kvkey_test::qwen_7b_revision,
+                                   {kvkey::KvDtype::fp16, 8, 2, 8, 4, "it.layer_major.v1"});
 }
 
 std::vector<std::int32_t> prompt(std::uint32_t family, std::uint32_t seed, std::size_t blocks,

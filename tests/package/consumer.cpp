@@ -1,28 +1,18 @@
-// A program written only against kvkey's public names, built by a consumer project.
-#include <kvkey/kvkey.hpp>
+// A consumer of kvkey with its {fmt} formatters: kvkey::fmt, kvkey-fmt.pc.
 #include <kvkey/fmt.hpp>
+#include <kvkey/kvkey.hpp>
 
-#include <cstdio>
 #include <vector>
 
+#include "../support/fixtures.hpp"
+
 int main() {
-  kvkey::Identity id;
-  id.tenant = "consumer";
-  id.model.name = "demo";
-  id.model.revision = "r1";
-  id.kv.dtype = kvkey::KvDtype::bf16;
-  id.kv.block_size = 16;
-  id.kv.num_layers = 2;
-  id.kv.num_kv_heads = 2;
-  id.kv.head_dim = 64;
-  id.kv.layout = "demo.v1";
-  const kvkey::KeyNamespace<> ns{id};
-  const std::vector<std::int64_t> tokens(40, 7);
-  const auto hashes = ns.block_hashes(tokens);
+  const kvkey::KeyNamespace<> ns{kvkey_test::base_identity()};
+  const auto hashes = ns.block_hashes(std::vector<std::int64_t>(40, 7));
   if (hashes.size() != 2) return 1;
-  const auto header = ns.seal(hashes[1], 4096);
-  if (!ns.verify(header, hashes[1], 4096).ok()) return 2;
-  if (ns.verify(header, hashes[0], 4096).reason != kvkey::Reason::block_mismatch) return 3;
-  fmt::print("{} -> {}\n", hashes[1], ns.store_key(hashes[1]));
+  const kvkey::Verdict rejected = ns.verify(ns.seal(hashes[1], 4096), hashes[0], 4096);
+  if (fmt::format("{}", hashes[1]) != hashes[1].hex()) return 2;
+  if (fmt::format("{}", rejected).rfind(kvkey::to_string(kvkey::Reason::block_mismatch), 0) != 0) return 3;
+  fmt::print("{} -> {}: {}\n", hashes[1], ns.store_key(hashes[1]), rejected);
   return 0;
 }

@@ -1,6 +1,6 @@
 // The block-hash chain: full blocks only, token types, token range, incremental
 // extension, salt, per-block extras, and block sizes across the internal chunk.
-#include "core_test_support.hpp"
+#include "support/reference.hpp"
 
 #include <catch2/catch.hpp>
 
@@ -14,8 +14,8 @@
 
 namespace {
 
-using core_test::base_identity;
-using core_test::tokens;
+using kvkey_test::base_identity;
+using kvkey_test::tokens;
 using kvkey::Digest;
 using kvkey::ExtraKey;
 using kvkey::HashOptions;
@@ -26,12 +26,12 @@ kvkey::KeyNamespace<> make_ns(std::uint32_t block_size) {
   return kvkey::KeyNamespace<>(id);
 }
 
-// The reference chain (core_test::ref) for the same inputs.
+// The reference chain (kvkey_test::ref) for the same inputs.
 std::vector<Digest> reference(const kvkey::KeyNamespace<>& ns, const std::vector<std::int32_t>& toks,
                               const HashOptions& opt = {}) {
-  const auto root = core_test::ref::sha256(core_test::ref::identity_encoding(ns.identity()));
+  const auto root = kvkey_test::ref::sha256(kvkey_test::ref::identity_encoding(ns.identity()));
   std::vector<Digest> out;
-  for (const auto& h : core_test::ref::block_hashes(root, core_test::as_u32(toks), ns.block_size(), opt.salt,
+  for (const auto& h : kvkey_test::ref::block_hashes(root, kvkey_test::as_u32(toks), ns.block_size(), opt.salt,
                                                     opt.extras)) {
     out.push_back(Digest::from_bytes(h.data(), h.size()));
   }

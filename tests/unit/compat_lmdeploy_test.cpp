@@ -13,6 +13,8 @@
 #include <string_view>
 #include <vector>
 
+#include "support/fixtures.hpp"
+
 namespace lm = kvkey::compat::lmdeploy;
 
 namespace {
@@ -78,18 +80,10 @@ std::vector<std::uint64_t> slice_u64(const std::vector<std::int64_t>& v, std::si
   return {v.begin() + static_cast<std::ptrdiff_t>(begin), v.begin() + static_cast<std::ptrdiff_t>(end)};
 }
 
+// The deployment of the published probe: lmdeploy's model name, no org prefix.
 kvkey::Identity base_identity() {
-  kvkey::Identity id;
-  id.tenant = "team-a";
-  id.model.name = "Qwen2.5-0.5B-Instruct";
-  id.model.revision = "7ae557604adf67be50417f59c2c2f167def9a775";
-  id.kv.dtype = kvkey::KvDtype::fp16;
-  id.kv.block_size = 64;
-  id.kv.num_layers = 24;
-  id.kv.num_kv_heads = 2;
-  id.kv.head_dim = 64;
-  id.kv.layout = "lmdeploy.mooncake.v1";
-  return id;
+  return kvkey_test::make_identity("team-a", "Qwen2.5-0.5B-Instruct", kvkey_test::qwen_05b_revision,
+                                   {kvkey::KvDtype::fp16, 64, 24, 2, 64, "lmdeploy.mooncake.v1"});
 }
 
 std::string kvkey_block2_key(const kvkey::Identity& id, const std::vector<std::int64_t>& tokens,

@@ -1,6 +1,6 @@
 // The canonical identity encoding: byte-exact against the specification,
 // injective, round-trips, and a decoder that rejects every malformed input.
-#include "core_test_support.hpp"
+#include "support/reference.hpp"
 
 #include <catch2/catch.hpp>
 
@@ -17,9 +17,9 @@
 
 namespace {
 
-using core_test::base_identity;
-using core_test::ByteVec;
-using core_test::rich_identity;
+using kvkey_test::base_identity;
+using kvkey_test::ByteVec;
+using kvkey_test::rich_identity;
 using kvkey::Identity;
 
 std::optional<Identity> decode(const ByteVec& b) { return kvkey::decode_identity(b.data(), b.size()); }
@@ -68,10 +68,10 @@ TEST_CASE("encode_identity follows the specification byte for byte", "[encode]")
   mla.model.weights_fingerprint.reset();
   for (const Identity& id :
        {base_identity(), rich_identity(), kvkey::validated(single, kvkey::single_tenant), mla,
-        core_test::largest_identity()}) {
+        kvkey_test::largest_identity()}) {
     CAPTURE(id.tenant, id.model.name);
     const auto enc = kvkey::encode_identity(id);
-    CHECK(core_test::to_hex(enc) == core_test::to_hex(core_test::ref::identity_encoding(id)));
+    CHECK(kvkey_test::to_hex(enc) == kvkey_test::to_hex(kvkey_test::ref::identity_encoding(id)));
   }
   // The opening bytes, spelled out.
   const auto enc = kvkey::encode_identity(base_identity());
@@ -116,11 +116,11 @@ TEST_CASE("decode_identity(encode_identity(x)) round-trips", "[encode]") {
   a.model.name = std::string("with\0nul and \xff bytes", 21);
   Identity b = base_identity();
   b.adapter = kvkey::Adapter("", kvkey::Digest());  // encodable even though validation would refuse it
-  for (const Identity& id : {base_identity(), rich_identity(), a, b, core_test::largest_identity()}) {
+  for (const Identity& id : {base_identity(), rich_identity(), a, b, kvkey_test::largest_identity()}) {
     const auto enc = kvkey::encode_identity(id);
     const auto back = decode(enc);
     REQUIRE(back.has_value());
-    CHECK(core_test::same_salient_fields(*back, id));
+    CHECK(kvkey_test::same_salient_fields(*back, id));
     CHECK(kvkey::encode_identity(*back) == enc);
     // The decoder leaves the shard at its defaults (it is not encoded).
     CHECK(back->shard.tp_size == 1);
@@ -197,7 +197,7 @@ TEST_CASE("Identities that collide under separator joining encode differently", 
     // Round trip proves the encoding determines every field.
     const auto back = decode(enc);
     REQUIRE(back.has_value());
-    CHECK(core_test::same_salient_fields(*back, id));
+    CHECK(kvkey_test::same_salient_fields(*back, id));
     roots.insert(kvkey::Sha256::hash(enc.data(), enc.size()));
   }
   CHECK(roots.size() == corpus.size());
@@ -295,7 +295,7 @@ TEST_CASE("decode_identity rejects malformed input", "[encode]") {
 }
 
 TEST_CASE("The largest valid identity encodes to exactly max_identity_encoding_size", "[encode]") {
-  const Identity id = core_test::largest_identity();
+  const Identity id = kvkey_test::largest_identity();
   REQUIRE_NOTHROW(kvkey::validated(id));
   const auto enc = kvkey::encode_identity(id);
   CHECK(enc.size() == kvkey::max_identity_encoding_size);
@@ -304,13 +304,13 @@ TEST_CASE("The largest valid identity encodes to exactly max_identity_encoding_s
 
   // It fits the envelope and survives the trip through it.
   const kvkey::KeyNamespace<> ns(id);
-  const auto block = ns.block_hashes(core_test::tokens(ns.block_size()));
+  const auto block = ns.block_hashes(kvkey_test::tokens(ns.block_size()));
   REQUIRE(block.size() == 1);
   const auto header = ns.seal(block[0], 123);
   CHECK(ns.verify(header, block[0], 123).ok());
   const auto contents = kvkey::decode_envelope(header.data(), header.size());
   REQUIRE(contents.has_value());
-  CHECK(core_test::same_salient_fields(contents->identity, id));
+  CHECK(kvkey_test::same_salient_fields(contents->identity, id));
 
   // One more byte in any string makes the identity invalid.
   Identity longer = id;

@@ -1,6 +1,6 @@
 // Envelopes: layout, verify's verdicts, and rejection of every damaged header
 // (truncated, extended, random, each single bit flipped) without crashing.
-#include "core_test_support.hpp"
+#include "support/reference.hpp"
 
 #include <catch2/catch.hpp>
 
@@ -12,8 +12,8 @@
 
 namespace {
 
-using core_test::base_identity;
-using core_test::rich_identity;
+using kvkey_test::base_identity;
+using kvkey_test::rich_identity;
 using kvkey::Envelope;
 using kvkey::Reason;
 namespace L = kvkey::envelope_layout;
@@ -26,7 +26,7 @@ struct Fixture {
   Envelope header;
 
   explicit Fixture(const kvkey::Identity& id) : ns(id) {
-    const auto hashes = ns.block_hashes(core_test::tokens(2 * ns.block_size()));
+    const auto hashes = ns.block_hashes(kvkey_test::tokens(2 * ns.block_size()));
     block = hashes.at(0);
     other_block = hashes.at(1);
     header = ns.seal(block, payload);
@@ -55,15 +55,15 @@ TEST_CASE("seal writes the documented layout for identities of very different si
   tiny.model.name = "m";
   tiny.model.revision = "r";
   tiny.kv.layout = "l";
-  for (const kvkey::Identity& id : {tiny, base_identity(), rich_identity(), core_test::largest_identity()}) {
+  for (const kvkey::Identity& id : {tiny, base_identity(), rich_identity(), kvkey_test::largest_identity()}) {
     const Fixture f(id);
     const auto& enc = f.ns.encoding();
     CAPTURE(enc.size());
     STATIC_REQUIRE(std::tuple_size<Envelope>::value == kvkey::envelope_size);
     CHECK(kvkey::envelope_size == 1024);
-    const auto expected = core_test::ref::envelope(core_test::ByteVec(enc.begin(), enc.end()),
-                                                   core_test::bytes_of(f.block), f.payload, f.ns.slice());
-    CHECK(core_test::to_hex(f.header) == core_test::to_hex(expected));
+    const auto expected = kvkey_test::ref::envelope(kvkey_test::ByteVec(enc.begin(), enc.end()),
+                                                   kvkey_test::bytes_of(f.block), f.payload, f.ns.slice());
+    CHECK(kvkey_test::to_hex(f.header) == kvkey_test::to_hex(expected));
     CHECK(std::memcmp(f.header.data() + L::magic, "KVKEYENV", 8) == 0);
     CHECK(std::memcmp(f.header.data() + L::identity, enc.data(), enc.size()) == 0);
     CHECK(std::memcmp(f.header.data() + L::block_hash, f.block.data(), 32) == 0);
@@ -249,7 +249,7 @@ TEST_CASE("decode_envelope round-trips the contents", "[envelope]") {
   const auto c = kvkey::decode_envelope(f.header.data(), f.header.size());
   REQUIRE(c.has_value());
   CHECK(c->version == 1);
-  CHECK(core_test::same_salient_fields(c->identity, id));
+  CHECK(kvkey_test::same_salient_fields(c->identity, id));
   CHECK(c->slice == kvkey::Slice{3, 4, 14, 28});
   CHECK(c->block_hash == f.block);
   CHECK(c->payload_size == f.payload);

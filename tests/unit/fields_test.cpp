@@ -4,7 +4,7 @@
 // The table below must hold a mutation for every path that encoded_fields()
 // (i.e. visit_identity_fields) produces; a field added to the identity without
 // a row here fails the coverage test.
-#include "core_test_support.hpp"
+#include "support/fixtures.hpp"
 
 #include <catch2/catch.hpp>
 
@@ -17,8 +17,8 @@
 
 namespace {
 
-using core_test::base_identity;
-using core_test::rich_identity;
+using kvkey_test::base_identity;
+using kvkey_test::rich_identity;
 using kvkey::Identity;
 using kvkey::KvDtype;
 
@@ -140,7 +140,7 @@ TEST_CASE("The mutation table covers every salient field", "[fields]") {
 }
 
 TEST_CASE("Changing any salient field changes everything and verify names it", "[fields]") {
-  const auto toks = core_test::tokens(64);  // at least 2 blocks for every block size in the table
+  const auto toks = kvkey_test::tokens(64);  // at least 2 blocks for every block size in the table
   for (const auto& m : mutations()) {
     CAPTURE(m.path, m.what);
     const Identity before = m.base();
@@ -164,7 +164,7 @@ TEST_CASE("Changing any salient field changes everything and verify names it", "
 }
 
 TEST_CASE("A shard holding another slice: same chain and other keys and verify names shard", "[fields]") {
-  const auto toks = core_test::tokens(64);
+  const auto toks = kvkey_test::tokens(64);
   struct ShardChange {
     const char* what;
     kvkey::Shard from, to;
@@ -193,7 +193,7 @@ TEST_CASE("A shard holding another slice: same chain and other keys and verify n
 }
 
 TEST_CASE("The single-tenant policy is a tenant of its own", "[fields]") {
-  const auto toks = core_test::tokens(64);
+  const auto toks = kvkey_test::tokens(64);
   Identity single = base_identity();
   single.tenant.clear();
   const kvkey::KeyNamespace<> s(single, kvkey::single_tenant);

@@ -5,11 +5,11 @@
 // The files were generated once by kvkey (the hidden test case
 // "[.golden-generate]", run only after a deliberate, documented format change)
 // and are checked two ways: kvkey must reproduce them, and so must the
-// independent reference in core_test_support.hpp, which builds every message
+// independent reference in tests/support/reference.hpp, which builds every message
 // byte by byte from docs/format.md and hashes it with OpenSSL's EVP_Digest.
 // For the minimal case the identity encoding and the first block message are
 // also spelled out below as annotated literal bytes.
-#include "core_test_support.hpp"
+#include "support/reference.hpp"
 
 #include <catch2/catch.hpp>
 
@@ -23,8 +23,8 @@
 
 namespace {
 
-using core_test::ByteVec;
-using core_test::to_hex;
+using kvkey_test::ByteVec;
+using kvkey_test::to_hex;
 using Entries = std::vector<std::pair<std::string, std::string>>;
 
 struct GoldenCase {
@@ -57,15 +57,7 @@ std::vector<GoldenCase> golden_cases() {
     GoldenCase c;
     c.name = "minimal";
     c.description = "smallest identity: one-letter strings, no optionals, quant none, 1 layer, 1 head, tp = pp = 1";
-    c.id.tenant = "t0";
-    c.id.model.name = "m";
-    c.id.model.revision = "r";
-    c.id.kv.dtype = kvkey::KvDtype::fp16;
-    c.id.kv.block_size = 64;
-    c.id.kv.num_layers = 1;
-    c.id.kv.num_kv_heads = 1;
-    c.id.kv.head_dim = 1;
-    c.id.kv.layout = "l";
+    c.id = kvkey_test::make_identity("t0", "m", "r", {kvkey::KvDtype::fp16, 64, 1, 1, 1, "l"});
     c.payload_size = 1 * 2 * 1 * 1 * 64 * 2;  // layers * (K,V) * heads * head_dim * tokens * fp16
     c.slice = {0, 1, 0, 1};
     cases.push_back(c);
@@ -74,22 +66,15 @@ std::vector<GoldenCase> golden_cases() {
     GoldenCase c;
     c.name = "sharded";
     c.description = "int8 per-token asymmetric quant with fingerprints and an adapter, tp 4 rank 2, pp 2 rank 1";
-    c.id.tenant = "team-a";
-    c.id.model.name = "Qwen/Qwen2.5-7B-Instruct";
-    c.id.model.revision = "a09a35458c702b33eeacc393d103063234e8bc28";
+    c.id = kvkey_test::make_identity("team-a", "Qwen/Qwen2.5-7B-Instruct", "a09a35458c702b33eeacc393d103063234e8bc28",
+                                     {kvkey::KvDtype::int8, 64, 28, 8, 128, "lmdeploy.v1.layer_major"});
     c.id.model.weights_epoch = 3;
     c.id.model.weights_fingerprint = digest_of_bytes(0x00, 1);  // 00 01 02 .. 1f
-    c.id.kv.dtype = kvkey::KvDtype::int8;
     c.id.kv.quant.scheme = "per_token_asym";
     c.id.kv.quant.group_size = 128;
     c.id.kv.quant.scale_dtype = kvkey::KvDtype::bf16;
     c.id.kv.quant.zero_point = true;
     c.id.kv.quant.scales_fingerprint = digest_of_bytes(0xff, -1);  // ff fe fd .. e0
-    c.id.kv.block_size = 64;
-    c.id.kv.num_layers = 28;
-    c.id.kv.num_kv_heads = 8;
-    c.id.kv.head_dim = 128;
-    c.id.kv.layout = "lmdeploy.v1.layer_major";
     c.id.shard = {4, 2, 2, 1};
     c.id.adapter = kvkey::Adapter("sql-lora@v2", digest_of_bytes(0xa5, 0));  // a5 x 32
     c.payload_size = 14 * 2 * 2 * 128 * 64 * 1;
@@ -100,15 +85,9 @@ std::vector<GoldenCase> golden_cases() {
     GoldenCase c;
     c.name = "salted";
     c.description = "single-tenant MLA model, tp 2 rank 1, with a request salt and multimodal extras";
-    c.id.model.name = "deepseek-ai/DeepSeek-V2-Lite";
-    c.id.model.revision = "main@604d5664";
+    c.id = kvkey_test::make_identity("", "deepseek-ai/DeepSeek-V2-Lite", "main@604d5664",
+                                     {kvkey::KvDtype::bf16, 64, 27, 1, 576, "sglang.mla.v1"});
     c.id.model.weights_epoch = 12;
-    c.id.kv.dtype = kvkey::KvDtype::bf16;
-    c.id.kv.block_size = 64;
-    c.id.kv.num_layers = 27;
-    c.id.kv.num_kv_heads = 1;
-    c.id.kv.head_dim = 576;
-    c.id.kv.layout = "sglang.mla.v1";
     c.id.kv.mla = true;
     c.id.shard = {2, 1, 1, 0};
     c.policy = kvkey::single_tenant;
@@ -154,7 +133,7 @@ Entries with_kvkey(const GoldenCase& c) {
 
 // The same entries from the independent reference.
 Entries with_reference(const GoldenCase& c) {
-  namespace ref = core_test::ref;
+  namespace ref = kvkey_test::ref;
   kvkey::Identity id = c.id;
   if (c.policy.tenant == kvkey::TenantPolicy::single_tenant) id.tenant = "_single";
   const ByteVec encoding = ref::identity_encoding(id);
@@ -234,14 +213,14 @@ TEST_CASE("Golden vectors: committed envelopes still verify and decode", "[golde
         if (name == "envelope." + std::to_string(i)) hex = value;
         if (name == "block." + std::to_string(i)) block_hex = value;
       }
-      const ByteVec header = core_test::bytes_from_hex(hex);
+      const ByteVec header = kvkey_test::bytes_from_hex(hex);
       REQUIRE(header.size() == kvkey::envelope_size);
       const auto block = kvkey::Digest::from_hex(block_hex);
       CHECK(ns.verify(header.data(), header.size(), block, c.payload_size).ok());
       const auto contents = kvkey::decode_envelope(header.data(), header.size());
       REQUIRE(contents.has_value());
       CHECK(contents->identity.tenant == ns.identity().tenant);
-      CHECK(core_test::same_salient_fields(contents->identity, ns.identity()));
+      CHECK(kvkey_test::same_salient_fields(contents->identity, ns.identity()));
       CHECK(contents->slice == c.slice);
       CHECK(contents->block_hash == block);
       CHECK(contents->payload_size == c.payload_size);
@@ -276,7 +255,7 @@ TEST_CASE("Golden vectors: the minimal case spelled out byte by byte", "[golden]
                                    "00";                 // adapter absent
   const kvkey::KeyNamespace<> ns(c.id, c.policy);
   CHECK(to_hex(ns.encoding()) == encoding_hex);
-  const ByteVec root = core_test::ref::sha256(core_test::bytes_from_hex(encoding_hex));
+  const ByteVec root = kvkey_test::ref::sha256(kvkey_test::bytes_from_hex(encoding_hex));
   CHECK(ns.root().hex() == to_hex(root));
 
   // Block 0: 'B' || root || 64 tokens as u32le || u32le 0 (no extras).
@@ -291,14 +270,14 @@ TEST_CASE("Golden vectors: the minimal case spelled out byte by byte", "[golden]
   block0_hex += "00000000";
   CHECK(block0_hex.size() == 2 * (1 + 32 + 4 * 64 + 4));
   CHECK(block0_hex.substr(66, 8) == "39300000");  // t_0 = 12345 = 0x3039
-  const ByteVec block0 = core_test::ref::sha256(core_test::bytes_from_hex(block0_hex));
+  const ByteVec block0 = kvkey_test::ref::sha256(kvkey_test::bytes_from_hex(block0_hex));
   const auto blocks = ns.block_hashes(toks);
   REQUIRE(blocks.size() == 3);
   CHECK(blocks[0].hex() == to_hex(block0));
 
   // Object of block 0: 'O' || block hash || u32le 0, 1, 0, 1 (heads [0,1), layers [0,1)).
-  const ByteVec object0 = core_test::ref::sha256(
-      core_test::bytes_from_hex("4f" + to_hex(block0) + "00000000" "01000000" "00000000" "01000000"));
+  const ByteVec object0 = kvkey_test::ref::sha256(
+      kvkey_test::bytes_from_hex("4f" + to_hex(block0) + "00000000" "01000000" "00000000" "01000000"));
   CHECK(ns.object_hash(blocks[0]).hex() == to_hex(object0));
   CHECK(ns.store_key(blocks[0]) == "kvk1/t0/m/e0/" + to_hex(object0));
 

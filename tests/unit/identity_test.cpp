@@ -1,6 +1,6 @@
 // Identity validation (every rule names its field), the tenant policy, dtype
 // names, and the shard -> slice resolution with its consequences for keys.
-#include "core_test_support.hpp"
+#include "support/reference.hpp"
 
 #include <catch2/catch.hpp>
 
@@ -12,8 +12,8 @@
 
 namespace {
 
-using core_test::base_identity;
-using core_test::rich_identity;
+using kvkey_test::base_identity;
+using kvkey_test::rich_identity;
 using kvkey::Identity;
 
 struct Invalid {
@@ -216,9 +216,9 @@ TEST_CASE("The single_tenant policy encodes the visible tenant _single", "[ident
   CHECK(ns.identity().tenant == "_single");
   CHECK(ns.policy().tenant == kvkey::TenantPolicy::single_tenant);
   CHECK(ns.tenant_prefix() == "kvk1/_single/");
-  const auto blocks = ns.block_hashes(core_test::tokens(32));
+  const auto blocks = ns.block_hashes(kvkey_test::tokens(32));
   CHECK(ns.store_key(blocks[0]).rfind("kvk1/_single/", 0) == 0);
-  CHECK(ns.encoding() == core_test::ref::identity_encoding(v));
+  CHECK(ns.encoding() == kvkey_test::ref::identity_encoding(v));
 
   SECTION("a named tenant under single_tenant is an error") {
     Identity named = base_identity();
@@ -339,7 +339,7 @@ TEST_CASE("Layers split evenly across pipeline stages", "[identity][slice]") {
 TEST_CASE("Replicas share keys and object hashes and other slices never do", "[identity][slice]") {
   Identity id = base_identity();
   id.kv.num_kv_heads = 2;
-  const auto toks = core_test::tokens(5 * id.kv.block_size + 3);
+  const auto toks = kvkey_test::tokens(5 * id.kv.block_size + 3);
 
   auto ns_for = [&](std::uint32_t tp, std::uint32_t rank, std::uint32_t pp = 1, std::uint32_t pp_rank = 0) {
     Identity x = id;

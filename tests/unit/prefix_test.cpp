@@ -1,5 +1,5 @@
 // reusable_prefix: block-major per-shard results -> leading reusable blocks.
-#include "core_test_support.hpp"
+#include "support/fixtures.hpp"
 
 #include <catch2/catch.hpp>
 
@@ -87,13 +87,13 @@ TEST_CASE("reusable_prefix rejects bad arguments", "[prefix]") {
 }
 
 TEST_CASE("KeyNamespace::reusable_prefix uses the namespace's block size", "[prefix]") {
-  kvkey::Identity id = core_test::base_identity();
+  kvkey::Identity id = kvkey_test::base_identity();
   id.kv.block_size = 64;
   id.shard = {2, 0, 1, 0};
   const kvkey::KeyNamespace<> ns(id);
 
   // Verify a header per (block, shard) the way a connector would, then count.
-  const auto toks = core_test::tokens(4 * 64);
+  const auto toks = kvkey_test::tokens(4 * 64);
   const auto blocks = ns.block_hashes(toks);
   REQUIRE(blocks.size() == 4);
   std::vector<Verdict> results;

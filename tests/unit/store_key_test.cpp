@@ -1,5 +1,5 @@
 // Store keys: format, bounds, readable segments, and the tenant prefix.
-#include "core_test_support.hpp"
+#include "support/reference.hpp"
 
 #include <catch2/catch.hpp>
 
@@ -10,7 +10,7 @@
 
 namespace {
 
-using core_test::base_identity;
+using kvkey_test::base_identity;
 using kvkey::Identity;
 
 bool printable_ascii(const std::string& s) {
@@ -32,7 +32,7 @@ std::string model_segment_of(const kvkey::KeyNamespace<>& ns) {
 
 std::string key_for(const Identity& id, std::size_t block = 0) {
   const kvkey::KeyNamespace<> ns(id);
-  return ns.store_key(ns.block_hashes(core_test::tokens((block + 1) * id.kv.block_size)).at(block));
+  return ns.store_key(ns.block_hashes(kvkey_test::tokens((block + 1) * id.kv.block_size)).at(block));
 }
 
 }  // namespace
@@ -41,7 +41,7 @@ TEST_CASE("A store key is kvk1/<tenant>/<model>/e<epoch>/<object hash>", "[store
   Identity id = base_identity();
   id.model.weights_epoch = 42;
   const kvkey::KeyNamespace<> ns(id);
-  const auto blocks = ns.block_hashes(core_test::tokens(64));
+  const auto blocks = ns.block_hashes(kvkey_test::tokens(64));
   REQUIRE(blocks.size() == 4);
   std::set<std::string> keys;
   for (const auto& b : blocks) {
@@ -66,11 +66,11 @@ TEST_CASE("The object hash binds the block hash and the slice", "[store_key]") {
   Identity id = base_identity();
   id.shard = {2, 1, 2, 1};  // heads [2,4), layers [14,28)
   const kvkey::KeyNamespace<> ns(id);
-  const auto block = ns.block_hashes(core_test::tokens(16)).at(0);
-  const auto expected = core_test::ref::sha256(core_test::ref::object_message(core_test::bytes_of(block),
+  const auto block = ns.block_hashes(kvkey_test::tokens(16)).at(0);
+  const auto expected = kvkey_test::ref::sha256(kvkey_test::ref::object_message(kvkey_test::bytes_of(block),
                                                                               kvkey::Slice{2, 4, 14, 28}));
   CHECK(ns.slice() == kvkey::Slice{2, 4, 14, 28});
-  CHECK(core_test::bytes_of(ns.object_hash(block)) == expected);
+  CHECK(kvkey_test::bytes_of(ns.object_hash(block)) == expected);
   CHECK(ns.object_hash(block) != block);
 }
 
@@ -115,7 +115,7 @@ TEST_CASE("The model segment percent-encodes and is cut to 96 characters", "[sto
     id.model.name = c.name;
     const kvkey::KeyNamespace<> ns(id);
     CHECK(model_segment_of(ns) == c.segment);
-    CHECK(c.segment == core_test::ref::model_segment(c.name));
+    CHECK(c.segment == kvkey_test::ref::model_segment(c.name));
     CHECK(model_segment_of(ns).size() <= 96);
   }
 }
@@ -140,7 +140,7 @@ TEST_CASE("Keys stay printable and within max_store_key_size at the limits", "[s
     CHECK(key.find("/e18446744073709551615/") != std::string::npos);
   }
   // The largest valid identity's keys, with every option present.
-  const std::string key = key_for(core_test::largest_identity(), 1);
+  const std::string key = key_for(kvkey_test::largest_identity(), 1);
   CHECK(key.size() <= kvkey::max_store_key_size);
   CHECK(printable_ascii(key));
 }

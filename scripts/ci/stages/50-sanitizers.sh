@@ -35,9 +35,9 @@ ctest --test-dir "$asan" --output-on-failure -j"$jobs" --timeout 600 -L 'unit|ex
 tsan="$root/build/tsan"
 mkdir -p "$tsan"
 tsan_cxx=(clang++-14 -std=c++17 -O1 -g -fsanitize=thread -fno-omit-frame-pointer
-  -Wall -Wextra -Wpedantic -Wshadow -Werror -I"$root/include")
+  -Wall -Wextra -Wpedantic -Wshadow -Werror -I"$root/include" -I"$root/tests")
 "${tsan_cxx[@]}" -c "$root/tests/unit/main.cpp" -o "$tsan/main.o" &
-"${tsan_cxx[@]}" -c "$root/tests/unit/security_concurrency_test.cpp" -o "$tsan/concurrency.o"
+"${tsan_cxx[@]}" -c "$root/tests/unit/concurrency_test.cpp" -o "$tsan/concurrency.o"
 wait $!
 "${tsan_cxx[@]}" "$tsan/main.o" "$tsan/concurrency.o" -lcrypto -o "$tsan/kvkey_concurrency_test"
 TSAN_OPTIONS="halt_on_error=1:second_deadlock_stack=1" \

@@ -5,7 +5,7 @@
 #include <string>
 #include <vector>
 
-#include "security_fixtures.hpp"
+#include "support/fixtures.hpp"
 
 namespace {
 
@@ -16,7 +16,7 @@ using kvkey::Reason;
 using kvkey::TenantSecret;
 using kvkey_test::prompt_tokens;
 using kvkey_test::secret_bytes;
-using kvkey_test::security_identity;
+using kvkey_test::sharded_identity;
 
 constexpr std::uint64_t payload = 24 * 2 * 16 * 64 * 2;
 
@@ -61,7 +61,7 @@ void check_disjoint(const Outputs& a, const Outputs& b) {
 
 TEST_CASE("KeyNamespace<HmacSha256> is built from an identity and a TenantSecret", "[security][keyed]") {
   const std::string secret = secret_bytes('a');
-  const kvkey::Identity id = security_identity();
+  const kvkey::Identity id = sharded_identity();
   const KeyNamespace<HmacSha256> ns{id, TenantSecret{secret}};
   // The root is the HMAC of the canonical encoding under the secret: the same
   // chain as the unkeyed namespace, with the keyed hash.
@@ -86,8 +86,8 @@ TEST_CASE("KeyNamespace<HmacSha256> is built from an identity and a TenantSecret
 
 TEST_CASE("The same identity and secret give the same keys in every process", "[security][keyed]") {
   const auto tokens = prompt_tokens(6, 16, 1);
-  const KeyNamespace<HmacSha256> a{security_identity(), TenantSecret{secret_bytes('a')}};
-  const KeyNamespace<HmacSha256> b{security_identity(), TenantSecret{secret_bytes('a')}};
+  const KeyNamespace<HmacSha256> a{sharded_identity(), TenantSecret{secret_bytes('a')}};
+  const KeyNamespace<HmacSha256> b{sharded_identity(), TenantSecret{secret_bytes('a')}};
   const Outputs oa = outputs(a, tokens);
   const Outputs ob = outputs(b, tokens);
   CHECK(oa.root == ob.root);
@@ -107,8 +107,8 @@ TEST_CASE("Another tenant secret cannot reproduce keys, block hashes, roots or h
   // Same identity (even the same tenant name), different secrets: the second
   // party knows everything but the secret.
   const auto tokens = prompt_tokens(6, 16, 2);
-  const KeyNamespace<HmacSha256> owner{security_identity(), TenantSecret{secret_bytes('a')}};
-  const KeyNamespace<HmacSha256> other{security_identity(), TenantSecret{secret_bytes('b')}};
+  const KeyNamespace<HmacSha256> owner{sharded_identity(), TenantSecret{secret_bytes('a')}};
+  const KeyNamespace<HmacSha256> other{sharded_identity(), TenantSecret{secret_bytes('b')}};
   const Outputs mine = outputs(owner, tokens);
   const Outputs theirs = outputs(other, tokens);
   check_disjoint(mine, theirs);
@@ -134,8 +134,8 @@ TEST_CASE("Another tenant secret cannot reproduce keys, block hashes, roots or h
 
 TEST_CASE("Keyed and unkeyed namespaces of one identity share no key or header", "[security][keyed]") {
   const auto tokens = prompt_tokens(32, 16, 3);
-  const KeyNamespace<> plain{security_identity()};
-  const KeyNamespace<HmacSha256> keyed{security_identity(), TenantSecret{secret_bytes('a')}};
+  const KeyNamespace<> plain{sharded_identity()};
+  const KeyNamespace<HmacSha256> keyed{sharded_identity(), TenantSecret{secret_bytes('a')}};
   const Outputs p = outputs(plain, tokens);
   const Outputs k = outputs(keyed, tokens);
   check_disjoint(p, k);
@@ -147,7 +147,7 @@ TEST_CASE("Keyed and unkeyed namespaces of one identity share no key or header",
 
 TEST_CASE("No secret byte sequence appears in keys or headers", "[security][keyed]") {
   const std::string secret = secret_bytes('a');
-  const KeyNamespace<HmacSha256> ns{security_identity(), TenantSecret{secret}};
+  const KeyNamespace<HmacSha256> ns{sharded_identity(), TenantSecret{secret}};
   const Outputs o = outputs(ns, prompt_tokens(8, 16, 4));
   // Any 8 consecutive secret bytes, raw or as hex, would be a leak.
   const std::string hex = kvkey::Digest::from_bytes(secret.data(), 32).hex();
@@ -163,10 +163,10 @@ TEST_CASE("No secret byte sequence appears in keys or headers", "[security][keye
 }
 
 TEST_CASE("A wrong-secret reader of a different identity still names the identity field", "[security][keyed]") {
-  auto other_id = security_identity();
+  auto other_id = sharded_identity();
   other_id.kv.dtype = kvkey::KvDtype::fp8_e4m3;
   const auto tokens = prompt_tokens(2, 16, 5);
-  const KeyNamespace<HmacSha256> writer{security_identity(), TenantSecret{secret_bytes('a')}};
+  const KeyNamespace<HmacSha256> writer{sharded_identity(), TenantSecret{secret_bytes('a')}};
   const KeyNamespace<HmacSha256> reader{other_id, TenantSecret{secret_bytes('b')}};
   const Digest w = writer.block_hashes(tokens).at(1);
   const Digest r = reader.block_hashes(tokens).at(1);

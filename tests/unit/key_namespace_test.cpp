@@ -1,16 +1,14 @@
 // Bit-identity of the optimized hot paths: block hashes (full and incremental,
 // every token type), object hashes, store keys and envelopes are compared with
-// a straightforward reference written here from the byte format (one
-// EVP_Digest per message, every message assembled by hand), over a grid of
+// the hand-built reference of the byte format (tests/support/reference.hpp:
+// one EVP_Digest per message, every message assembled by hand), over a grid of
 // identities, block sizes, prompts, salts and extras. A digest over every
 // output of the grid is pinned as well: it was recorded with the code as it
 // was before any performance work, so a change that moved both the library
 // and the reference would still be caught.
 #include <kvkey/kvkey.hpp>
 
-#include "perf_fixtures.hpp"
-
-#include <openssl/evp.h>
+#include "support/reference.hpp"
 
 #include <catch2/catch.hpp>
 
@@ -20,158 +18,43 @@
 #include <random>
 #include <string>
 #include <string_view>
-#include <tuple>
 #include <vector>
 
 namespace {
 
-using Bytes = std::vector<std::uint8_t>;
+namespace ref = kvkey_test::ref;
+using kvkey_test::bytes_of;
+using kvkey_test::ByteVec;
 
 // Not kvkey::Sha256 itself, so KeyNamespace takes its generic path (copies of
 // the EVP hasher), which is also what kvkey::Sha256 uses on a CPU without SHA
 // extensions: both paths are checked on every machine.
 struct EvpSha256 : kvkey::Sha256 {};
 
-// ---- the reference: one EVP_Digest per hand-built message ----------------------
-
-kvkey::Digest ref_sha256(const Bytes& m) {
-  kvkey::Digest d;
-  unsigned int len = 0;
-  REQUIRE(EVP_Digest(m.data(), m.size(), d.data(), &len, EVP_sha256(), nullptr) == 1);
-  REQUIRE(len == 32);
-  return d;
+kvkey::Digest ref_sha256(const ByteVec& m) {
+  const ByteVec d = ref::sha256(m);
+  return kvkey::Digest::from_bytes(d.data(), d.size());
 }
 
-void u8(Bytes& m, std::uint8_t v) { m.push_back(v); }
-void u16(Bytes& m, std::uint16_t v) {
-  for (int i = 0; i < 2; ++i) m.push_back(static_cast<std::uint8_t>(v >> (8 * i)));
-}
-void u32(Bytes& m, std::uint32_t v) {
-  for (int i = 0; i < 4; ++i) m.push_back(static_cast<std::uint8_t>(v >> (8 * i)));
-}
-void u64(Bytes& m, std::uint64_t v) {
-  for (int i = 0; i < 8; ++i) m.push_back(static_cast<std::uint8_t>(v >> (8 * i)));
-}
-void raw(Bytes& m, const void* p, std::size_t n) {
-  const auto* b = static_cast<const std::uint8_t*>(p);
-  m.insert(m.end(), b, b + n);
-}
-void str(Bytes& m, std::string_view s) {
-  u32(m, static_cast<std::uint32_t>(s.size()));
-  raw(m, s.data(), s.size());
-}
-
-struct Extra {
-  std::uint64_t begin, end;
-  std::string key;
-};
-
-// The chain: parent of block 0 is H(encoding), or H('S' root str(salt)) with a
-// salt; block b is H('B' parent u32le-tokens u32(n) n x (u64 begin, u64 end,
-// str(key))) over the extras overlapping the block, sorted by (begin, end, key).
-std::vector<kvkey::Digest> ref_chain(const Bytes& encoding, std::size_t bs, const std::vector<std::uint32_t>& tokens,
-                                     const std::string& salt, std::vector<Extra> extras) {
-  std::sort(extras.begin(), extras.end(), [](const Extra& a, const Extra& b) {
-    return std::tie(a.begin, a.end, a.key) < std::tie(b.begin, b.end, b.key);
-  });
-  kvkey::Digest parent = ref_sha256(encoding);
-  if (!salt.empty()) {
-    Bytes m;
-    u8(m, 'S');
-    raw(m, parent.data(), 32);
-    str(m, salt);
-    parent = ref_sha256(m);
-  }
+std::vector<kvkey::Digest> ref_chain(const ByteVec& encoding, std::size_t bs, const std::vector<std::uint32_t>& tokens,
+                                     const std::string& salt, const std::vector<kvkey::ExtraKey>& extras) {
   std::vector<kvkey::Digest> out;
-  for (std::size_t b = 0; b + 1 <= tokens.size() / bs; ++b) {
-    Bytes m;
-    u8(m, 'B');
-    raw(m, parent.data(), 32);
-    for (std::size_t i = 0; i < bs; ++i) u32(m, tokens[b * bs + i]);
-    const std::uint64_t lo = b * bs, hi = lo + bs;
-    std::vector<const Extra*> hit;
-    for (const auto& e : extras) {
-      if (e.begin < hi && e.end > lo) hit.push_back(&e);
-    }
-    u32(m, static_cast<std::uint32_t>(hit.size()));
-    for (const Extra* e : hit) {
-      u64(m, e->begin);
-      u64(m, e->end);
-      str(m, e->key);
-    }
-    parent = ref_sha256(m);
-    out.push_back(parent);
+  for (const ByteVec& h : ref::block_hashes(ref::sha256(encoding), tokens, bs, salt, extras)) {
+    out.push_back(kvkey::Digest::from_bytes(h.data(), h.size()));
   }
   return out;
-}
-
-kvkey::Digest ref_object(const kvkey::Digest& block, const kvkey::Slice& s) {
-  Bytes m;
-  u8(m, 'O');
-  raw(m, block.data(), 32);
-  u32(m, s.kv_head_begin);
-  u32(m, s.kv_head_end);
-  u32(m, s.layer_begin);
-  u32(m, s.layer_end);
-  return ref_sha256(m);
-}
-
-std::string ref_key(const kvkey::Identity& id, const kvkey::Digest& object) {
-  std::string model;
-  for (char ch : id.model.name) {
-    const auto c = static_cast<unsigned char>(ch);
-    const bool plain = (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '.' ||
-                       c == '_' || c == '-';
-    const std::size_t need = plain ? 1 : 3;
-    if (model.size() + need > 96) break;
-    if (plain) {
-      model.push_back(ch);
-    } else {
-      static const char hex[] = "0123456789ABCDEF";
-      model += '%';
-      model += hex[c >> 4];
-      model += hex[c & 15];
-    }
-  }
-  return "kvk1/" + id.tenant + "/" + model + "/e" + std::to_string(id.model.weights_epoch) + "/" + object.hex();
-}
-
-Bytes ref_envelope(const Bytes& encoding, const kvkey::Slice& s, const kvkey::Digest& block, std::uint64_t payload) {
-  Bytes e;
-  raw(e, "KVKEYENV", 8);
-  u16(e, kvkey::format_version);
-  u16(e, 1024);
-  u32(e, static_cast<std::uint32_t>(encoding.size()));
-  raw(e, block.data(), 32);
-  u64(e, payload);
-  u32(e, s.kv_head_begin);
-  u32(e, s.kv_head_end);
-  u32(e, s.layer_begin);
-  u32(e, s.layer_end);
-  raw(e, encoding.data(), encoding.size());
-  e.resize(1024, 0);
-  return e;
 }
 
 // ---- the grid ------------------------------------------------------------------
 
 kvkey::Identity make_identity(int which, std::uint32_t block_size) {
-  kvkey::Identity id = perf_identity(block_size);
+  kvkey::Identity id = kvkey_test::bf16_identity(block_size);
   if (which == 1) {
     id.tenant = "t.0_x";
     id.model.name = std::string("deep seek/V3 \xc3\xa9@") + std::string(60, 'z');  // escapes + cut at 96
     id.model.weights_epoch = 123456789012345ULL;
-    id.model.weights_fingerprint = kvkey::fingerprint("weights");
-    id.kv.dtype = kvkey::KvDtype::int4;
-    id.kv.quant.scheme = "per_token_asym";
-    id.kv.quant.group_size = 64;
-    id.kv.quant.scale_dtype = kvkey::KvDtype::fp16;
-    id.kv.quant.zero_point = true;
-    id.shard.tp_size = 8;
-    id.shard.tp_rank = 5;
-    id.shard.pp_size = 2;
-    id.shard.pp_rank = 1;
-    id.adapter = kvkey::Adapter("sql-lora", kvkey::fingerprint("adapter"));
+    id = kvkey_test::with_optionals(id, {kvkey::KvDtype::int4, "weights", std::nullopt, "sql-lora", "adapter"});
+    id.shard = {8, 5, 2, 1};  // tp_size, tp_rank, pp_size, pp_rank
   } else if (which == 2) {
     id.tenant.clear();  // single-tenant policy
     id.model.name = "m";
@@ -196,7 +79,7 @@ std::vector<std::uint32_t> make_tokens(std::size_t n, std::uint32_t seed) {
 
 struct Case {
   std::string salt;
-  std::vector<Extra> extras;
+  std::vector<kvkey::ExtraKey> extras;
 };
 
 std::vector<Case> make_cases(std::size_t bs) {
@@ -213,8 +96,8 @@ std::vector<Case> make_cases(std::size_t bs) {
 }
 
 struct Outputs {
-  Bytes all;  // every output of the grid, in order: pinned below
-  void add(const void* p, std::size_t n) { raw(all, p, n); }
+  ByteVec all;  // every output of the grid, in order: pinned below
+  void add(const void* p, std::size_t n) { ref::raw(all, p, n); }
 };
 
 template <class T>
@@ -225,13 +108,13 @@ std::vector<T> as(const std::vector<std::uint32_t>& t) {
 kvkey::HashOptions options(const Case& c) {
   kvkey::HashOptions o;
   o.salt = c.salt;
-  for (const auto& e : c.extras) o.extras.push_back({e.begin, e.end, e.key});
+  o.extras = c.extras;
   return o;
 }
 
 }  // namespace
 
-TEST_CASE("perf: every optimized output equals the hand-built reference", "[perf][equivalence]") {
+TEST_CASE("Every optimized output equals the hand-built reference", "[key_namespace][equivalence]") {
   Outputs out;
   std::size_t blocks_checked = 0;
   for (int which = 0; which < 3; ++which) {
@@ -268,13 +151,8 @@ TEST_CASE("perf: every optimized output equals the hand-built reference", "[perf
             REQUIRE(part == expect);
           }
           if (!expect.empty()) {
-            REQUIRE(ns.first_parent(c.salt) == (c.salt.empty() ? ns.root() : [&] {
-              Bytes m;
-              u8(m, 'S');
-              raw(m, ns.root().data(), 32);
-              str(m, c.salt);
-              return ref_sha256(m);
-            }()));
+            const ByteVec parent = ref::first_parent(bytes_of(ns.root()), c.salt);
+            REQUIRE(ns.first_parent(c.salt) == kvkey::Digest::from_bytes(parent.data(), parent.size()));
           }
           for (const auto& h : got) out.add(h.data(), 32);
           blocks_checked += got.size();
@@ -285,15 +163,16 @@ TEST_CASE("perf: every optimized output equals the hand-built reference", "[perf
       for (std::size_t i = 0; i < hashes.size(); ++i) {
         const auto& h = hashes[i];
         const auto obj = ns.object_hash(h);
-        REQUIRE(obj == ref_object(h, ns.slice()));
+        REQUIRE(obj == ref_sha256(ref::object_message(bytes_of(h), ns.slice())));
         REQUIRE(evp.object_hash(h) == obj);
         const std::string key = ns.store_key(h);
-        REQUIRE(key == ref_key(ns.identity(), obj));
+        REQUIRE(key == ref::store_key(ns.identity().tenant, ns.identity().model.name,
+                                      ns.identity().model.weights_epoch, bytes_of(obj)));
         REQUIRE(evp.store_key(h) == key);
         const std::uint64_t payload = i == 0 ? 0 : i == 1 ? 123456789 : ~std::uint64_t{0};
         const kvkey::Envelope env = ns.seal(h, payload);
-        const Bytes expect_env = ref_envelope(ns.encoding(), ns.slice(), h, payload);
-        REQUIRE(Bytes(env.begin(), env.end()) == expect_env);
+        const ByteVec expect_env = ref::envelope(ns.encoding(), bytes_of(h), payload, ns.slice());
+        REQUIRE(ByteVec(env.begin(), env.end()) == expect_env);
         REQUIRE(ns.verify(env, h, payload).ok());
         REQUIRE(ns.verify(env, h, payload + 1).reason == kvkey::Reason::size_mismatch);
         REQUIRE(ns.verify(env, obj, payload).reason == kvkey::Reason::block_mismatch);
@@ -311,7 +190,7 @@ TEST_CASE("perf: every optimized output equals the hand-built reference", "[perf
   CHECK(ref_sha256(out.all).hex() == "f4f183d2baf7ff8b2142d288cf453266c65904ad26206cf914a738ffb045dc2a");
 }
 
-TEST_CASE("perf: a bad token fails the same way in every path", "[perf][equivalence]") {
+TEST_CASE("A bad token fails the same way in every path", "[key_namespace][equivalence]") {
   kvkey::KeyNamespace<> ns(make_identity(0, 16));
   std::vector<std::int64_t> tokens(40, 5);
   tokens[37] = -1;  // in the partial tail: not hashed, still checked
@@ -327,7 +206,7 @@ TEST_CASE("perf: a bad token fails the same way in every path", "[perf][equivale
   REQUIRE_THROWS_WITH(ns.block_hashes(neg), Catch::Contains("token 15 is -7"));
 }
 
-TEST_CASE("perf: verify's one-pass check gives verify_envelope's verdict for every byte changed", "[perf][equivalence]") {
+TEST_CASE("KeyNamespace::verify's one-pass check gives verify_envelope's verdict for every byte changed", "[key_namespace][equivalence]") {
   const kvkey::KeyNamespace<> ns(make_identity(1, 64));
   const auto blocks = ns.block_hashes(make_tokens(3 * 64, 3));
   const std::uint64_t payload = 917504;

@@ -9,7 +9,7 @@
 #include <type_traits>
 #include <utility>
 
-#include "security_fixtures.hpp"
+#include "support/fixtures.hpp"
 
 namespace {
 

@@ -9,7 +9,7 @@
 #include <thread>
 #include <vector>
 
-#include "security_fixtures.hpp"
+#include "support/fixtures.hpp"
 
 namespace {
 
@@ -90,17 +90,17 @@ void check_shared_namespace(const kvkey::KeyNamespace<Hash>& ns, const kvkey::En
 }  // namespace
 
 TEST_CASE("A const KeyNamespace<Sha256> is shared safely by 8 threads", "[security][concurrency]") {
-  const kvkey::KeyNamespace<> ns{kvkey_test::security_identity()};
-  auto other = kvkey_test::security_identity();
+  const kvkey::KeyNamespace<> ns{kvkey_test::sharded_identity()};
+  auto other = kvkey_test::sharded_identity();
   other.model.weights_epoch += 1;
   const kvkey::KeyNamespace<> writer{other};
   check_shared_namespace(ns, writer.seal(writer.root(), payload));
 }
 
 TEST_CASE("A const KeyNamespace<HmacSha256> is shared safely by 8 threads", "[security][concurrency]") {
-  const kvkey::KeyNamespace<kvkey::HmacSha256> ns{kvkey_test::security_identity(),
+  const kvkey::KeyNamespace<kvkey::HmacSha256> ns{kvkey_test::sharded_identity(),
                                                   kvkey::TenantSecret{kvkey_test::secret_bytes('a')}};
-  const kvkey::KeyNamespace<kvkey::HmacSha256> writer{kvkey_test::security_identity(),
+  const kvkey::KeyNamespace<kvkey::HmacSha256> writer{kvkey_test::sharded_identity(),
                                                       kvkey::TenantSecret{kvkey_test::secret_bytes('b')}};
   check_shared_namespace(ns, writer.seal(writer.root(), payload));
 }

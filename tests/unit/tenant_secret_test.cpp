@@ -10,7 +10,7 @@
 #include <string>
 #include <vector>
 
-#include "security_fixtures.hpp"
+#include "support/fixtures.hpp"
 
 namespace {
 

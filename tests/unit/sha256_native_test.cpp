@@ -29,7 +29,7 @@ std::vector<std::uint8_t> random_bytes(std::mt19937_64& rng, std::size_t n) {
 
 }  // namespace
 
-TEST_CASE("perf: the native SHA-256 is there exactly when the CPU has SHA extensions", "[perf][sha256]") {
+TEST_CASE("The native SHA-256 is there exactly when the CPU has SHA extensions", "[sha256][native]") {
 #if KVKEY_SHA256_X86
   unsigned a = 0, b = 0, c = 0, d = 0;
   bool sha = false;
@@ -43,7 +43,7 @@ TEST_CASE("perf: the native SHA-256 is there exactly when the CPU has SHA extens
 #endif
 }
 
-TEST_CASE("perf: native SHA-256 equals OpenSSL on random messages", "[perf][sha256]") {
+TEST_CASE("Native SHA-256 equals OpenSSL on random messages", "[sha256][native]") {
   if (!kvkey::detail::sha256_native_available()) {
     // Nothing native to check on this CPU; the chain uses EVP here, and the
     // equivalence test covers it.

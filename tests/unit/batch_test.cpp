@@ -4,7 +4,7 @@
 #include <kvkey/batch.hpp>
 #include <kvkey/kvkey.hpp>
 
-#include "perf_fixtures.hpp"
+#include "support/fixtures.hpp"
 
 #include <catch2/catch.hpp>
 
@@ -22,7 +22,7 @@ std::vector<std::int64_t> tokens_for(std::size_t request, std::size_t n) {
 }
 
 struct Fixture {
-  kvkey::KeyNamespace<> ns{perf_identity(16)};
+  kvkey::KeyNamespace<> ns{kvkey_test::bf16_identity(16)};
   std::vector<std::vector<std::int64_t>> prompts;
   std::vector<kvkey::HashOptions> options;
   std::vector<kvkey::BlockHashRequest<std::int64_t>> requests;
@@ -51,7 +51,7 @@ struct Fixture {
 
 }  // namespace
 
-TEST_CASE("perf: a batch gives each request's block_hashes, in request order", "[perf][batch]") {
+TEST_CASE("A batch gives each request's block_hashes, in request order", "[batch]") {
   const Fixture f(37);
   const auto expect = f.sequential();
   std::size_t blocks = 0;
@@ -67,7 +67,7 @@ TEST_CASE("perf: a batch gives each request's block_hashes, in request order", "
   }
 }
 
-TEST_CASE("perf: a batch of prompts with shared options", "[perf][batch]") {
+TEST_CASE("A batch of prompts with shared options", "[batch]") {
   const Fixture f(9);
   kvkey::HashOptions salted;
   salted.salt = "shared";
@@ -78,7 +78,7 @@ TEST_CASE("perf: a batch of prompts with shared options", "[perf][batch]") {
   CHECK(pool.block_hashes(f.ns, std::vector<std::vector<std::int64_t>>{}).empty());
 }
 
-TEST_CASE("perf: a batch reports the first failing request and still hashes the others", "[perf][batch]") {
+TEST_CASE("A batch reports the first failing request and still hashes the others", "[batch]") {
   Fixture f(12);
   f.prompts[7] = tokens_for(7, 64);
   f.prompts[7][40] = -3;  // block 2 of request 7
@@ -96,7 +96,7 @@ TEST_CASE("perf: a batch reports the first failing request and still hashes the 
   CHECK(pool.block_hashes(f.ns, f.requests) == f.sequential());
 }
 
-TEST_CASE("perf: one BatchHasher shared by two threads runs their batches one at a time", "[perf][batch]") {
+TEST_CASE("One BatchHasher shared by two threads runs their batches one at a time", "[batch]") {
   const Fixture f(20);
   const auto expect = f.sequential();
   kvkey::BatchHasher pool(2);
@@ -110,11 +110,11 @@ TEST_CASE("perf: one BatchHasher shared by two threads runs their batches one at
   CHECK(b == expect);
 }
 
-TEST_CASE("perf: batches equal block_hashes at every block size and token type", "[perf][batch]") {
+TEST_CASE("Batches equal block_hashes at every block size and token type", "[batch]") {
   // Requests without extras are hashed two at a time in lockstep where the CPU
   // allows; the lengths make pairs of equal and unequal block counts.
   for (std::uint32_t bs : {1u, 16u, 64u, 255u, 256u, 257u}) {
-    const kvkey::KeyNamespace<> ns(perf_identity(bs));
+    const kvkey::KeyNamespace<> ns(kvkey_test::bf16_identity(bs));
     std::vector<std::vector<std::uint32_t>> u32(7);
     std::vector<std::vector<std::int32_t>> i32(7);
     for (std::size_t i = 0; i < u32.size(); ++i) {
@@ -139,7 +139,7 @@ TEST_CASE("perf: batches equal block_hashes at every block size and token type",
   }
 }
 
-TEST_CASE("perf: a batch into a reused output replaces every entry", "[perf][batch]") {
+TEST_CASE("A batch into a reused output replaces every entry", "[batch]") {
   const Fixture f(30);
   kvkey::BatchHasher pool(2);
   std::vector<std::vector<kvkey::Digest>> out(40, std::vector<kvkey::Digest>(3));  // stale, too many

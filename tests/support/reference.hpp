@@ -1,8 +1,10 @@
-// Shared helpers of the core unit tests: sample identities, token sequences, and
-// an independent reference of the byte formats (docs/format.md) written from the
-// specification with raw OpenSSL, without kvkey's encoder, to check kvkey against.
-#ifndef KVKEY_TESTS_CORE_TEST_SUPPORT_HPP
-#define KVKEY_TESTS_CORE_TEST_SUPPORT_HPP
+// The independent reference of the byte formats (docs/format.md): every
+// message and layout assembled by hand from the specification and hashed with
+// raw OpenSSL, without kvkey's encoder, to check kvkey against. The one
+// reference the tests use (golden vectors, chain, encoding, envelope, store
+// keys and the optimized paths in key_namespace_test.cpp).
+#ifndef KVKEY_TESTS_SUPPORT_REFERENCE_HPP
+#define KVKEY_TESTS_SUPPORT_REFERENCE_HPP
 
 #include <kvkey/kvkey.hpp>
 
@@ -14,91 +16,12 @@
 #include <optional>
 #include <stdexcept>
 #include <string>
-#include <string_view>
 #include <tuple>
 #include <vector>
 
-namespace core_test {
+#include "support/fixtures.hpp"
 
-using ByteVec = std::vector<std::uint8_t>;
-
-/// A small valid identity: no optionals, quant "none", tp = pp = 1.
-inline kvkey::Identity base_identity() {
-  kvkey::Identity id;
-  id.tenant = "team-a";
-  id.model.name = "Qwen/Qwen2.5-7B-Instruct";
-  id.model.revision = "a09a35458c702b33eeacc393d103063234e8bc28";
-  id.model.weights_epoch = 0;
-  id.kv.dtype = kvkey::KvDtype::fp16;
-  id.kv.block_size = 16;
-  id.kv.num_layers = 28;
-  id.kv.num_kv_heads = 4;
-  id.kv.head_dim = 128;
-  id.kv.layout = "lmdeploy.v1.layer_major";
-  return id;
-}
-
-/// A valid identity with every optional present, a quantization scheme and a
-/// 2-way tensor-parallel shard.
-inline kvkey::Identity rich_identity() {
-  kvkey::Identity id = base_identity();
-  id.model.weights_epoch = 7;
-  id.model.weights_fingerprint = kvkey::fingerprint("weights v7");
-  id.kv.dtype = kvkey::KvDtype::int8;
-  id.kv.quant.scheme = "per_token_asym";
-  id.kv.quant.group_size = 64;
-  id.kv.quant.scale_dtype = kvkey::KvDtype::fp16;
-  id.kv.quant.zero_point = true;
-  id.kv.quant.scales_fingerprint = kvkey::fingerprint("scales v1");
-  id.shard.tp_size = 2;
-  id.shard.tp_rank = 1;
-  id.adapter = kvkey::Adapter("sql-lora", kvkey::fingerprint("sql-lora weights"));
-  return id;
-}
-
-/// n deterministic token ids in [0, 151936), varied by seed.
-inline std::vector<std::int32_t> tokens(std::size_t n, std::uint32_t seed = 1) {
-  std::vector<std::int32_t> t(n);
-  std::uint64_t x = 0x9e3779b97f4a7c15ull * (seed + 1);
-  for (auto& v : t) {
-    x ^= x << 13;
-    x ^= x >> 7;
-    x ^= x << 17;
-    v = static_cast<std::int32_t>(x % 151936);
-  }
-  return t;
-}
-
-// ---- bytes and hex ---------------------------------------------------------------
-
-inline std::string to_hex(const std::uint8_t* p, std::size_t n) {
-  static constexpr char digits[] = "0123456789abcdef";
-  std::string s;
-  s.reserve(2 * n);
-  for (std::size_t i = 0; i < n; ++i) {
-    s.push_back(digits[p[i] >> 4]);
-    s.push_back(digits[p[i] & 0x0f]);
-  }
-  return s;
-}
-template <class C>
-std::string to_hex(const C& c) {
-  return to_hex(c.data(), c.size());
-}
-
-inline ByteVec bytes_from_hex(std::string_view hex) {
-  auto nib = [](char c) -> int {
-    if (c >= '0' && c <= '9') return c - '0';
-    if (c >= 'a' && c <= 'f') return c - 'a' + 10;
-    throw std::invalid_argument("not lowercase hex");
-  };
-  if (hex.size() % 2 != 0) throw std::invalid_argument("odd hex length");
-  ByteVec out(hex.size() / 2);
-  for (std::size_t i = 0; i < out.size(); ++i) {
-    out[i] = static_cast<std::uint8_t>(nib(hex[2 * i]) << 4 | nib(hex[2 * i + 1]));
-  }
-  return out;
-}
+namespace kvkey_test {
 
 // ---- the reference: the byte formats of docs/format.md, written by hand -------------
 
@@ -281,44 +204,6 @@ inline ByteVec envelope(const ByteVec& identity_encoding, const ByteVec& block_h
 
 }  // namespace ref
 
-inline std::vector<std::uint32_t> as_u32(const std::vector<std::int32_t>& t) {
-  return std::vector<std::uint32_t>(t.begin(), t.end());
-}
+}  // namespace kvkey_test
 
-inline ByteVec bytes_of(const kvkey::Digest& d) { return ByteVec(d.begin(), d.end()); }
-
-/// Member-by-member equality of the salient fields (the shard is not compared:
-/// it is not part of the identity encoding). Written out by hand so it does not
-/// depend on kvkey's field list.
-inline bool same_salient_fields(const kvkey::Identity& a, const kvkey::Identity& b) {
-  const bool adapters_equal =
-      a.adapter.has_value() == b.adapter.has_value() &&
-      (!a.adapter || (a.adapter->name == b.adapter->name &&
-                      a.adapter->weights_fingerprint == b.adapter->weights_fingerprint));
-  return a.tenant == b.tenant && a.model.name == b.model.name && a.model.revision == b.model.revision &&
-         a.model.weights_epoch == b.model.weights_epoch && a.model.weights_fingerprint == b.model.weights_fingerprint &&
-         a.kv.dtype == b.kv.dtype && a.kv.quant.scheme == b.kv.quant.scheme &&
-         a.kv.quant.group_size == b.kv.quant.group_size && a.kv.quant.scale_dtype == b.kv.quant.scale_dtype &&
-         a.kv.quant.zero_point == b.kv.quant.zero_point &&
-         a.kv.quant.scales_fingerprint == b.kv.quant.scales_fingerprint && a.kv.block_size == b.kv.block_size &&
-         a.kv.num_layers == b.kv.num_layers && a.kv.num_kv_heads == b.kv.num_kv_heads &&
-         a.kv.head_dim == b.kv.head_dim && a.kv.layout == b.kv.layout && a.kv.mla == b.kv.mla && adapters_equal;
-}
-
-/// An identity with every string at its limit and every optional present: the
-/// largest encoding a valid identity can have.
-inline kvkey::Identity largest_identity() {
-  kvkey::Identity id = rich_identity();
-  id.tenant = std::string(kvkey::limits::tenant, 'T');
-  id.model.name = std::string(kvkey::limits::model_name, '/');  // also the longest store key segment
-  id.model.revision = std::string(kvkey::limits::revision, 'r');
-  id.model.weights_epoch = ~std::uint64_t{0};
-  id.kv.quant.scheme = std::string(kvkey::limits::quant_scheme, 'q');
-  id.kv.layout = std::string(kvkey::limits::layout, 'l');
-  id.adapter = kvkey::Adapter(std::string(kvkey::limits::adapter_name, '\xff'), kvkey::fingerprint("adapter"));
-  return id;
-}
-
-}  // namespace core_test
-
-#endif  // KVKEY_TESTS_CORE_TEST_SUPPORT_HPP
+#endif  // KVKEY_TESTS_SUPPORT_REFERENCE_HPP
