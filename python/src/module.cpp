@@ -171,33 +171,34 @@ py::object identity_equal(const PyIdentity& a, const py::object& b, bool want) {
 
 // ---- properties of the identity's parts ------------------------------------------------------
 
+// A member as a property: read through `get`, assigned through the checked conversion `set(value, field)`.
+template <class Cls, class C, class T, class Get, class Set>
+void checked_property(Cls& cls, const char* name, T C::*member, const std::string& field, Get get, Set set,
+                      const char* doc) {
+  cls.def_property(
+      name, [member, get](const C& c) { return get(c.*member); },
+      [member, field, set](C& c, const py::object& v) { c.*member = set(v, field); }, doc);
+}
+
 template <class Cls, class C>
 void text_property(Cls& cls, const char* name, std::string C::*member, const std::string& field) {
-  cls.def_property(
-      name, [member](const C& c) { return to_py_text(c.*member); },
-      [member, field](C& c, const py::object& v) { c.*member = to_text(v, field); }, "str");
+  checked_property(cls, name, member, field, [](const std::string& s) { return to_py_text(s); }, &to_text, "str");
 }
 
 template <class Cls, class C, class T>
 void uint_property(Cls& cls, const char* name, T C::*member, const std::string& field) {
-  cls.def_property(
-      name, [member](const C& c) { return c.*member; },
-      [member, field](C& c, const py::object& v) { c.*member = to_uint<T>(v, field); }, "int");
+  checked_property(cls, name, member, field, [](T v) { return v; }, &to_uint<T>, "int");
 }
 
 template <class Cls, class C>
 void bool_property(Cls& cls, const char* name, bool C::*member, const std::string& field) {
-  cls.def_property(
-      name, [member](const C& c) { return c.*member; },
-      [member, field](C& c, const py::object& v) { c.*member = to_bool(v, field); }, "bool");
+  checked_property(cls, name, member, field, [](bool v) { return v; }, &to_bool, "bool");
 }
 
 template <class Cls, class C>
 void optional_digest_property(Cls& cls, const char* name, std::optional<kvkey::Digest> C::*member,
                               const std::string& field) {
-  cls.def_property(
-      name, [member](const C& c) { return from_optional_digest(c.*member); },
-      [member, field](C& c, const py::object& v) { c.*member = to_optional_digest(v, field); }, "32 bytes or None");
+  checked_property(cls, name, member, field, &from_optional_digest, &to_optional_digest, "32 bytes or None");
 }
 
 // A part held by value: the getter is a live reference (keeping the owner
@@ -608,6 +609,16 @@ std::uint32_t u32(const py::handle& obj, const char* field) { return to_uint<std
 // tensor-parallel size keeps a wrong argument from allocating gigabytes.
 constexpr std::uint32_t max_shard_keys = 4096;
 
+// m.name(tp_size, num_kv_heads), both checked.
+void def_tp_heads(py::module_& m, const char* name, std::uint32_t (*f)(std::uint32_t, std::uint32_t)) {
+  m.def(
+      name,
+      [f](const py::object& tp_size, const py::object& heads) {
+        return f(u32(tp_size, "tp_size"), u32(heads, "num_kv_heads"));
+      },
+      py::arg("tp_size"), py::arg("num_kv_heads"));
+}
+
 void bind_lmdeploy(py::module_& m) {
   m.doc() = "lmdeploy's legacy Mooncake store keys, bit for bit (recognise, enumerate, purge; never for new keys).";
   m.attr("BLOCK_HASH_SCHEMA") = py::bytes(lm::block_hash_schema.data(), lm::block_hash_schema.size());
@@ -642,24 +653,14 @@ void bind_lmdeploy(py::module_& m) {
       py::arg("cache_prefix"), py::arg("model_name"), py::arg("kv_head_rank"), py::arg("block_hash"),
       "\"[<cache_prefix>@]<model_name>@tp_rank:<kv_head_rank>@group:0@<64 hex>\"");
 
-  m.def(
-      "kv_head_replica_num",
-      [](const py::object& tp_size, const py::object& heads) {
-        return lm::kv_head_replica_num(u32(tp_size, "tp_size"), u32(heads, "num_kv_heads"));
-      },
-      py::arg("tp_size"), py::arg("num_kv_heads"));
+  def_tp_heads(m, "kv_head_replica_num", &lm::kv_head_replica_num);
   m.def(
       "kv_head_rank",
       [](const py::object& tp_rank, const py::object& tp_size, const py::object& heads) {
         return lm::kv_head_rank(u32(tp_rank, "tp_rank"), u32(tp_size, "tp_size"), u32(heads, "num_kv_heads"));
       },
       py::arg("tp_rank"), py::arg("tp_size"), py::arg("num_kv_heads"));
-  m.def(
-      "shard_key_count",
-      [](const py::object& tp_size, const py::object& heads) {
-        return lm::shard_key_count(u32(tp_size, "tp_size"), u32(heads, "num_kv_heads"));
-      },
-      py::arg("tp_size"), py::arg("num_kv_heads"));
+  def_tp_heads(m, "shard_key_count", &lm::shard_key_count);
   m.def(
       "lookup_keys",
       [](const py::object& cache_prefix, const py::object& model_name, const py::object& shard_keys,
