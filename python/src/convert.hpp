@@ -94,7 +94,16 @@ inline std::string to_byte_string(const py::handle& obj, const std::string& fiel
 }
 
 // Any bytes-like object of exactly 32 bytes; a str is refused (bytes.fromhex parses hex).
+// The common case, bytes of length 32, without building the field's name.
+inline bool exact_digest(PyObject* obj, kvkey::Digest& d) {
+  if (!PyBytes_CheckExact(obj) || PyBytes_GET_SIZE(obj) != kvkey::Digest::size_bytes) return false;
+  std::memcpy(d.data(), PyBytes_AS_STRING(obj), kvkey::Digest::size_bytes);
+  return true;
+}
+
 inline kvkey::Digest to_digest(const py::handle& obj, const std::string& field) {
+  kvkey::Digest d;
+  if (exact_digest(obj.ptr(), d)) return d;
   if (PyUnicode_Check(obj.ptr())) {
     throw py::type_error(field + " must be 32 bytes (bytes-like), not str; use bytes.fromhex() for hex");
   }
@@ -102,7 +111,6 @@ inline kvkey::Digest to_digest(const py::handle& obj, const std::string& field) 
   if (b.size() != kvkey::Digest::size_bytes) {
     throw_input_error(field + " must be 32 bytes, got " + std::to_string(b.size()));
   }
-  kvkey::Digest d;
   std::memcpy(d.data(), b.data(), kvkey::Digest::size_bytes);
   return d;
 }
@@ -193,7 +201,8 @@ inline std::vector<kvkey::Digest> to_digests(const py::handle& obj, const std::s
   std::vector<kvkey::Digest> out;
   if (obj.is_none()) return out;
   for_each_item(obj, field, "a list of 32-byte digests", [&](const py::handle& item, std::size_t i) {
-    out.push_back(to_digest(item, indexed(field, i)));
+    kvkey::Digest d;
+    out.push_back(exact_digest(item.ptr(), d) ? d : to_digest(item, indexed(field, i)));
   });
   return out;
 }

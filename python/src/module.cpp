@@ -437,6 +437,16 @@ std::vector<kvkey::Digest> extend(const Namespace& ns, std::vector<kvkey::Digest
   return hashes;
 }
 
+// previous + the hashes of the remaining full blocks; the ids of the blocks
+// `previous` covers are not read (an extension costs O(new blocks)).
+py::list extend_py(const Namespace& ns, const py::handle& previous, const py::handle& tokens, const py::handle& salt,
+                   const py::handle& extras) {
+  std::vector<kvkey::Digest> hashes = to_digests(previous, "previous");
+  const kvkey::HashOptions opt = to_options(salt, extras);
+  const Tokens t(tokens, false, hashes.size() * ns.block_size());
+  return to_list(extend(ns, std::move(hashes), t, opt));
+}
+
 struct PyVerdict {
   kvkey::Verdict v;
   bool ok() const { return v.ok(); }
@@ -538,10 +548,7 @@ void bind_namespace(py::module_& m) {
       .def(
           "block_hashes",
           [](const Namespace& ns, const py::object& tokens, const py::object& salt, const py::object& extras,
-             const py::object& previous) {
-            const Tokens t(tokens, false);
-            return to_list(extend(ns, to_digests(previous, "previous"), t, to_options(salt, extras)));
-          },
+             const py::object& previous) { return extend_py(ns, previous, tokens, salt, extras); },
           py::arg("tokens"), py::kw_only(), py::arg("salt") = py::none(), py::arg("extras") = py::none(),
           py::arg("previous") = py::none(),
           "32-byte hashes (bytes) of every full block. tokens: list/sequence of ints or a 1-D int32/int64/uint32 "
@@ -550,10 +557,7 @@ void bind_namespace(py::module_& m) {
       .def(
           "extend_block_hashes",
           [](const Namespace& ns, const py::object& previous, const py::object& tokens, const py::object& salt,
-             const py::object& extras) {
-            const Tokens t(tokens, false);
-            return to_list(extend(ns, to_digests(previous, "previous"), t, to_options(salt, extras)));
-          },
+             const py::object& extras) { return extend_py(ns, previous, tokens, salt, extras); },
           py::arg("previous"), py::arg("tokens"), py::kw_only(), py::arg("salt") = py::none(),
           py::arg("extras") = py::none(),
           "previous + the hashes of the remaining full blocks of tokens (the whole sequence so far).")

@@ -5,7 +5,9 @@
 
 #include <pybind11/pybind11.h>
 
+#include <algorithm>
 #include <cstdint>
+#include <memory>
 #include <optional>
 #include <string>
 #include <string_view>
@@ -17,15 +19,18 @@ namespace kvkey_python {
 
 // Token ids as the C++ API takes them: borrowed from a 1-D C-contiguous buffer
 // of int32/int64/uint32/uint64 (numpy arrays, array.array) without copying,
-// else converted once from any sequence of ints.
+// else converted once from any sequence of ints. A list or tuple is read
+// straight from its item array, exact ints first, in one pass.
 class Tokens {
  public:
   enum class Kind { i32, i64, u32, u64 };
 
   // allow_u64: hand out uint64 (the legacy scheme takes ids up to 2^64 - 1).
-  Tokens(const py::handle& obj, bool allow_u64) {
+  // skip: the ids [0, skip) are not read (their slots stay unset), for a C++
+  // call that reads only the later ones (an extension past known blocks).
+  Tokens(const py::handle& obj, bool allow_u64, std::size_t skip = 0) {
     if (PyObject_CheckBuffer(obj.ptr()) && !PyUnicode_Check(obj.ptr()) && borrow(obj, allow_u64)) return;
-    convert(obj, allow_u64);
+    convert(obj, allow_u64, skip);
   }
 
   template <class F>
@@ -76,65 +81,111 @@ class Tokens {
     return true;
   }
 
-  void convert(const py::handle& obj, bool allow_u64) {
-    const py::sequence seq = py::reinterpret_borrow<py::sequence>(obj);
-    if (!PySequence_Check(obj.ptr())) {
-      throw py::type_error("tokens must be a sequence of ints or a 1-D integer buffer, not " +
-                           type_name(obj));
+  [[noreturn]] static void not_an_int(std::size_t i, PyObject* item) {
+    PyErr_Clear();
+    throw py::type_error("token " + std::to_string(i) + " is not an int (" + type_name(item) + ")");
+  }
+
+  [[noreturn]] static void out_of_range(std::size_t i, PyObject* index, bool allow_u64) {
+    PyErr_Clear();
+    throw_input_error("token " + std::to_string(i) + " is " + std::string(py::str(index)) +
+                      (allow_u64 ? ", token ids must lie in [0, 2^64)" : ", outside [0, 2^32)"));
+  }
+
+  // Item i of a list or tuple, or of any sequence (a new reference either way).
+  static py::object item(PyObject* seq, bool fast, std::size_t i) {
+    if (!fast) return py::reinterpret_steal<py::object>(PySequence_GetItem(seq, static_cast<Py_ssize_t>(i)));
+    if (static_cast<Py_ssize_t>(i) >= PySequence_Fast_GET_SIZE(seq)) {
+      throw py::value_error("tokens changed size while being read");
     }
-    const auto n = static_cast<std::size_t>(py::len(seq));
-    i64_.reserve(n);
-    for (std::size_t i = 0; i < n; ++i) {
-      const py::object item = seq[i];
-      py::object index = py::reinterpret_steal<py::object>(PyNumber_Index(item.ptr()));
-      if (!index) {
-        PyErr_Clear();
-        throw py::type_error("token " + std::to_string(i) + " is not an int (" +
-                             type_name(item) + ")");
+    return py::reinterpret_borrow<py::object>(PySequence_Fast_GET_ITEM(seq, static_cast<Py_ssize_t>(i)));
+  }
+
+  // One id as int64; false when it does not fit (then `index` holds the int).
+  static bool to_i64(PyObject* obj, std::size_t i, std::int64_t& out, py::object& index) {
+    int overflow = 0;
+    if (PyLong_CheckExact(obj)) {
+      out = PyLong_AsLongLongAndOverflow(obj, &overflow);
+      if (overflow == 0) return true;
+      index = py::reinterpret_borrow<py::object>(obj);
+      return false;
+    }
+    index = py::reinterpret_steal<py::object>(PyNumber_Index(obj));
+    if (!index) not_an_int(i, obj);
+    out = PyLong_AsLongLongAndOverflow(index.ptr(), &overflow);
+    return overflow == 0;
+  }
+
+  void convert(const py::handle& obj, bool allow_u64, std::size_t skip) {
+    PyObject* seq = obj.ptr();
+    const bool fast = PyList_CheckExact(seq) || PyTuple_CheckExact(seq);
+    if (!fast && (PyUnicode_Check(seq) || !PySequence_Check(seq))) {
+      throw py::type_error("tokens must be a sequence of ints or a 1-D integer buffer, not " + type_name(obj));
+    }
+    const Py_ssize_t len = fast ? PySequence_Fast_GET_SIZE(seq) : PySequence_Size(seq);
+    if (len < 0) throw py::error_already_set();
+    const auto n = static_cast<std::size_t>(len);
+    skip = std::min(skip, n);
+    i64_.reset(new std::int64_t[n]);  // [0, skip) is never read
+    std::size_t start = skip;
+    if (fast) {
+      // The common case: a list of exact ints, read without touching the refcounts.
+      PyObject** items = PySequence_Fast_ITEMS(seq);
+      std::size_t i = start;
+      for (; i < n; ++i) {
+        PyObject* it = items[i];
+        if (!PyLong_CheckExact(it)) break;
+        int overflow = 0;
+        i64_[i] = PyLong_AsLongLongAndOverflow(it, &overflow);
+        if (overflow != 0) break;
       }
-      int overflow = 0;
-      const long long v = PyLong_AsLongLongAndOverflow(index.ptr(), &overflow);
-      if (overflow == 0) {
-        i64_.push_back(v);
-        continue;
-      }
-      if (overflow < 0 || !allow_u64) {
-        throw_input_error("token " + std::to_string(i) + " is " + std::string(py::str(index)) +
-                          (allow_u64 ? ", token ids must lie in [0, 2^64)" : ", outside [0, 2^32)"));
-      }
-      convert_u64(seq, n);  // ids beyond 2^63 - 1: the legacy scheme's full range
+      start = i;  // the rest (if any) takes the general path below
+    }
+    for (std::size_t i = start; i < n; ++i) {
+      const py::object it = item(seq, fast, i);
+      if (!it) throw py::error_already_set();
+      py::object index;
+      if (to_i64(it.ptr(), i, i64_[i], index)) continue;
+      if (!index || PyErr_Occurred() != nullptr) out_of_range(i, index ? index.ptr() : it.ptr(), allow_u64);
+      int sign = 0;
+      (void)PyLong_AsLongLongAndOverflow(index.ptr(), &sign);
+      if (sign < 0 || !allow_u64) out_of_range(i, index.ptr(), allow_u64);
+      convert_u64(seq, fast, n, skip, i);  // ids beyond 2^63 - 1: the legacy scheme's full range
       return;
     }
     kind_ = Kind::i64;
-    data_ = i64_.data();
-    count_ = i64_.size();
+    data_ = i64_.get();
+    count_ = n;
   }
 
-  void convert_u64(const py::sequence& seq, std::size_t n) {
-    i64_.clear();
-    u64_.reserve(n);
-    for (std::size_t i = 0; i < n; ++i) {
-      py::object index = py::reinterpret_steal<py::object>(PyNumber_Index(py::object(seq[i]).ptr()));
-      if (!index) throw py::error_already_set();
-      const unsigned long long v = PyLong_AsUnsignedLongLong(index.ptr());
-      if (PyErr_Occurred() != nullptr) {
-        PyErr_Clear();
-        throw_input_error("token " + std::to_string(i) + " is " + std::string(py::str(index)) +
-                          ", token ids must lie in [0, 2^64)");
-      }
-      u64_.push_back(v);
+  // Continues from token `from` (the first id above 2^63 - 1) with uint64 storage.
+  void convert_u64(PyObject* seq, bool fast, std::size_t n, std::size_t skip, std::size_t from) {
+    u64_.reset(new std::uint64_t[n]);
+    for (std::size_t i = skip; i < from; ++i) {
+      if (i64_[i] < 0) throw_input_error("token " + std::to_string(i) + " is " + std::to_string(i64_[i]) +
+                                         ", token ids must lie in [0, 2^64)");
+      u64_[i] = static_cast<std::uint64_t>(i64_[i]);
+    }
+    i64_.reset();
+    for (std::size_t i = from; i < n; ++i) {
+      const py::object it = item(seq, fast, i);
+      if (!it) throw py::error_already_set();
+      const auto index = py::reinterpret_steal<py::object>(PyNumber_Index(it.ptr()));
+      if (!index) not_an_int(i, it.ptr());
+      u64_[i] = PyLong_AsUnsignedLongLong(index.ptr());
+      if (PyErr_Occurred() != nullptr) out_of_range(i, index.ptr(), true);
     }
     kind_ = Kind::u64;
-    data_ = u64_.data();
-    count_ = u64_.size();
+    data_ = u64_.get();
+    count_ = n;
   }
 
   Kind kind_ = Kind::i64;
   const void* data_ = nullptr;
   std::size_t count_ = 0;
   std::optional<py::buffer_info> view_;
-  std::vector<std::int64_t> i64_;
-  std::vector<std::uint64_t> u64_;
+  std::unique_ptr<std::int64_t[]> i64_;
+  std::unique_ptr<std::uint64_t[]> u64_;
 };
 
 }  // namespace kvkey_python
