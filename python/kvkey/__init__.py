@@ -6,6 +6,7 @@ The compiled core lives in ``kvkey._kvkey``; this package re-exports it. Digests
 
 from ._kvkey import (  # noqa: F401  (re-exports)
     Adapter,
+    Chain,
     CryptoError,
     Error,
     Identity,
@@ -35,6 +36,7 @@ from . import compat  # noqa: F401
 
 __all__ = [
     "Adapter",
+    "Chain",
     "CryptoError",
     "Error",
     "Identity",

@@ -447,6 +447,53 @@ py::list extend_py(const Namespace& ns, const py::handle& previous, const py::ha
   return to_list(extend(ns, std::move(hashes), t, opt));
 }
 
+// One request's block hashes, extended as its tokens arrive: keeps the ids
+// and the hashes so far, so an append costs only its new blocks. Not
+// thread-safe (like a list being appended to); the GIL is held throughout.
+class Chain {
+ public:
+  Chain(py::object ns, kvkey::HashOptions opt)
+      : owner_(std::move(ns)), ns_(&owner_.cast<const Namespace&>()), opt_(std::move(opt)) {}
+
+  // Appends the new ids; returns the hashes of the blocks they completed. On an
+  // error nothing is appended.
+  py::list append(const py::handle& tokens) {
+    const Tokens t(tokens, false);
+    const std::size_t old_tokens = tokens_.size();
+    const std::size_t old_hashes = hashes_.size();
+    t.visit([&](const auto* data, std::size_t n) {
+      using T = std::remove_const_t<std::remove_pointer_t<decltype(data)>>;
+      if constexpr (std::is_same_v<T, std::uint64_t>) {
+        throw kvkey::input_error("internal: uint64 tokens are not accepted by KeyNamespace");
+      } else {
+        if (old_tokens + n > tokens_.capacity()) tokens_.reserve(std::max(old_tokens + n, 2 * tokens_.capacity()));
+        for (std::size_t i = 0; i < n; ++i) tokens_.push_back(static_cast<std::int64_t>(data[i]));
+      }
+    });
+    try {
+      ns_->extend_block_hashes(hashes_, tokens_.data(), tokens_.size(), opt_);
+    } catch (...) {
+      tokens_.resize(old_tokens);
+      hashes_.resize(old_hashes);
+      throw;
+    }
+    py::list out(hashes_.size() - old_hashes);
+    for (std::size_t i = old_hashes; i < hashes_.size(); ++i) out[i - old_hashes] = to_bytes(hashes_[i]);
+    return out;
+  }
+
+  py::list hashes() const { return to_list(hashes_); }
+  std::size_t size() const noexcept { return tokens_.size(); }
+  std::size_t blocks() const noexcept { return hashes_.size(); }
+
+ private:
+  py::object owner_;  // keeps the namespace alive
+  const Namespace* ns_;
+  kvkey::HashOptions opt_;
+  std::vector<std::int64_t> tokens_;
+  std::vector<kvkey::Digest> hashes_;
+};
+
 struct PyVerdict {
   kvkey::Verdict v;
   bool ok() const { return v.ok(); }
@@ -522,6 +569,16 @@ void bind_namespace(py::module_& m) {
       "Counts the leading blocks every shard can serve. results: one bool or Verdict per (block, shard), "
       "block-major (anything else raises TypeError); counting stops at the first block any shard misses.");
 
+  py::class_<Chain>(m, "Chain", "One request's block hashes, extended as its tokens arrive (KeyNamespace.chain()).")
+      .def("append", &Chain::append, py::arg("tokens"),
+           "Appends the new token ids (list, tuple, sequence or 1-D integer buffer) and returns the hashes of the "
+           "blocks they completed; a partial tail waits for the next append. On an error nothing is appended.")
+      .def_property_readonly("hashes", &Chain::hashes, "every full block's hash so far (a new list)")
+      .def("__len__", &Chain::size, "the number of token ids appended")
+      .def("__repr__", [](const Chain& c) {
+        return "Chain(tokens=" + std::to_string(c.size()) + ", blocks=" + std::to_string(c.blocks()) + ")";
+      });
+
   py::class_<Namespace>(m, "KeyNamespace", "Keys, block hashes and envelopes of one deployment's rank.")
       .def(py::init([](const py::object& id, const py::object& single) {
              return Namespace(to_instance<PyIdentity>(id, "identity").value(),
@@ -561,6 +618,14 @@ void bind_namespace(py::module_& m) {
           py::arg("previous"), py::arg("tokens"), py::kw_only(), py::arg("salt") = py::none(),
           py::arg("extras") = py::none(),
           "previous + the hashes of the remaining full blocks of tokens (the whole sequence so far).")
+      .def(
+          "chain",
+          [](const py::object& self, const py::object& salt, const py::object& extras) {
+            return Chain(self, to_options(salt, extras));
+          },
+          py::kw_only(), py::arg("salt") = py::none(), py::arg("extras") = py::none(),
+          "A kvkey.Chain for one request: append its tokens as they arrive; each append costs only the blocks it "
+          "completes.")
       .def(
           "first_parent",
           [](const Namespace& ns, const py::object& salt) {
