@@ -19,6 +19,7 @@
 #include <utility>
 #include <vector>
 
+#include "batch.hpp"
 #include "convert.hpp"
 #include "tokens.hpp"
 
@@ -618,6 +619,17 @@ void bind_namespace(py::module_& m) {
           py::arg("previous"), py::arg("tokens"), py::kw_only(), py::arg("salt") = py::none(),
           py::arg("extras") = py::none(),
           "previous + the hashes of the remaining full blocks of tokens (the whole sequence so far).")
+      .def(
+          "block_hashes_batch",
+          [](const Namespace& ns, const py::object& sequences, const py::object& threads) {
+            const auto all = block_hashes_batch(ns, sequences, threads);
+            py::list out(all.size());
+            for (std::size_t r = 0; r < all.size(); ++r) out[r] = to_list(all[r]);
+            return out;
+          },
+          py::arg("sequences"), py::kw_only(), py::arg("threads") = 0,
+          "[block_hashes(s) for s in sequences], hashed by a pool of `threads` threads (0: one per core) with the "
+          "GIL released. Each sequence is any tokens argument of block_hashes.")
       .def(
           "chain",
           [](const py::object& self, const py::object& salt, const py::object& extras) {
