@@ -17,6 +17,7 @@
 #include <string>
 #include <string_view>
 #include <utility>
+#include <variant>
 #include <vector>
 
 #include "batch.hpp"
@@ -422,7 +423,55 @@ kvkey::HashOptions to_options(const py::handle& salt, const py::handle& extras) 
 
 // ---- the namespace ------------------------------------------------------------------------
 
-using Namespace = kvkey::KeyNamespace<>;
+// kvkey.KeyNamespace: KeyNamespace<Sha256>, or KeyNamespace<HmacSha256> when
+// built with a TenantSecret. The members the binding uses forward to whichever
+// it holds.
+class Namespace {
+ public:
+  Namespace(const kvkey::Identity& id, const kvkey::Policy& policy) : ns_(std::in_place_index<0>, id, policy) {}
+  Namespace(const kvkey::Identity& id, const kvkey::TenantSecret& secret, const kvkey::Policy& policy)
+      : ns_(std::in_place_index<1>, id, kvkey::HmacSha256(secret), policy) {}
+
+  template <class F>
+  decltype(auto) visit(F&& f) const {
+    return std::visit(std::forward<F>(f), ns_);
+  }
+  bool keyed() const noexcept { return ns_.index() == 1; }
+
+  const kvkey::Identity& identity() const noexcept { return visit([](const auto& n) -> auto& { return n.identity(); }); }
+  const kvkey::Policy& policy() const noexcept { return visit([](const auto& n) -> auto& { return n.policy(); }); }
+  const kvkey::Slice& slice() const noexcept { return visit([](const auto& n) -> auto& { return n.slice(); }); }
+  const auto& encoding() const noexcept { return visit([](const auto& n) -> auto& { return n.encoding(); }); }
+  const kvkey::Digest& root() const noexcept { return visit([](const auto& n) -> auto& { return n.root(); }); }
+  std::uint32_t block_size() const noexcept { return identity().kv.block_size; }
+  const std::string& key_prefix() const noexcept {
+    return visit([](const auto& n) -> auto& { return n.key_prefix(); });
+  }
+  std::string tenant_prefix() const { return visit([](const auto& n) { return n.tenant_prefix(); }); }
+  kvkey::Digest first_parent(std::string_view salt) const {
+    return visit([&](const auto& n) { return n.first_parent(salt); });
+  }
+  kvkey::Digest object_hash(const kvkey::Digest& h) const { return visit([&](const auto& n) { return n.object_hash(h); }); }
+  std::string store_key(const kvkey::Digest& h) const { return visit([&](const auto& n) { return n.store_key(h); }); }
+  kvkey::Envelope seal(const kvkey::Digest& h, std::uint64_t size) const {
+    return visit([&](const auto& n) { return n.seal(h, size); });
+  }
+  kvkey::Verdict verify(const std::uint8_t* header, std::size_t len, const kvkey::Digest& h, std::uint64_t size) const {
+    return visit([&](const auto& n) { return n.verify(header, len, h, size); });
+  }
+  kvkey::ReusablePrefix reusable_prefix(const std::vector<bool>& results, std::size_t shards,
+                                        std::size_t max_tokens) const {
+    return visit([&](const auto& n) { return n.reusable_prefix(results, shards, max_tokens); });
+  }
+  template <class T>
+  void extend_block_hashes(std::vector<kvkey::Digest>& hashes, const T* tokens, std::size_t count,
+                           const kvkey::HashOptions& opt) const {
+    visit([&](const auto& n) { n.extend_block_hashes(hashes, tokens, count, opt); });
+  }
+
+ private:
+  std::variant<kvkey::KeyNamespace<kvkey::Sha256>, kvkey::KeyNamespace<kvkey::HmacSha256>> ns_;
+};
 
 std::vector<kvkey::Digest> extend(const Namespace& ns, std::vector<kvkey::Digest> hashes, const Tokens& tokens,
                                   const kvkey::HashOptions& opt) {
@@ -570,6 +619,27 @@ void bind_namespace(py::module_& m) {
       "Counts the leading blocks every shard can serve. results: one bool or Verdict per (block, shard), "
       "block-major (anything else raises TypeError); counting stops at the first block any shard misses.");
 
+  py::class_<kvkey::TenantSecret>(m, "TenantSecret",
+                                  "A tenant's secret key for keyed namespaces: 32 to 256 bytes, held in C++ and "
+                                  "wiped when freed; never printed.")
+      .def(py::init([](const py::object& secret) {
+             std::string bytes = ByteString(secret, "secret", ByteString::Str::refuse).str();
+             return kvkey::TenantSecret(std::move(bytes));  // the temporary copy is wiped
+           }),
+           py::arg("secret"), "From raw bytes (bytes-like; at least 32). The caller's object is not wiped.")
+      .def_static(
+          "from_file",
+          [](const py::object& path) { return kvkey::TenantSecret::from_file(to_path(path, "path")); }, py::arg("path"),
+          "From a file of hex text or raw bytes, mode 0600 or 0640 (IoError otherwise).")
+      .def_static(
+          "from_env", [](const py::object& name) { return kvkey::TenantSecret::from_env(to_text(name, "name")); },
+          py::arg("name"), "From an environment variable holding hex or 'base64:' + base64.")
+      .def("__len__", &kvkey::TenantSecret::size)
+      .def("__repr__", [](const kvkey::TenantSecret&) { return std::string("TenantSecret(<hidden>)"); })
+      .def("__reduce__", [](const kvkey::TenantSecret&) -> py::object {
+        throw py::type_error("a TenantSecret cannot be pickled or copied");
+      });
+
   py::class_<Chain>(m, "Chain", "One request's block hashes, extended as its tokens arrive (KeyNamespace.chain()).")
       .def("append", &Chain::append, py::arg("tokens"),
            "Appends the new token ids (list, tuple, sequence or 1-D integer buffer) and returns the hashes of the "
@@ -581,13 +651,17 @@ void bind_namespace(py::module_& m) {
       });
 
   py::class_<Namespace>(m, "KeyNamespace", "Keys, block hashes and envelopes of one deployment's rank.")
-      .def(py::init([](const py::object& id, const py::object& single) {
-             return Namespace(to_instance<PyIdentity>(id, "identity").value(),
-                              to_bool(single, "single_tenant") ? kvkey::single_tenant : kvkey::Policy{});
+      .def(py::init([](const py::object& id, const py::object& single, const py::object& secret) {
+             const kvkey::Identity identity = to_instance<PyIdentity>(id, "identity").value();
+             const kvkey::Policy policy = to_bool(single, "single_tenant") ? kvkey::single_tenant : kvkey::Policy{};
+             if (secret.is_none()) return Namespace(identity, policy);
+             return Namespace(identity, to_instance<kvkey::TenantSecret>(secret, "secret"), policy);
            }),
-           py::arg("identity"), py::kw_only(), py::arg("single_tenant") = false,
+           py::arg("identity"), py::kw_only(), py::arg("single_tenant") = false, py::arg("secret") = py::none(),
            "Validates the identity (IdentityError names the bad field). single_tenant=True: a store no one else "
-           "shares; the tenant must then be empty.")
+           "shares; the tenant must then be empty. secret: a kvkey.TenantSecret keys every hash with "
+           "HMAC-SHA-256, as the C++ KeyNamespace<HmacSha256> (docs/security.md).")
+      .def_property_readonly("keyed", &Namespace::keyed, "True when built with a TenantSecret")
       .def_property_readonly(
           "identity", [](const Namespace& ns) { return PyIdentity(ns.identity()); },
           "the validated identity as encoded (a copy)")
@@ -622,7 +696,7 @@ void bind_namespace(py::module_& m) {
       .def(
           "block_hashes_batch",
           [](const Namespace& ns, const py::object& sequences, const py::object& threads) {
-            const auto all = block_hashes_batch(ns, sequences, threads);
+            const auto all = ns.visit([&](const auto& n) { return block_hashes_batch(n, sequences, threads); });
             py::list out(all.size());
             for (std::size_t r = 0; r < all.size(); ++r) out[r] = to_list(all[r]);
             return out;
@@ -678,6 +752,7 @@ void bind_namespace(py::module_& m) {
       .def("__repr__", [](const Namespace& ns) {
         return "KeyNamespace(" + identity_repr(ns.identity()) +
                ", single_tenant=" + bool_repr(ns.policy().tenant == kvkey::TenantPolicy::single_tenant) +
+               (ns.keyed() ? ", secret=TenantSecret(<hidden>)" : "") +
                ", key_prefix=" + quoted(ns.key_prefix()) + ")";
       });
 }
