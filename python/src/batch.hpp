@@ -9,6 +9,8 @@
 
 #include <cstdint>
 #include <deque>
+#include <string>
+#include <string_view>
 #include <thread>
 #include <type_traits>
 #include <vector>
@@ -17,6 +19,25 @@
 #include "tokens.hpp"
 
 namespace kvkey_python {
+
+// Runs f; an error about one sequence's tokens gets "sequences[r]: " in front.
+template <class F>
+void with_sequence_name(std::size_t r, F&& f) {
+  const auto named = [r](std::string_view what) {
+    constexpr std::string_view id = "[kvkey.input_error] ";
+    if (what.substr(0, id.size()) == id) what.remove_prefix(id.size());
+    return indexed("sequences", r) + ": " + std::string(what);
+  };
+  try {
+    f();
+  } catch (const py::type_error& e) {
+    throw py::type_error(named(e.what()));
+  } catch (const py::value_error& e) {
+    throw py::value_error(named(e.what()));
+  } catch (const kvkey::input_error& e) {
+    throw kvkey::input_error(named(e.what()));
+  }
+}
 
 // One list of hashes per sequence, equal to ns.block_hashes(sequence) for each.
 // Sequences are converted (or borrowed) first, with the GIL; then the batch
@@ -29,8 +50,8 @@ std::vector<std::vector<kvkey::Digest>> block_hashes_batch(const kvkey::KeyNames
   if (n_threads == 0) n_threads = std::max(1U, std::thread::hardware_concurrency());
   n_threads = std::min(n_threads, 256U);
   std::deque<Tokens> tokens;  // stable addresses: requests point into them
-  for_each_item(sequences, "sequences", "a list of token sequences", [&](const py::handle& item, std::size_t) {
-    tokens.emplace_back(item, false);
+  for_each_item(sequences, "sequences", "a list of token sequences", [&](const py::handle& item, std::size_t r) {
+    with_sequence_name(r, [&] { tokens.emplace_back(item, false); });
   });
   std::vector<std::vector<kvkey::Digest>> out(tokens.size());
   py::gil_scoped_release release;
@@ -58,11 +79,13 @@ std::vector<std::vector<kvkey::Digest>> block_hashes_batch(const kvkey::KeyNames
     run(std::uint32_t{});
   } catch (const kvkey::error&) {
     // Report the first bad sequence in order, whatever its token width.
-    for (const Tokens& t : tokens) {
-      t.visit([&](const auto* data, std::size_t n) {
-        if constexpr (!std::is_same_v<std::remove_const_t<std::remove_pointer_t<decltype(data)>>, std::uint64_t>) {
-          (void)ns.block_hashes(data, n);
-        }
+    for (std::size_t r = 0; r < tokens.size(); ++r) {
+      with_sequence_name(r, [&] {
+        tokens[r].visit([&](const auto* data, std::size_t n) {
+          if constexpr (!std::is_same_v<std::remove_const_t<std::remove_pointer_t<decltype(data)>>, std::uint64_t>) {
+            (void)ns.block_hashes(data, n);
+          }
+        });
       });
     }
     throw;

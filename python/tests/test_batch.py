@@ -27,11 +27,11 @@ def test_the_first_bad_sequence_is_reported(ns):
     good = np.asarray(PROBE_PROMPT, dtype=np.int32)
     bad_i64 = np.asarray([0] * 64 + [-5] + [0] * 63, dtype=np.int64)
     bad_list = [0] * 10 + [2**32] + [0] * 53
-    with pytest.raises(kvkey.InputError, match="token 10 is 4294967296"):
+    with pytest.raises(kvkey.InputError, match=r"^\[kvkey.input_error\] sequences\[1\]: token 10 is 4294967296"):
         ns.block_hashes_batch([good, bad_list, bad_i64])
     with pytest.raises(kvkey.InputError, match="token 64 is -5"):
         ns.block_hashes_batch([good, bad_i64, bad_list])
-    with pytest.raises(TypeError, match="token 1 is not an int"):
+    with pytest.raises(TypeError, match=r"^sequences\[1\]: token 1 is not an int"):
         ns.block_hashes_batch([good, [1, "x"]])
     with pytest.raises(TypeError, match="sequences must be"):
         ns.block_hashes_batch(5)

@@ -204,6 +204,13 @@ def tokens(limit, block=64):
     return check
 
 
+def secret_bytes(x):
+    b = logical_bytes(x)
+    if not 32 <= len(b) <= 256:
+        raise Refused(ValueError)
+    return b
+
+
 def path(x):
     try:
         p = os.fspath(x)
@@ -305,6 +312,15 @@ PARAMS = [
     ("single_tenant", flag, "uint", lambda x: kvkey.KeyNamespace(make_identity(tenant=""), single_tenant=x).root),
     ("name", lambda x: (dtype(text(x)), x)[1], "dtype", kvkey.kv_dtype_from_string),
     ("path", path, "path", kvkey.fingerprint_file),
+    ("token", tokens(U32), "tokens", lambda x: NS.chain().append(x)),
+    ("salt", optional(text_or_bytes), "bytes", lambda x: NS.chain(salt=x).append(TOKENS)),
+    ("threads", uint(32), "uint", lambda x: NS.block_hashes_batch([TOKENS], threads=x)),
+    ("sequences", lambda x: [tokens(U32)(t) for t in iterable(lambda t: t)(x)], "list",
+     lambda x: NS.block_hashes_batch(x, threads=1)),
+    ("secret", secret_bytes, "bytes", lambda x: kvkey.KeyNamespace(make_identity(), secret=kvkey.TenantSecret(x)).root),
+    ("secret", lambda x: None if x is None else x if isinstance(x, kvkey.TenantSecret)
+     else (_ for _ in ()).throw(Refused(TypeError)), "list",
+     lambda x: kvkey.KeyNamespace(make_identity(), secret=x).root),
     # identity fields, by assignment and by constructor
     ("tenant", text, "text", setter(kvkey.Identity, "tenant")),
     ("model.name", text, "text", setter(kvkey.Identity, "model.name")),
