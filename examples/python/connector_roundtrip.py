@@ -11,6 +11,7 @@ value are rejected and end the reusable prefix. Exits 1 if an expectation fails.
 """
 
 import sys
+from typing import Any, Dict, List, Optional, Sequence
 
 import numpy as np
 
@@ -22,14 +23,14 @@ BYTES_PER_ELEM = 2  # fp16
 failures = 0
 
 
-def expect(ok, what):
+def expect(ok: bool, what: str) -> None:
     global failures
     print(f"  [{'ok' if ok else 'FAIL'}] {what}")
     if not ok:
         failures += 1
 
 
-def identity(rank, **changes):
+def identity(rank: int, **changes: Any) -> kvkey.Identity:
     i = kvkey.Identity(
         tenant="team-a",
         model=kvkey.Model(name="demo-model", revision="0123456789abcdef"),
@@ -42,7 +43,7 @@ def identity(rank, **changes):
     return i
 
 
-def payload_size(ns):
+def payload_size(ns: kvkey.KeyNamespace) -> int:
     heads = ns.slice.kv_head_end - ns.slice.kv_head_begin
     return LAYERS * 2 * heads * HEAD_DIM * BLOCK * BYTES_PER_ELEM  # K and V of this rank's heads
 
@@ -50,25 +51,26 @@ def payload_size(ns):
 class DictStore:
     """key -> [header, kv] buffers, as a multi-buffer put would lay them out."""
 
-    def __init__(self):
-        self.objects = {}
+    def __init__(self) -> None:
+        self.objects: Dict[str, List[bytes]] = {}
 
-    def batch_put_from_multi_buffers(self, keys, buffers):
+    def batch_put_from_multi_buffers(self, keys: Sequence[str], buffers: Sequence[Sequence[Any]]) -> None:
         for key, bufs in zip(keys, buffers):
             self.objects[key] = [bytes(b) for b in bufs]
 
-    def batch_is_exist(self, keys):
+    def batch_is_exist(self, keys: Sequence[str]) -> List[int]:
         return [1 if k in self.objects else 0 for k in keys]
 
-    def get(self, key):
+    def get(self, key: str) -> Optional[List[bytes]]:
         return self.objects.get(key)
 
 
-def save(store, ranks, hashes):
+def save(store: DictStore, ranks: Sequence[kvkey.KeyNamespace], hashes: Sequence[bytes]) -> None:
     """Worker side: every rank puts [header, kv] for every block it holds."""
     for ns in ranks:
         size = payload_size(ns)
-        keys, bufs = [], []
+        keys: List[str] = []
+        bufs: List[List[Any]] = []
         for b, h in enumerate(hashes):
             kv = np.full(size, (b * 7 + ns.identity.shard.tp_rank) % 251, dtype=np.uint8)  # stand-in for GPU KV
             keys.append(ns.store_key(h))
@@ -76,9 +78,10 @@ def save(store, ranks, hashes):
         store.batch_put_from_multi_buffers(keys, bufs)
 
 
-def load(store, ranks, hashes, prompt_len):
+def load(store: DictStore, ranks: Sequence[kvkey.KeyNamespace], hashes: Sequence[bytes],
+         prompt_len: int) -> kvkey.ReusablePrefix:
     """Lookup + load: a block counts only if every rank's header verifies."""
-    results = []  # block-major: one bool per (block, rank)
+    results: List[bool] = []  # block-major: one bool per (block, rank)
     keys = [ns.store_key(h) for h in hashes for ns in ranks]
     exists = store.batch_is_exist(keys)
     for b, h in enumerate(hashes):
@@ -86,7 +89,9 @@ def load(store, ranks, hashes, prompt_len):
             if not exists[b * len(ranks) + r]:
                 results.append(False)
                 continue
-            header, kv = store.get(ns.store_key(h))
+            stored = store.get(ns.store_key(h))
+            assert stored is not None
+            header, kv = stored
             # The header must describe exactly the bytes received, and they must
             # be as many as this rank's blocks hold.
             verdict = ns.verify(header, h, len(kv))
@@ -97,7 +102,7 @@ def load(store, ranks, hashes, prompt_len):
     return ranks[0].reusable_prefix(results, len(ranks), max_tokens=prompt_len - 1)
 
 
-def main():
+def main() -> int:
     ranks = [kvkey.KeyNamespace(identity(r)) for r in range(TP_SIZE)]
     prompt = np.arange(1000, 1000 + 6 * BLOCK + 5, dtype=np.int64)  # 6 full blocks + a partial tail
     hashes = ranks[0].block_hashes(prompt)  # the chain does not depend on the rank
@@ -131,7 +136,9 @@ def main():
     print("load: a foreign header in our key (a misconfigured writer) is rejected")
     foreign = kvkey.KeyNamespace(identity(1, weights_epoch=7))
     key = ranks[1].store_key(hashes[3])
-    kv = store.get(key)[1]
+    stored = store.get(key)
+    assert stored is not None
+    kv = stored[1]
     store.objects[key] = [foreign.seal(hashes[3], len(kv)), kv]
     p = load(store, ranks, hashes, len(prompt))
     print(f"  reusable: {p}")
@@ -139,7 +146,9 @@ def main():
 
     print("load: a truncated value is rejected")
     key = ranks[0].store_key(hashes[1])
-    header, kv = store.get(key)
+    stored = store.get(key)
+    assert stored is not None
+    header, kv = stored
     store.objects[key] = [header, kv[:-1]]
     p = load(store, ranks, hashes, len(prompt))
     print(f"  reusable: {p}")

@@ -9,6 +9,7 @@ identity, naming the field. Exits 1 if any expectation fails.
 """
 
 import sys
+from typing import List
 
 import kvkey
 from kvkey.compat import lmdeploy as legacy
@@ -16,18 +17,18 @@ from kvkey.compat import lmdeploy as legacy
 failures = 0
 
 
-def expect(ok, what):
+def expect(ok: bool, what: str) -> None:
     global failures
     print(f"  [{'ok' if ok else 'FAIL'}] {what}")
     if not ok:
         failures += 1
 
 
-def probe_prompt(base):
+def probe_prompt(base: int) -> List[int]:
     return [base + i * 7 for i in range(32)] * 12
 
 
-def base_identity():
+def base_identity() -> kvkey.Identity:
     i = kvkey.Identity()
     i.tenant = "team-a"
     i.model.name = "Qwen2.5-0.5B-Instruct"
@@ -45,27 +46,27 @@ def base_identity():
 class Probe:
     """Block 2's hash and key under an identity, for a prompt."""
 
-    def __init__(self, identity, prompt):
+    def __init__(self, identity: kvkey.Identity, prompt: List[int]) -> None:
         self.ns = kvkey.KeyNamespace(identity)
         self.block = self.ns.block_hashes(prompt)[2]
         self.key = self.ns.store_key(self.block)
 
 
-def cross_verify(writer, reader, payload):
+def cross_verify(writer: "Probe", reader: "Probe", payload: int) -> kvkey.Verdict:
     """The reader's verdict on a header the writer sealed for the same prompt block."""
     return reader.ns.verify(writer.ns.seal(writer.block, payload), reader.block, payload)
 
 
-def print_key(label, p):
+def print_key(label: str, p: Probe) -> None:
     print(f"  {label:<22} {p.key}")
 
 
-def legacy_key(prompt, adapter=""):
+def legacy_key(prompt: List[int], adapter: str = "") -> str:
     hashes = legacy.build_prefix_block_hashes(prompt, 64, extra_identity=adapter)
     return legacy.build_store_key("", "Qwen2.5-0.5B-Instruct", 0, hashes[2])
 
 
-def main():
+def main() -> int:
     prompt = probe_prompt(1000)
     payload = 24 * 2 * 2 * 64 * 64 * 2  # layers * K,V * heads * head_dim * block * 2 bytes
     print(f"prompt: {len(prompt)} tokens, block size 64 -> {len(prompt) // 64} full blocks; showing block 2")
@@ -73,7 +74,7 @@ def main():
 
     print("(A) KV dtype: fp16 vs fp8_e4m3 vs int4")
     fp8_id = base_identity()
-    fp8_id.kv.dtype = "fp8_e4m3"
+    fp8_id.kv.dtype = kvkey.KvDtype.fp8_e4m3  # or its name, "fp8_e4m3" (typed as KvDtype)
     int4_id = base_identity()
     int4_id.kv.dtype = kvkey.KvDtype.int4
     int4_id.kv.quant.scheme = "per_token_asym"

@@ -131,6 +131,36 @@ struct Identity {
   std::optional<Adapter> adapter;
 };
 
+/// Value equality, member by member (the shard included): equal identities are
+/// the same deployment rank. Validation plays no part; see docs/api.md.
+inline bool operator==(const Model& a, const Model& b) {
+  return a.name == b.name && a.revision == b.revision && a.weights_epoch == b.weights_epoch &&
+         a.weights_fingerprint == b.weights_fingerprint;
+}
+inline bool operator==(const Quant& a, const Quant& b) {
+  return a.scheme == b.scheme && a.group_size == b.group_size && a.scale_dtype == b.scale_dtype &&
+         a.zero_point == b.zero_point && a.scales_fingerprint == b.scales_fingerprint;
+}
+inline bool operator==(const Kv& a, const Kv& b) {
+  return a.dtype == b.dtype && a.quant == b.quant && a.block_size == b.block_size && a.num_layers == b.num_layers &&
+         a.num_kv_heads == b.num_kv_heads && a.head_dim == b.head_dim && a.layout == b.layout && a.mla == b.mla;
+}
+inline bool operator==(const Shard& a, const Shard& b) noexcept {
+  return a.tp_size == b.tp_size && a.tp_rank == b.tp_rank && a.pp_size == b.pp_size && a.pp_rank == b.pp_rank;
+}
+inline bool operator==(const Adapter& a, const Adapter& b) {
+  return a.name == b.name && a.weights_fingerprint == b.weights_fingerprint;
+}
+inline bool operator==(const Identity& a, const Identity& b) {
+  return a.tenant == b.tenant && a.model == b.model && a.kv == b.kv && a.shard == b.shard && a.adapter == b.adapter;
+}
+inline bool operator!=(const Model& a, const Model& b) { return !(a == b); }
+inline bool operator!=(const Quant& a, const Quant& b) { return !(a == b); }
+inline bool operator!=(const Kv& a, const Kv& b) { return !(a == b); }
+inline bool operator!=(const Shard& a, const Shard& b) noexcept { return !(a == b); }
+inline bool operator!=(const Adapter& a, const Adapter& b) { return !(a == b); }
+inline bool operator!=(const Identity& a, const Identity& b) { return !(a == b); }
+
 /// The KV-head and layer range one rank holds: [begin, end). Two ranks with the
 /// same Slice hold byte-identical objects and share store keys.
 struct Slice {

@@ -6,6 +6,7 @@ The compiled core lives in ``kvkey._kvkey``; this package re-exports it. Digests
 
 from ._kvkey import (  # noqa: F401  (re-exports)
     Adapter,
+    Chain,
     CryptoError,
     Error,
     Identity,
@@ -20,6 +21,7 @@ from ._kvkey import (  # noqa: F401  (re-exports)
     ReusablePrefix,
     Shard,
     Slice,
+    TenantSecret,
     Verdict,
     __version__,
     envelope_size,
@@ -35,6 +37,7 @@ from . import compat  # noqa: F401
 
 __all__ = [
     "Adapter",
+    "Chain",
     "CryptoError",
     "Error",
     "Identity",
@@ -49,6 +52,7 @@ __all__ = [
     "ReusablePrefix",
     "Shard",
     "Slice",
+    "TenantSecret",
     "Verdict",
     "compat",
     "envelope_size",

@@ -1,24 +1,32 @@
 // The kvkey Python binding (module kvkey._kvkey; the package kvkey re-exports
 // it). Uses only the public headers. Digests are 32-byte `bytes` in Python.
+// Every argument goes through a helper of convert.hpp (checked and named in the
+// error) before it reaches C++; pybind11's own casts see only py::object.
 #include <pybind11/operators.h>
 #include <pybind11/pybind11.h>
 #include <pybind11/stl.h>
 
 #include <kvkey/compat/lmdeploy.hpp>
-#include <kvkey/fmt.hpp>
 #include <kvkey/kvkey.hpp>
 
 #include <cstdint>
 #include <cstring>
 #include <limits>
+#include <memory>
 #include <optional>
 #include <string>
 #include <string_view>
 #include <utility>
+#include <variant>
 #include <vector>
+
+#include "batch.hpp"
+#include "convert.hpp"
+#include "tokens.hpp"
 
 namespace py = pybind11;
 namespace lm = kvkey::compat::lmdeploy;
+using namespace kvkey_python;  // NOLINT(google-build-using-namespace): the binding's own helpers
 
 namespace {
 
@@ -40,8 +48,6 @@ void raise_as(const py::object& cls, const char* message, const char* field = nu
   PyErr_SetObject(cls.ptr(), exc.ptr());
 }
 
-[[noreturn]] void throw_input_error(const std::string& what) { throw kvkey::input_error(what); }
-
 // ---- digests as bytes ----------------------------------------------------------------
 
 py::bytes to_bytes(const kvkey::Digest& d) { return py::bytes(reinterpret_cast<const char*>(d.data()), d.size()); }
@@ -52,225 +58,420 @@ py::list to_list(const std::vector<kvkey::Digest>& ds) {
   return out;
 }
 
-// Any bytes-like object of exactly 32 bytes (bytes, bytearray, memoryview, numpy).
-kvkey::Digest to_digest(const py::handle& obj, const char* what) {
-  if (PyUnicode_Check(obj.ptr())) {
-    throw_input_error(std::string(what) + " must be 32 bytes (bytes-like), not str; use bytes.fromhex() for hex");
-  }
-  if (!PyObject_CheckBuffer(obj.ptr())) {
-    throw py::type_error(std::string(what) + " must be a bytes-like object of 32 bytes, not " +
-                         std::string(py::str(py::type::handle_of(obj).attr("__name__"))));
-  }
-  Py_buffer view;
-  if (PyObject_GetBuffer(obj.ptr(), &view, PyBUF_SIMPLE) != 0) throw py::error_already_set();
-  kvkey::Digest d;
-  const bool ok = view.len == static_cast<Py_ssize_t>(kvkey::Digest::size_bytes);
-  const auto len = view.len;
-  if (ok) std::memcpy(d.data(), view.buf, kvkey::Digest::size_bytes);
-  PyBuffer_Release(&view);
-  if (!ok) throw_input_error(std::string(what) + " must be 32 bytes, got " + std::to_string(len));
-  return d;
-}
-
-std::optional<kvkey::Digest> to_optional_digest(const py::handle& obj, const char* what) {
-  if (obj.is_none()) return std::nullopt;
-  return to_digest(obj, what);
-}
-
 py::object from_optional_digest(const std::optional<kvkey::Digest>& d) {
   return d ? py::object(to_bytes(*d)) : py::object(py::none());
 }
 
-std::vector<kvkey::Digest> to_digests(const py::handle& seq, const char* what) {
-  std::vector<kvkey::Digest> out;
-  if (seq.is_none()) return out;
-  for (py::handle item : py::iter(seq)) out.push_back(to_digest(item, what));
-  return out;
-}
-
-// Bytes of a str (UTF-8) or of any bytes-like object.
-std::string to_byte_string(const py::handle& obj, const char* what) {
-  if (PyUnicode_Check(obj.ptr())) return obj.cast<std::string>();
-  if (PyObject_CheckBuffer(obj.ptr())) {
-    py::buffer_info info = py::reinterpret_borrow<py::buffer>(obj).request();
-    return std::string(static_cast<const char*>(info.ptr), static_cast<std::size_t>(info.size * info.itemsize));
-  }
-  throw py::type_error(std::string(what) + " must be str or bytes-like");
-}
-
 // ---- dtypes ----------------------------------------------------------------------------
 
-kvkey::KvDtype to_dtype(const py::handle& obj, const char* what) {
+std::string known_dtypes() {
+  std::string known;
+  for (unsigned code = 0; code <= std::numeric_limits<std::uint8_t>::max(); ++code) {
+    const auto d = static_cast<kvkey::KvDtype>(code);
+    if (kvkey::is_valid(d)) known.append(known.empty() ? "" : ", ").append(kvkey::to_string(d));
+  }
+  return known;
+}
+
+// A dtype name ("fp16"; "unset" is no type, as in the CLI's configs) or a KvDtype.
+kvkey::KvDtype to_dtype(const py::handle& obj, const std::string& field) {
   if (PyUnicode_Check(obj.ptr())) {
-    const auto s = obj.cast<std::string>();
-    if (s == "unset") return kvkey::KvDtype::unset;
+    const std::string s = to_text(obj, field);
     if (auto d = kvkey::kv_dtype_from_string(s)) return *d;
-    std::string known;
-    for (const auto& e : kvkey::detail::dtype_names) known.append(known.empty() ? "" : ", ").append(e.name);
-    throw_input_error(std::string(what) + ": unknown dtype '" + s + "' (known: " + known + ")");
+    const std::string shown = s.size() <= 64 ? s : s.substr(0, 64) + "...";
+    throw_input_error(field + ": unknown dtype " + quoted(shown) + " (known: " + known_dtypes() + ")");
   }
-  if (!py::isinstance<kvkey::KvDtype>(obj)) {
-    throw py::type_error(std::string(what) + " must be a KvDtype or its name, not " +
-                         std::string(py::str(py::type::handle_of(obj).attr("__name__"))));
-  }
+  if (!py::isinstance<kvkey::KvDtype>(obj)) throw_type_error(field, "a KvDtype or its name", obj);
   return obj.cast<kvkey::KvDtype>();
 }
 
-std::optional<kvkey::KvDtype> to_optional_dtype(const py::handle& obj, const char* what) {
+std::optional<kvkey::KvDtype> to_optional_dtype(const py::handle& obj, const std::string& field) {
   if (obj.is_none()) return std::nullopt;
-  return to_dtype(obj, what);
+  return to_dtype(obj, field);
 }
 
-// ---- tokens ------------------------------------------------------------------------------
+// ---- reprs: constructor calls, strings quoted and escaped by Python's repr ------------------
 
-// Token ids as the C++ API takes them: borrowed from a 1-D C-contiguous buffer
-// of int32/int64/uint32/uint64 (numpy arrays, array.array) without copying,
-// else converted once from any sequence of ints.
-class Tokens {
- public:
-  enum class Kind { i32, i64, u32, u64 };
+std::string digest_repr(const kvkey::Digest& d) { return "bytes.fromhex('" + d.hex() + "')"; }
+std::string digest_repr(const std::optional<kvkey::Digest>& d) { return d ? digest_repr(*d) : "None"; }
+std::string dtype_repr(kvkey::KvDtype d) { return "KvDtype." + std::string(kvkey::to_string(d)); }
+std::string bool_repr(bool b) { return b ? "True" : "False"; }
 
-  // allow_u64: hand out uint64 (the legacy scheme takes ids up to 2^64 - 1).
-  Tokens(const py::handle& obj, bool allow_u64) {
-    if (PyObject_CheckBuffer(obj.ptr()) && !PyUnicode_Check(obj.ptr()) && borrow(obj, allow_u64)) return;
-    convert(obj, allow_u64);
+std::string model_repr(const kvkey::Model& md) {
+  return "Model(name=" + quoted(md.name) + ", revision=" + quoted(md.revision) +
+         ", weights_epoch=" + std::to_string(md.weights_epoch) +
+         ", weights_fingerprint=" + digest_repr(md.weights_fingerprint) + ")";
+}
+
+std::string quant_repr(const kvkey::Quant& q) {
+  return "Quant(scheme=" + quoted(q.scheme) + ", group_size=" + std::to_string(q.group_size) +
+         ", scale_dtype=" + (q.scale_dtype ? dtype_repr(*q.scale_dtype) : "None") +
+         ", zero_point=" + bool_repr(q.zero_point) + ", scales_fingerprint=" + digest_repr(q.scales_fingerprint) +
+         ")";
+}
+
+std::string kv_repr(const kvkey::Kv& kv) {
+  return "Kv(dtype=" + dtype_repr(kv.dtype) + ", quant=" + quant_repr(kv.quant) +
+         ", block_size=" + std::to_string(kv.block_size) + ", num_layers=" + std::to_string(kv.num_layers) +
+         ", num_kv_heads=" + std::to_string(kv.num_kv_heads) + ", head_dim=" + std::to_string(kv.head_dim) +
+         ", layout=" + quoted(kv.layout) + ", mla=" + bool_repr(kv.mla) + ")";
+}
+
+std::string shard_repr(const kvkey::Shard& s) {
+  return "Shard(tp_size=" + std::to_string(s.tp_size) + ", tp_rank=" + std::to_string(s.tp_rank) +
+         ", pp_size=" + std::to_string(s.pp_size) + ", pp_rank=" + std::to_string(s.pp_rank) + ")";
+}
+
+std::string adapter_repr(const kvkey::Adapter& a) {
+  return "Adapter(" + quoted(a.name) + ", " + digest_repr(a.weights_fingerprint) + ")";
+}
+
+std::string identity_repr(const kvkey::Identity& id) {
+  return "Identity(tenant=" + quoted(id.tenant) + ", model=" + model_repr(id.model) + ", kv=" + kv_repr(id.kv) +
+         ", shard=" + shard_repr(id.shard) + ", adapter=" + (id.adapter ? adapter_repr(*id.adapter) : "None") + ")";
+}
+
+std::string slice_repr(const kvkey::Slice& s) {
+  return "Slice(kv_heads=[" + std::to_string(s.kv_head_begin) + ", " + std::to_string(s.kv_head_end) +
+         "), layers=[" + std::to_string(s.layer_begin) + ", " + std::to_string(s.layer_end) + "))";
+}
+
+// ---- the Python Identity ------------------------------------------------------------------
+
+// kvkey::Identity with its adapter held by a shared_ptr, so that a Python
+// reference to `identity.adapter` stays valid (detached) when the identity's
+// adapter is reset or replaced. The other parts are plain members; references
+// to them keep the identity alive (reference_internal).
+struct PyIdentity {
+  kvkey::Identity id;  // id.adapter is always empty: the adapter lives in `adapter`
+  std::shared_ptr<kvkey::Adapter> adapter;
+
+  PyIdentity() = default;
+  explicit PyIdentity(kvkey::Identity v) : id(std::move(v)) {
+    if (id.adapter) adapter = std::make_shared<kvkey::Adapter>(std::move(*id.adapter));
+    id.adapter.reset();
   }
+  PyIdentity(const PyIdentity& o)
+      : id(o.id), adapter(o.adapter ? std::make_shared<kvkey::Adapter>(*o.adapter) : nullptr) {}
+  PyIdentity(PyIdentity&&) = default;
+  PyIdentity& operator=(const PyIdentity&) = delete;
+  PyIdentity& operator=(PyIdentity&&) = delete;
+  ~PyIdentity() = default;
 
-  template <class F>
-  decltype(auto) visit(F&& f) const {
-    switch (kind_) {
-      case Kind::i32: return f(static_cast<const std::int32_t*>(data_), count_);
-      case Kind::i64: return f(static_cast<const std::int64_t*>(data_), count_);
-      case Kind::u32: return f(static_cast<const std::uint32_t*>(data_), count_);
-      case Kind::u64: break;
-    }
-    return f(static_cast<const std::uint64_t*>(data_), count_);
+  kvkey::Identity value() const {
+    kvkey::Identity v = id;
+    if (adapter) v.adapter = *adapter;
+    return v;
   }
-
-  std::size_t size() const noexcept { return count_; }
-  bool borrowed() const noexcept { return view_.has_value(); }
-
- private:
-  bool borrow(const py::handle& obj, bool allow_u64) {
-    auto* view = new Py_buffer();  // buffer_info releases and deletes it
-    if (PyObject_GetBuffer(obj.ptr(), view, PyBUF_FORMAT | PyBUF_ND) != 0) {
-      delete view;
-      PyErr_Clear();  // e.g. not C-contiguous: take the sequence path
-      return false;
-    }
-    py::buffer_info info(view, true);
-    if (info.ndim != 1) {
-      throw py::value_error("tokens must be one-dimensional, got " + std::to_string(info.ndim) + " dimensions");
-    }
-    std::string_view fmt = info.format;
-    if (!fmt.empty() && (fmt[0] == '@' || fmt[0] == '=' || fmt[0] == '<')) fmt.remove_prefix(1);
-    if (fmt.size() != 1) return false;
-    const bool is_signed = std::string_view("bhilq").find(fmt[0]) != std::string_view::npos;
-    const bool is_unsigned = std::string_view("BHILQ").find(fmt[0]) != std::string_view::npos;
-    if (is_signed && info.itemsize == 4) {
-      kind_ = Kind::i32;
-    } else if (is_signed && info.itemsize == 8) {
-      kind_ = Kind::i64;
-    } else if (is_unsigned && info.itemsize == 4) {
-      kind_ = Kind::u32;
-    } else if (is_unsigned && info.itemsize == 8 && allow_u64) {
-      kind_ = Kind::u64;
-    } else {
-      return false;  // other widths (and big-endian formats) go through the sequence path
-    }
-    data_ = info.ptr;
-    count_ = static_cast<std::size_t>(info.size);
-    view_.emplace(std::move(info));
-    return true;
-  }
-
-  void convert(const py::handle& obj, bool allow_u64) {
-    const py::sequence seq = py::reinterpret_borrow<py::sequence>(obj);
-    if (!PySequence_Check(obj.ptr())) {
-      throw py::type_error("tokens must be a sequence of ints or a 1-D integer buffer, not " +
-                           std::string(py::str(py::type::handle_of(obj).attr("__name__"))));
-    }
-    const auto n = static_cast<std::size_t>(py::len(seq));
-    i64_.reserve(n);
-    for (std::size_t i = 0; i < n; ++i) {
-      const py::object item = seq[i];
-      py::object index = py::reinterpret_steal<py::object>(PyNumber_Index(item.ptr()));
-      if (!index) {
-        PyErr_Clear();
-        throw py::type_error("token " + std::to_string(i) + " is not an int (" +
-                             std::string(py::str(py::type::handle_of(item).attr("__name__"))) + ")");
-      }
-      int overflow = 0;
-      const long long v = PyLong_AsLongLongAndOverflow(index.ptr(), &overflow);
-      if (overflow == 0) {
-        i64_.push_back(v);
-        continue;
-      }
-      if (overflow < 0 || !allow_u64) {
-        throw_input_error("token " + std::to_string(i) + " is " + std::string(py::str(index)) +
-                          (allow_u64 ? ", token ids must lie in [0, 2^64)" : ", outside [0, 2^32)"));
-      }
-      convert_u64(seq, n);  // ids beyond 2^63 - 1: the legacy scheme's full range
-      return;
-    }
-    kind_ = Kind::i64;
-    data_ = i64_.data();
-    count_ = i64_.size();
-  }
-
-  void convert_u64(const py::sequence& seq, std::size_t n) {
-    i64_.clear();
-    u64_.reserve(n);
-    for (std::size_t i = 0; i < n; ++i) {
-      py::object index = py::reinterpret_steal<py::object>(PyNumber_Index(py::object(seq[i]).ptr()));
-      if (!index) throw py::error_already_set();
-      const unsigned long long v = PyLong_AsUnsignedLongLong(index.ptr());
-      if (PyErr_Occurred() != nullptr) {
-        PyErr_Clear();
-        throw_input_error("token " + std::to_string(i) + " is " + std::string(py::str(index)) +
-                          ", token ids must lie in [0, 2^64)");
-      }
-      u64_.push_back(v);
-    }
-    kind_ = Kind::u64;
-    data_ = u64_.data();
-    count_ = u64_.size();
-  }
-
-  Kind kind_ = Kind::i64;
-  const void* data_ = nullptr;
-  std::size_t count_ = 0;
-  std::optional<py::buffer_info> view_;
-  std::vector<std::int64_t> i64_;
-  std::vector<std::uint64_t> u64_;
 };
+
+// a == b (want true) or a != b (want false); NotImplemented for another type, as Python expects.
+py::object identity_equal(const PyIdentity& a, const py::object& b, bool want) {
+  if (!py::isinstance<PyIdentity>(b)) return py::reinterpret_borrow<py::object>(Py_NotImplemented);
+  return py::bool_((a.value() == b.cast<const PyIdentity&>().value()) == want);
+}
+
+// ---- properties of the identity's parts ------------------------------------------------------
+
+// A member as a property: read through `get`, assigned through the checked conversion `set(value, field)`.
+template <class Cls, class C, class T, class Get, class Set>
+void checked_property(Cls& cls, const char* name, T C::*member, const std::string& field, Get get, Set set,
+                      const char* doc) {
+  cls.def_property(
+      name, [member, get](const C& c) { return get(c.*member); },
+      [member, field, set](C& c, const py::object& v) { c.*member = set(v, field); }, doc);
+}
+
+template <class Cls, class C>
+void text_property(Cls& cls, const char* name, std::string C::*member, const std::string& field) {
+  checked_property(cls, name, member, field, [](const std::string& s) { return to_py_text(s); }, &to_text, "str");
+}
+
+template <class Cls, class C, class T>
+void uint_property(Cls& cls, const char* name, T C::*member, const std::string& field) {
+  checked_property(cls, name, member, field, [](T v) { return v; }, &to_uint<T>, "int");
+}
+
+template <class Cls, class C>
+void bool_property(Cls& cls, const char* name, bool C::*member, const std::string& field) {
+  checked_property(cls, name, member, field, [](bool v) { return v; }, &to_bool, "bool");
+}
+
+template <class Cls, class C>
+void optional_digest_property(Cls& cls, const char* name, std::optional<kvkey::Digest> C::*member,
+                              const std::string& field) {
+  checked_property(cls, name, member, field, &from_optional_digest, &to_optional_digest, "32 bytes or None");
+}
+
+// A part held by value: the getter is a live reference (keeping the owner
+// alive), the setter copies the assigned object in.
+template <class Cls, class Owner, class Part>
+void part_property(Cls& cls, const char* name, Part Owner::*member, const std::string& field) {
+  cls.def_property(
+      name, [member](Owner& o) -> Part& { return o.*member; },
+      [member, field](Owner& o, const py::object& v) { o.*member = to_instance<Part>(v, field); },
+      py::return_value_policy::reference_internal);
+}
+
+// ==, !=, copy.copy, copy.deepcopy and repr for a value class.
+template <class Cls, class T, class Repr>
+void value_methods(Cls& cls, Repr repr) {
+  cls.def(py::self == py::self)  // NOLINT(misc-redundant-expression)
+      .def(py::self != py::self)  // NOLINT(misc-redundant-expression)
+      .def("__copy__", [](const T& v) { return T(v); })
+      .def("__deepcopy__", [](const T& v, const py::object&) { return T(v); }, py::arg("memo"))
+      .def("__repr__", repr);
+}
+
+// ---- identity parts -------------------------------------------------------------------------
+
+void bind_identity(py::module_& m) {
+  py::enum_<kvkey::KvDtype> dtype_enum(m, "KvDtype", "Element type of the stored KV (codes are part of the byte format).");
+  dtype_enum.value("unset", kvkey::KvDtype::unset);
+  for (unsigned code = 1; code <= std::numeric_limits<std::uint8_t>::max(); ++code) {
+    const auto d = static_cast<kvkey::KvDtype>(code);
+    if (kvkey::is_valid(d)) dtype_enum.value(std::string(kvkey::to_string(d)).c_str(), d);
+  }
+  m.def(
+      "kv_dtype_from_string", [](const py::object& s) { return to_dtype(py::str(to_text(s, "name")), "name"); },
+      py::arg("name"), "Parses 'fp16', 'fp8_e4m3', ...; an unknown name (and 'unset') raises InputError.");
+
+  py::class_<kvkey::Model> model(m, "Model", "The model's weights lineage.");
+  model.def(py::init([](const py::object& name, const py::object& revision, const py::object& epoch,
+                        const py::object& fp) {
+              kvkey::Model md;
+              md.name = to_text(name, "model.name");
+              md.revision = to_text(revision, "model.revision");
+              md.weights_epoch = to_uint<std::uint64_t>(epoch, "model.weights_epoch");
+              md.weights_fingerprint = to_optional_digest(fp, "model.weights_fingerprint");
+              return md;
+            }),
+            py::kw_only(), py::arg("name") = "", py::arg("revision") = "", py::arg("weights_epoch") = 0,
+            py::arg("weights_fingerprint") = py::none());
+  text_property(model, "name", &kvkey::Model::name, "model.name");
+  text_property(model, "revision", &kvkey::Model::revision, "model.revision");
+  uint_property(model, "weights_epoch", &kvkey::Model::weights_epoch, "model.weights_epoch");
+  optional_digest_property(model, "weights_fingerprint", &kvkey::Model::weights_fingerprint,
+                           "model.weights_fingerprint");
+  value_methods<decltype(model), kvkey::Model>(model, &model_repr);
+
+  py::class_<kvkey::Quant> quant(m, "Quant", "How KV values are quantized.");
+  quant.def(py::init([](const py::object& scheme, const py::object& group_size, const py::object& scale_dtype,
+                        const py::object& zero_point, const py::object& scales_fp) {
+              kvkey::Quant q;
+              q.scheme = to_text(scheme, "kv.quant.scheme");
+              q.group_size = to_uint<std::uint32_t>(group_size, "kv.quant.group_size");
+              q.scale_dtype = to_optional_dtype(scale_dtype, "kv.quant.scale_dtype");
+              q.zero_point = to_bool(zero_point, "kv.quant.zero_point");
+              q.scales_fingerprint = to_optional_digest(scales_fp, "kv.quant.scales_fingerprint");
+              return q;
+            }),
+            py::kw_only(), py::arg("scheme") = "none", py::arg("group_size") = 0,
+            py::arg("scale_dtype") = py::none(), py::arg("zero_point") = false,
+            py::arg("scales_fingerprint") = py::none());
+  text_property(quant, "scheme", &kvkey::Quant::scheme, "kv.quant.scheme");
+  uint_property(quant, "group_size", &kvkey::Quant::group_size, "kv.quant.group_size");
+  quant.def_property(
+      "scale_dtype", [](const kvkey::Quant& q) { return q.scale_dtype; },
+      [](kvkey::Quant& q, const py::object& v) { q.scale_dtype = to_optional_dtype(v, "kv.quant.scale_dtype"); },
+      "KvDtype, its name, or None");
+  bool_property(quant, "zero_point", &kvkey::Quant::zero_point, "kv.quant.zero_point");
+  optional_digest_property(quant, "scales_fingerprint", &kvkey::Quant::scales_fingerprint,
+                           "kv.quant.scales_fingerprint");
+  value_methods<decltype(quant), kvkey::Quant>(quant, &quant_repr);
+
+  py::class_<kvkey::Kv> kv(m, "Kv", "What one stored KV object's bytes are.");
+  kv.def(py::init([](const py::object& dtype, const py::object& q, const py::object& block_size,
+                     const py::object& num_layers, const py::object& num_kv_heads, const py::object& head_dim,
+                     const py::object& layout, const py::object& mla) {
+           kvkey::Kv v;
+           v.dtype = to_dtype(dtype, "kv.dtype");
+           v.quant = to_instance<kvkey::Quant>(q, "kv.quant");
+           v.block_size = to_uint<std::uint32_t>(block_size, "kv.block_size");
+           v.num_layers = to_uint<std::uint32_t>(num_layers, "kv.num_layers");
+           v.num_kv_heads = to_uint<std::uint32_t>(num_kv_heads, "kv.num_kv_heads");
+           v.head_dim = to_uint<std::uint32_t>(head_dim, "kv.head_dim");
+           v.layout = to_text(layout, "kv.layout");
+           v.mla = to_bool(mla, "kv.mla");
+           return v;
+         }),
+         py::kw_only(), py::arg("dtype") = kvkey::KvDtype::unset, py::arg("quant") = kvkey::Quant{},
+         py::arg("block_size") = 0, py::arg("num_layers") = 0, py::arg("num_kv_heads") = 0, py::arg("head_dim") = 0,
+         py::arg("layout") = "", py::arg("mla") = false);
+  kv.def_property(
+      "dtype", [](const kvkey::Kv& v) { return v.dtype; },
+      [](kvkey::Kv& v, const py::object& d) { v.dtype = to_dtype(d, "kv.dtype"); }, "KvDtype or its name");
+  part_property(kv, "quant", &kvkey::Kv::quant, "kv.quant");
+  uint_property(kv, "block_size", &kvkey::Kv::block_size, "kv.block_size");
+  uint_property(kv, "num_layers", &kvkey::Kv::num_layers, "kv.num_layers");
+  uint_property(kv, "num_kv_heads", &kvkey::Kv::num_kv_heads, "kv.num_kv_heads");
+  uint_property(kv, "head_dim", &kvkey::Kv::head_dim, "kv.head_dim");
+  text_property(kv, "layout", &kvkey::Kv::layout, "kv.layout");
+  bool_property(kv, "mla", &kvkey::Kv::mla, "kv.mla");
+  value_methods<decltype(kv), kvkey::Kv>(kv, &kv_repr);
+
+  py::class_<kvkey::Shard> shard(m, "Shard", "Where this process sits in the tensor/pipeline-parallel grid.");
+  shard.def(py::init([](const py::object& tp_size, const py::object& tp_rank, const py::object& pp_size,
+                        const py::object& pp_rank) {
+              return kvkey::Shard{to_uint<std::uint32_t>(tp_size, "shard.tp_size"),
+                                  to_uint<std::uint32_t>(tp_rank, "shard.tp_rank"),
+                                  to_uint<std::uint32_t>(pp_size, "shard.pp_size"),
+                                  to_uint<std::uint32_t>(pp_rank, "shard.pp_rank")};
+            }),
+            py::kw_only(), py::arg("tp_size") = 1, py::arg("tp_rank") = 0, py::arg("pp_size") = 1,
+            py::arg("pp_rank") = 0);
+  uint_property(shard, "tp_size", &kvkey::Shard::tp_size, "shard.tp_size");
+  uint_property(shard, "tp_rank", &kvkey::Shard::tp_rank, "shard.tp_rank");
+  uint_property(shard, "pp_size", &kvkey::Shard::pp_size, "shard.pp_size");
+  uint_property(shard, "pp_rank", &kvkey::Shard::pp_rank, "shard.pp_rank");
+  value_methods<decltype(shard), kvkey::Shard>(shard, &shard_repr);
+
+  py::class_<kvkey::Adapter, std::shared_ptr<kvkey::Adapter>> adapter(
+      m, "Adapter", "A LoRA (or other) adapter: its name and its weights' fingerprint.");
+  adapter.def(py::init([](const py::object& name, const py::object& fp) {
+                return kvkey::Adapter(to_text(name, "adapter.name"), to_digest(fp, "adapter.weights_fingerprint"));
+              }),
+              py::arg("name"), py::arg("weights_fingerprint"));
+  text_property(adapter, "name", &kvkey::Adapter::name, "adapter.name");
+  adapter.def_property(
+      "weights_fingerprint", [](const kvkey::Adapter& a) { return to_bytes(a.weights_fingerprint); },
+      [](kvkey::Adapter& a, const py::object& v) { a.weights_fingerprint = to_digest(v, "adapter.weights_fingerprint"); },
+      "32 bytes");
+  value_methods<decltype(adapter), kvkey::Adapter>(adapter, &adapter_repr);
+
+  py::class_<PyIdentity> identity(m, "Identity",
+                                  "Everything that changes the meaning or the ownership of stored KV bytes. "
+                                  "Plain data: assign members in place, then build a KeyNamespace, which validates "
+                                  "it.");
+  identity.def(py::init([](const py::object& tenant, const py::object& md, const py::object& v,
+                           const py::object& sh, const py::object& ad) {
+                 PyIdentity id;
+                 id.id.tenant = to_text(tenant, "tenant");
+                 id.id.model = to_instance<kvkey::Model>(md, "model");
+                 id.id.kv = to_instance<kvkey::Kv>(v, "kv");
+                 id.id.shard = to_instance<kvkey::Shard>(sh, "shard");
+                 if (!ad.is_none()) id.adapter = std::make_shared<kvkey::Adapter>(to_instance<kvkey::Adapter>(ad, "adapter"));
+                 return id;
+               }),
+               py::kw_only(), py::arg("tenant") = "", py::arg("model") = kvkey::Model{}, py::arg("kv") = kvkey::Kv{},
+               py::arg("shard") = kvkey::Shard{}, py::arg("adapter") = py::none());
+  identity.def_property(
+      "tenant", [](const PyIdentity& id) { return to_py_text(id.id.tenant); },
+      [](PyIdentity& id, const py::object& v) { id.id.tenant = to_text(v, "tenant"); }, "str");
+  identity.def_property(
+      "model", [](PyIdentity& id) -> kvkey::Model& { return id.id.model; },
+      [](PyIdentity& id, const py::object& v) { id.id.model = to_instance<kvkey::Model>(v, "model"); },
+      py::return_value_policy::reference_internal);
+  identity.def_property(
+      "kv", [](PyIdentity& id) -> kvkey::Kv& { return id.id.kv; },
+      [](PyIdentity& id, const py::object& v) { id.id.kv = to_instance<kvkey::Kv>(v, "kv"); },
+      py::return_value_policy::reference_internal);
+  identity.def_property(
+      "shard", [](PyIdentity& id) -> kvkey::Shard& { return id.id.shard; },
+      [](PyIdentity& id, const py::object& v) { id.id.shard = to_instance<kvkey::Shard>(v, "shard"); },
+      py::return_value_policy::reference_internal);
+  identity.def_property(
+      "adapter", [](const PyIdentity& id) { return id.adapter; },
+      [](PyIdentity& id, const py::object& v) {
+        id.adapter = v.is_none() ? nullptr : std::make_shared<kvkey::Adapter>(to_instance<kvkey::Adapter>(v, "adapter"));
+      },
+      "Adapter or None: a live reference while attached; assignment copies");
+  identity.def("copy", [](const PyIdentity& id) { return PyIdentity(id); }, "An independent copy.")
+      .def(
+          "validated",
+          [](const PyIdentity& id, const py::object& single) {
+            return PyIdentity(
+                kvkey::validated(id.value(), to_bool(single, "single_tenant") ? kvkey::single_tenant : kvkey::Policy{}));
+          },
+          py::kw_only(), py::arg("single_tenant") = false,
+          "Checks every field (raises IdentityError naming the first bad one) and returns the identity as encoded.")
+      .def("__eq__", [](const PyIdentity& a, const py::object& b) { return identity_equal(a, b, true); })
+      .def("__ne__", [](const PyIdentity& a, const py::object& b) { return identity_equal(a, b, false); })
+      .def("__copy__", [](const PyIdentity& id) { return PyIdentity(id); })
+      .def("__deepcopy__", [](const PyIdentity& id, const py::object&) { return PyIdentity(id); }, py::arg("memo"))
+      .def("__repr__", [](const PyIdentity& id) { return identity_repr(id.value()); });
+  identity.attr("__hash__") = py::none();
+}
 
 // ---- hash options -------------------------------------------------------------------------
 
 kvkey::HashOptions to_options(const py::handle& salt, const py::handle& extras) {
   kvkey::HashOptions opt;
   if (!salt.is_none()) opt.salt = to_byte_string(salt, "salt");
-  if (!extras.is_none()) {
-    std::size_t i = 0;
-    for (py::handle item : py::iter(extras)) {
-      const auto t = py::reinterpret_borrow<py::sequence>(item);
-      if (!PySequence_Check(item.ptr()) || py::len(t) != 3) {
-        throw py::type_error("extra key " + std::to_string(i) + " must be a (token_begin, token_end, key) tuple");
-      }
-      kvkey::ExtraKey e;
-      e.token_begin = py::object(t[0]).cast<std::uint64_t>();
-      e.token_end = py::object(t[1]).cast<std::uint64_t>();
-      e.key = to_byte_string(py::object(t[2]), "extra key");
-      opt.extras.push_back(std::move(e));
-      ++i;
-    }
-  }
+  if (extras.is_none()) return opt;
+  for_each_item(extras, "extras", "a list of (token_begin, token_end, key) tuples",
+                [&](const py::handle& item, std::size_t i) {
+                  const std::string field = indexed("extras", i);
+                  if (PyUnicode_Check(item.ptr()) || !PySequence_Check(item.ptr())) {
+                    throw_type_error(field, "a (token_begin, token_end, key) tuple", item);
+                  }
+                  const Py_ssize_t n = PySequence_Size(item.ptr());
+                  if (n != 3) {
+                    PyErr_Clear();
+                    throw py::type_error(field + " must be a (token_begin, token_end, key) tuple, got " +
+                                         (n < 0 ? std::string("a sequence without a length") : std::to_string(n) + " items"));
+                  }
+                  const auto t = py::reinterpret_borrow<py::sequence>(item);
+                  kvkey::ExtraKey e;
+                  e.token_begin = to_uint<std::uint64_t>(t[0], field + ".token_begin");
+                  e.token_end = to_uint<std::uint64_t>(t[1], field + ".token_end");
+                  e.key = to_byte_string(t[2], field + ".key");
+                  opt.extras.push_back(std::move(e));
+                });
   return opt;
 }
 
 // ---- the namespace ------------------------------------------------------------------------
 
-using Namespace = kvkey::KeyNamespace<>;
+// kvkey.KeyNamespace: KeyNamespace<Sha256>, or KeyNamespace<HmacSha256> when
+// built with a TenantSecret. The members the binding uses forward to whichever
+// it holds.
+class Namespace {
+ public:
+  Namespace(const kvkey::Identity& id, const kvkey::Policy& policy) : ns_(std::in_place_index<0>, id, policy) {}
+  Namespace(const kvkey::Identity& id, const kvkey::TenantSecret& secret, const kvkey::Policy& policy)
+      : ns_(std::in_place_index<1>, id, kvkey::HmacSha256(secret), policy) {}
+
+  template <class F>
+  decltype(auto) visit(F&& f) const {
+    return std::visit(std::forward<F>(f), ns_);
+  }
+  bool keyed() const noexcept { return ns_.index() == 1; }
+
+  const kvkey::Identity& identity() const noexcept { return visit([](const auto& n) -> auto& { return n.identity(); }); }
+  const kvkey::Policy& policy() const noexcept { return visit([](const auto& n) -> auto& { return n.policy(); }); }
+  const kvkey::Slice& slice() const noexcept { return visit([](const auto& n) -> auto& { return n.slice(); }); }
+  const auto& encoding() const noexcept { return visit([](const auto& n) -> auto& { return n.encoding(); }); }
+  const kvkey::Digest& root() const noexcept { return visit([](const auto& n) -> auto& { return n.root(); }); }
+  std::uint32_t block_size() const noexcept { return identity().kv.block_size; }
+  const std::string& key_prefix() const noexcept {
+    return visit([](const auto& n) -> auto& { return n.key_prefix(); });
+  }
+  std::string tenant_prefix() const { return visit([](const auto& n) { return n.tenant_prefix(); }); }
+  kvkey::Digest first_parent(std::string_view salt) const {
+    return visit([&](const auto& n) { return n.first_parent(salt); });
+  }
+  kvkey::Digest object_hash(const kvkey::Digest& h) const { return visit([&](const auto& n) { return n.object_hash(h); }); }
+  std::string store_key(const kvkey::Digest& h) const { return visit([&](const auto& n) { return n.store_key(h); }); }
+  kvkey::Envelope seal(const kvkey::Digest& h, std::uint64_t size) const {
+    return visit([&](const auto& n) { return n.seal(h, size); });
+  }
+  kvkey::Verdict verify(const std::uint8_t* header, std::size_t len, const kvkey::Digest& h, std::uint64_t size) const {
+    return visit([&](const auto& n) { return n.verify(header, len, h, size); });
+  }
+  kvkey::ReusablePrefix reusable_prefix(const std::vector<bool>& results, std::size_t shards,
+                                        std::size_t max_tokens) const {
+    return visit([&](const auto& n) { return n.reusable_prefix(results, shards, max_tokens); });
+  }
+  template <class T>
+  void extend_block_hashes(std::vector<kvkey::Digest>& hashes, const T* tokens, std::size_t count,
+                           const kvkey::HashOptions& opt) const {
+    visit([&](const auto& n) { n.extend_block_hashes(hashes, tokens, count, opt); });
+  }
+
+ private:
+  std::variant<kvkey::KeyNamespace<kvkey::Sha256>, kvkey::KeyNamespace<kvkey::HmacSha256>> ns_;
+};
 
 std::vector<kvkey::Digest> extend(const Namespace& ns, std::vector<kvkey::Digest> hashes, const Tokens& tokens,
                                   const kvkey::HashOptions& opt) {
@@ -286,6 +487,63 @@ std::vector<kvkey::Digest> extend(const Namespace& ns, std::vector<kvkey::Digest
   return hashes;
 }
 
+// previous + the hashes of the remaining full blocks; the ids of the blocks
+// `previous` covers are not read (an extension costs O(new blocks)).
+py::list extend_py(const Namespace& ns, const py::handle& previous, const py::handle& tokens, const py::handle& salt,
+                   const py::handle& extras) {
+  std::vector<kvkey::Digest> hashes = to_digests(previous, "previous");
+  const kvkey::HashOptions opt = to_options(salt, extras);
+  const Tokens t(tokens, false, hashes.size() * ns.block_size());
+  return to_list(extend(ns, std::move(hashes), t, opt));
+}
+
+// One request's block hashes, extended as its tokens arrive: keeps the ids
+// and the hashes so far, so an append costs only its new blocks. Not
+// thread-safe (like a list being appended to); the GIL is held throughout.
+class Chain {
+ public:
+  Chain(py::object ns, kvkey::HashOptions opt)
+      : owner_(std::move(ns)), ns_(&owner_.cast<const Namespace&>()), opt_(std::move(opt)) {}
+
+  // Appends the new ids; returns the hashes of the blocks they completed. On an
+  // error nothing is appended.
+  py::list append(const py::handle& tokens) {
+    const Tokens t(tokens, false);
+    const std::size_t old_tokens = tokens_.size();
+    const std::size_t old_hashes = hashes_.size();
+    t.visit([&](const auto* data, std::size_t n) {
+      using T = std::remove_const_t<std::remove_pointer_t<decltype(data)>>;
+      if constexpr (std::is_same_v<T, std::uint64_t>) {
+        throw kvkey::input_error("internal: uint64 tokens are not accepted by KeyNamespace");
+      } else {
+        if (old_tokens + n > tokens_.capacity()) tokens_.reserve(std::max(old_tokens + n, 2 * tokens_.capacity()));
+        for (std::size_t i = 0; i < n; ++i) tokens_.push_back(static_cast<std::int64_t>(data[i]));
+      }
+    });
+    try {
+      ns_->extend_block_hashes(hashes_, tokens_.data(), tokens_.size(), opt_);
+    } catch (...) {
+      tokens_.resize(old_tokens);
+      hashes_.resize(old_hashes);
+      throw;
+    }
+    py::list out(hashes_.size() - old_hashes);
+    for (std::size_t i = old_hashes; i < hashes_.size(); ++i) out[i - old_hashes] = to_bytes(hashes_[i]);
+    return out;
+  }
+
+  py::list hashes() const { return to_list(hashes_); }
+  std::size_t size() const noexcept { return tokens_.size(); }
+  std::size_t blocks() const noexcept { return hashes_.size(); }
+
+ private:
+  py::object owner_;  // keeps the namespace alive
+  const Namespace* ns_;
+  kvkey::HashOptions opt_;
+  std::vector<std::int64_t> tokens_;
+  std::vector<kvkey::Digest> hashes_;
+};
+
 struct PyVerdict {
   kvkey::Verdict v;
   bool ok() const { return v.ok(); }
@@ -293,175 +551,35 @@ struct PyVerdict {
   std::string field() const { return std::string(v.field); }
 };
 
+// One entry per (block, shard): True/False (numpy's bool too) or a Verdict.
+// Anything else is refused, so a miss can never count as a hit.
 std::vector<bool> to_results(const py::handle& results) {
   std::vector<bool> out;
-  for (py::handle item : py::iter(results)) {
-    const int truth = PyObject_IsTrue(item.ptr());
-    if (truth < 0) throw py::error_already_set();
-    out.push_back(truth != 0);
-  }
+  for_each_item(results, "results", "a list of bools or Verdicts", [&](const py::handle& item, std::size_t i) {
+    if (is_bool(item)) {
+      out.push_back(PyObject_IsTrue(item.ptr()) == 1);
+    } else if (py::isinstance<PyVerdict>(item)) {
+      out.push_back(item.cast<const PyVerdict&>().ok());
+    } else {
+      throw_type_error(indexed("results", i), "a bool or a Verdict", item);
+    }
+  });
   return out;
 }
 
 std::size_t to_max_tokens(const py::handle& max_tokens) {
   if (max_tokens.is_none()) return std::numeric_limits<std::size_t>::max();
-  return max_tokens.cast<std::size_t>();
+  return to_uint<std::uint64_t>(max_tokens, "max_tokens");
 }
 
-std::string slice_repr(const kvkey::Slice& s) {
-  return "Slice(kv_heads=[" + std::to_string(s.kv_head_begin) + ", " + std::to_string(s.kv_head_end) +
-         "), layers=[" + std::to_string(s.layer_begin) + ", " + std::to_string(s.layer_end) + "))";
+// A header argument: any bytes-like object (strides included); verify never raises on its contents.
+kvkey::Verdict verify_header(const Namespace& ns, const py::handle& header, const py::handle& block_hash,
+                             const py::handle& payload_size) {
+  const kvkey::Digest block = to_digest(block_hash, "block_hash");
+  const auto size = to_uint<std::uint64_t>(payload_size, "payload_size");
+  const ByteString bytes(header, "header", ByteString::Str::refuse);
+  return ns.verify(bytes.data(), bytes.size(), block, size);
 }
-
-// ---- identity parts -------------------------------------------------------------------------
-
-void bind_identity(py::module_& m) {
-  py::enum_<kvkey::KvDtype> dtype_enum(m, "KvDtype", "Element type of the stored KV (codes are part of the byte format).");
-  dtype_enum.value("unset", kvkey::KvDtype::unset);
-  for (const auto& e : kvkey::detail::dtype_names) dtype_enum.value(std::string(e.name).c_str(), e.dtype);
-  m.def(
-      "kv_dtype_from_string", [](const std::string& s) { return to_dtype(py::str(s), "kv_dtype_from_string"); },
-      py::arg("name"), "Parses 'fp16', 'fp8_e4m3', ...; an unknown name raises InputError.");
-
-  py::class_<kvkey::Model>(m, "Model", "The model's weights lineage.")
-      .def(py::init([](std::string name, std::string revision, std::uint64_t epoch, const py::object& fp) {
-             kvkey::Model md;
-             md.name = std::move(name);
-             md.revision = std::move(revision);
-             md.weights_epoch = epoch;
-             md.weights_fingerprint = to_optional_digest(fp, "model.weights_fingerprint");
-             return md;
-           }),
-           py::kw_only(), py::arg("name") = "", py::arg("revision") = "", py::arg("weights_epoch") = 0,
-           py::arg("weights_fingerprint") = py::none())
-      .def_readwrite("name", &kvkey::Model::name)
-      .def_readwrite("revision", &kvkey::Model::revision)
-      .def_readwrite("weights_epoch", &kvkey::Model::weights_epoch)
-      .def_property(
-          "weights_fingerprint", [](const kvkey::Model& md) { return from_optional_digest(md.weights_fingerprint); },
-          [](kvkey::Model& md, const py::object& v) {
-            md.weights_fingerprint = to_optional_digest(v, "model.weights_fingerprint");
-          },
-          "32 bytes or None");
-
-  py::class_<kvkey::Quant>(m, "Quant", "How KV values are quantized.")
-      .def(py::init([](std::string scheme, std::uint32_t group_size, const py::object& scale_dtype, bool zero_point,
-                       const py::object& scales_fp) {
-             kvkey::Quant q;
-             q.scheme = std::move(scheme);
-             q.group_size = group_size;
-             q.scale_dtype = to_optional_dtype(scale_dtype, "kv.quant.scale_dtype");
-             q.zero_point = zero_point;
-             q.scales_fingerprint = to_optional_digest(scales_fp, "kv.quant.scales_fingerprint");
-             return q;
-           }),
-           py::kw_only(), py::arg("scheme") = "none", py::arg("group_size") = 0, py::arg("scale_dtype") = py::none(),
-           py::arg("zero_point") = false, py::arg("scales_fingerprint") = py::none())
-      .def_readwrite("scheme", &kvkey::Quant::scheme)
-      .def_readwrite("group_size", &kvkey::Quant::group_size)
-      .def_property(
-          "scale_dtype", [](const kvkey::Quant& q) { return q.scale_dtype; },
-          [](kvkey::Quant& q, const py::object& v) { q.scale_dtype = to_optional_dtype(v, "kv.quant.scale_dtype"); },
-          "KvDtype, its name, or None")
-      .def_readwrite("zero_point", &kvkey::Quant::zero_point)
-      .def_property(
-          "scales_fingerprint", [](const kvkey::Quant& q) { return from_optional_digest(q.scales_fingerprint); },
-          [](kvkey::Quant& q, const py::object& v) {
-            q.scales_fingerprint = to_optional_digest(v, "kv.quant.scales_fingerprint");
-          },
-          "32 bytes or None");
-
-  py::class_<kvkey::Kv>(m, "Kv", "What one stored KV object's bytes are.")
-      .def(py::init([](const py::object& dtype, const kvkey::Quant& quant, std::uint32_t block_size,
-                       std::uint32_t num_layers, std::uint32_t num_kv_heads, std::uint32_t head_dim, std::string layout,
-                       bool mla) {
-             kvkey::Kv kv;
-             kv.dtype = to_dtype(dtype, "kv.dtype");
-             kv.quant = quant;
-             kv.block_size = block_size;
-             kv.num_layers = num_layers;
-             kv.num_kv_heads = num_kv_heads;
-             kv.head_dim = head_dim;
-             kv.layout = std::move(layout);
-             kv.mla = mla;
-             return kv;
-           }),
-           py::kw_only(), py::arg("dtype") = kvkey::KvDtype::unset, py::arg("quant") = kvkey::Quant{},
-           py::arg("block_size") = 0, py::arg("num_layers") = 0, py::arg("num_kv_heads") = 0,
-           py::arg("head_dim") = 0, py::arg("layout") = "", py::arg("mla") = false)
-      .def_property(
-          "dtype", [](const kvkey::Kv& kv) { return kv.dtype; },
-          [](kvkey::Kv& kv, const py::object& v) { kv.dtype = to_dtype(v, "kv.dtype"); }, "KvDtype or its name")
-      .def_readwrite("quant", &kvkey::Kv::quant)
-      .def_readwrite("block_size", &kvkey::Kv::block_size)
-      .def_readwrite("num_layers", &kvkey::Kv::num_layers)
-      .def_readwrite("num_kv_heads", &kvkey::Kv::num_kv_heads)
-      .def_readwrite("head_dim", &kvkey::Kv::head_dim)
-      .def_readwrite("layout", &kvkey::Kv::layout)
-      .def_readwrite("mla", &kvkey::Kv::mla);
-
-  py::class_<kvkey::Shard>(m, "Shard", "Where this process sits in the tensor/pipeline-parallel grid.")
-      .def(py::init([](std::uint32_t tp_size, std::uint32_t tp_rank, std::uint32_t pp_size, std::uint32_t pp_rank) {
-             return kvkey::Shard{tp_size, tp_rank, pp_size, pp_rank};
-           }),
-           py::kw_only(), py::arg("tp_size") = 1, py::arg("tp_rank") = 0, py::arg("pp_size") = 1,
-           py::arg("pp_rank") = 0)
-      .def_readwrite("tp_size", &kvkey::Shard::tp_size)
-      .def_readwrite("tp_rank", &kvkey::Shard::tp_rank)
-      .def_readwrite("pp_size", &kvkey::Shard::pp_size)
-      .def_readwrite("pp_rank", &kvkey::Shard::pp_rank);
-
-  py::class_<kvkey::Adapter>(m, "Adapter", "A LoRA (or other) adapter: its name and its weights' fingerprint.")
-      .def(py::init([](std::string name, const py::object& fp) {
-             return kvkey::Adapter(std::move(name), to_digest(fp, "adapter.weights_fingerprint"));
-           }),
-           py::arg("name"), py::arg("weights_fingerprint"))
-      .def_readwrite("name", &kvkey::Adapter::name)
-      .def_property(
-          "weights_fingerprint", [](const kvkey::Adapter& a) { return to_bytes(a.weights_fingerprint); },
-          [](kvkey::Adapter& a, const py::object& v) {
-            a.weights_fingerprint = to_digest(v, "adapter.weights_fingerprint");
-          },
-          "32 bytes")
-      .def("__repr__", [](const kvkey::Adapter& a) {
-        return "Adapter(" + std::string(py::repr(py::str(a.name))) + ", " + a.weights_fingerprint.hex() + ")";
-      });
-
-  py::class_<kvkey::Identity>(m, "Identity",
-                              "Everything that changes the meaning or the ownership of stored KV bytes. "
-                              "Plain data: assign members in place, then build a KeyNamespace, which validates it.")
-      .def(py::init([](std::string tenant, const kvkey::Model& model, const kvkey::Kv& kv, const kvkey::Shard& shard,
-                       std::optional<kvkey::Adapter> adapter) {
-             return kvkey::Identity{std::move(tenant), model, kv, shard, std::move(adapter)};
-           }),
-           py::kw_only(), py::arg("tenant") = "", py::arg("model") = kvkey::Model{}, py::arg("kv") = kvkey::Kv{},
-           py::arg("shard") = kvkey::Shard{}, py::arg("adapter") = py::none())
-      .def_readwrite("tenant", &kvkey::Identity::tenant)
-      .def_readwrite("model", &kvkey::Identity::model)
-      .def_readwrite("kv", &kvkey::Identity::kv)
-      .def_readwrite("shard", &kvkey::Identity::shard)
-      .def_property(
-          "adapter",
-          [](py::object self) -> py::object {
-            auto& id = self.cast<kvkey::Identity&>();
-            if (!id.adapter) return py::none();
-            return py::cast(&*id.adapter, py::return_value_policy::reference_internal, self);
-          },
-          [](kvkey::Identity& id, std::optional<kvkey::Adapter> a) { id.adapter = std::move(a); },
-          "Adapter or None")
-      .def("copy", [](const kvkey::Identity& id) { return id; }, "An independent copy.")
-      .def("__copy__", [](const kvkey::Identity& id) { return id; })
-      .def("__deepcopy__", [](const kvkey::Identity& id, const py::object&) { return id; })
-      .def("validated",
-           [](const kvkey::Identity& id, bool single) {
-             return kvkey::validated(id, single ? kvkey::single_tenant : kvkey::Policy{});
-           },
-           py::kw_only(), py::arg("single_tenant") = false,
-           "Checks every field (raises IdentityError naming the first bad one) and returns the identity as encoded.")
-      .def("__repr__", [](const kvkey::Identity& id) { return "Identity(" + kvkey::describe(id) + ")"; });
-}
-
-// ---- namespace, verdicts, accounting ---------------------------------------------------------
 
 void bind_namespace(py::module_& m) {
   py::class_<kvkey::Slice>(m, "Slice", "The KV-head and layer range [begin, end) one rank holds.")
@@ -478,8 +596,8 @@ void bind_namespace(py::module_& m) {
       .def_property_readonly("field", &PyVerdict::field, "where the difference is, e.g. 'kv.dtype'; '' when ok")
       .def("__bool__", &PyVerdict::ok)
       .def("__repr__", [](const PyVerdict& v) {
-        return "Verdict(ok=" + std::string(v.ok() ? "True" : "False") + ", reason='" + v.reason() + "', field='" +
-               v.field() + "')";
+        return "Verdict(ok=" + bool_repr(v.ok()) + ", reason=" + quoted(v.reason()) + ", field=" + quoted(v.field()) +
+               ")";
       });
 
   py::class_<kvkey::ReusablePrefix>(m, "ReusablePrefix", "How much of a request's prefix the store can serve.")
@@ -492,23 +610,61 @@ void bind_namespace(py::module_& m) {
 
   m.def(
       "reusable_prefix",
-      [](const py::object& results, std::size_t shards_per_block, std::size_t block_size,
+      [](const py::object& results, const py::object& shards_per_block, const py::object& block_size,
          const py::object& max_tokens) {
-        return kvkey::reusable_prefix(to_results(results), shards_per_block, block_size, to_max_tokens(max_tokens));
+        return kvkey::reusable_prefix(to_results(results), to_uint<std::uint64_t>(shards_per_block, "shards_per_block"),
+                                      to_uint<std::uint32_t>(block_size, "block_size"), to_max_tokens(max_tokens));
       },
       py::arg("results"), py::arg("shards_per_block"), py::arg("block_size"), py::arg("max_tokens") = py::none(),
       "Counts the leading blocks every shard can serve. results: one bool or Verdict per (block, shard), "
-      "block-major; counting stops at the first block any shard misses.");
+      "block-major (anything else raises TypeError); counting stops at the first block any shard misses.");
+
+  py::class_<kvkey::TenantSecret>(m, "TenantSecret",
+                                  "A tenant's secret key for keyed namespaces: 32 to 256 bytes, held in C++ and "
+                                  "wiped when freed; never printed.")
+      .def(py::init([](const py::object& secret) {
+             std::string bytes = ByteString(secret, "secret", ByteString::Str::refuse).str();
+             return kvkey::TenantSecret(std::move(bytes));  // the temporary copy is wiped
+           }),
+           py::arg("secret"), "From raw bytes (bytes-like; at least 32). The caller's object is not wiped.")
+      .def_static(
+          "from_file",
+          [](const py::object& path) { return kvkey::TenantSecret::from_file(to_path(path, "path")); }, py::arg("path"),
+          "From a file of hex text or raw bytes, mode 0600 or 0640 (IoError otherwise).")
+      .def_static(
+          "from_env", [](const py::object& name) { return kvkey::TenantSecret::from_env(to_text(name, "name")); },
+          py::arg("name"), "From an environment variable holding hex or 'base64:' + base64.")
+      .def("__len__", &kvkey::TenantSecret::size)
+      .def("__repr__", [](const kvkey::TenantSecret&) { return std::string("TenantSecret(<hidden>)"); })
+      .def("__reduce__", [](const kvkey::TenantSecret&) -> py::object {
+        throw py::type_error("a TenantSecret cannot be pickled or copied");
+      });
+
+  py::class_<Chain>(m, "Chain", "One request's block hashes, extended as its tokens arrive (KeyNamespace.chain()).")
+      .def("append", &Chain::append, py::arg("tokens"),
+           "Appends the new token ids (list, tuple, sequence or 1-D integer buffer) and returns the hashes of the "
+           "blocks they completed; a partial tail waits for the next append. On an error nothing is appended.")
+      .def_property_readonly("hashes", &Chain::hashes, "every full block's hash so far (a new list)")
+      .def("__len__", &Chain::size, "the number of token ids appended")
+      .def("__repr__", [](const Chain& c) {
+        return "Chain(tokens=" + std::to_string(c.size()) + ", blocks=" + std::to_string(c.blocks()) + ")";
+      });
 
   py::class_<Namespace>(m, "KeyNamespace", "Keys, block hashes and envelopes of one deployment's rank.")
-      .def(py::init([](const kvkey::Identity& id, bool single) {
-             return Namespace(id, single ? kvkey::single_tenant : kvkey::Policy{});
+      .def(py::init([](const py::object& id, const py::object& single, const py::object& secret) {
+             const kvkey::Identity identity = to_instance<PyIdentity>(id, "identity").value();
+             const kvkey::Policy policy = to_bool(single, "single_tenant") ? kvkey::single_tenant : kvkey::Policy{};
+             if (secret.is_none()) return Namespace(identity, policy);
+             return Namespace(identity, to_instance<kvkey::TenantSecret>(secret, "secret"), policy);
            }),
-           py::arg("identity"), py::kw_only(), py::arg("single_tenant") = false,
+           py::arg("identity"), py::kw_only(), py::arg("single_tenant") = false, py::arg("secret") = py::none(),
            "Validates the identity (IdentityError names the bad field). single_tenant=True: a store no one else "
-           "shares; the tenant must then be empty.")
+           "shares; the tenant must then be empty. secret: a kvkey.TenantSecret keys every hash with "
+           "HMAC-SHA-256, as the C++ KeyNamespace<HmacSha256> (docs/security.md).")
+      .def_property_readonly("keyed", &Namespace::keyed, "True when built with a TenantSecret")
       .def_property_readonly(
-          "identity", [](const Namespace& ns) { return ns.identity(); }, "the validated identity as encoded (a copy)")
+          "identity", [](const Namespace& ns) { return PyIdentity(ns.identity()); },
+          "the validated identity as encoded (a copy)")
       .def_property_readonly("single_tenant",
                              [](const Namespace& ns) { return ns.policy().tenant == kvkey::TenantPolicy::single_tenant; })
       .def_property_readonly("slice", [](const Namespace& ns) { return ns.slice(); })
@@ -524,10 +680,7 @@ void bind_namespace(py::module_& m) {
       .def(
           "block_hashes",
           [](const Namespace& ns, const py::object& tokens, const py::object& salt, const py::object& extras,
-             const py::object& previous) {
-            const Tokens t(tokens, false);
-            return to_list(extend(ns, to_digests(previous, "previous hash"), t, to_options(salt, extras)));
-          },
+             const py::object& previous) { return extend_py(ns, previous, tokens, salt, extras); },
           py::arg("tokens"), py::kw_only(), py::arg("salt") = py::none(), py::arg("extras") = py::none(),
           py::arg("previous") = py::none(),
           "32-byte hashes (bytes) of every full block. tokens: list/sequence of ints or a 1-D int32/int64/uint32 "
@@ -536,61 +689,91 @@ void bind_namespace(py::module_& m) {
       .def(
           "extend_block_hashes",
           [](const Namespace& ns, const py::object& previous, const py::object& tokens, const py::object& salt,
-             const py::object& extras) {
-            const Tokens t(tokens, false);
-            return to_list(extend(ns, to_digests(previous, "previous hash"), t, to_options(salt, extras)));
-          },
+             const py::object& extras) { return extend_py(ns, previous, tokens, salt, extras); },
           py::arg("previous"), py::arg("tokens"), py::kw_only(), py::arg("salt") = py::none(),
           py::arg("extras") = py::none(),
           "previous + the hashes of the remaining full blocks of tokens (the whole sequence so far).")
       .def(
-          "first_parent", [](const Namespace& ns, const py::object& salt) {
+          "block_hashes_batch",
+          [](const Namespace& ns, const py::object& sequences, const py::object& threads) {
+            const auto all = ns.visit([&](const auto& n) { return block_hashes_batch(n, sequences, threads); });
+            py::list out(all.size());
+            for (std::size_t r = 0; r < all.size(); ++r) out[r] = to_list(all[r]);
+            return out;
+          },
+          py::arg("sequences"), py::kw_only(), py::arg("threads") = 0,
+          "[block_hashes(s) for s in sequences], hashed by a pool of `threads` threads (0: one per core) with the "
+          "GIL released. Each sequence is any tokens argument of block_hashes.")
+      .def(
+          "chain",
+          [](const py::object& self, const py::object& salt, const py::object& extras) {
+            return Chain(self, to_options(salt, extras));
+          },
+          py::kw_only(), py::arg("salt") = py::none(), py::arg("extras") = py::none(),
+          "A kvkey.Chain for one request: append its tokens as they arrive; each append costs only the blocks it "
+          "completes.")
+      .def(
+          "first_parent",
+          [](const Namespace& ns, const py::object& salt) {
             return to_bytes(ns.first_parent(salt.is_none() ? std::string() : to_byte_string(salt, "salt")));
           },
           py::arg("salt") = py::none())
       .def(
           "object_hash",
-          [](const Namespace& ns, const py::object& h) { return to_bytes(ns.object_hash(to_digest(h, "block hash"))); },
+          [](const Namespace& ns, const py::object& h) { return to_bytes(ns.object_hash(to_digest(h, "block_hash"))); },
           py::arg("block_hash"))
       .def(
-          "store_key", [](const Namespace& ns, const py::object& h) { return ns.store_key(to_digest(h, "block hash")); },
+          "store_key", [](const Namespace& ns, const py::object& h) { return ns.store_key(to_digest(h, "block_hash")); },
           py::arg("block_hash"), "\"kvk1/<tenant>/<model>/e<epoch>/<64 hex>\"")
       .def(
           "seal",
-          [](const Namespace& ns, const py::object& h, std::uint64_t payload_size) {
-            const kvkey::Envelope e = ns.seal(to_digest(h, "block hash"), payload_size);
+          [](const Namespace& ns, const py::object& h, const py::object& payload_size) {
+            const kvkey::Envelope e =
+                ns.seal(to_digest(h, "block_hash"), to_uint<std::uint64_t>(payload_size, "payload_size"));
             return py::bytes(reinterpret_cast<const char*>(e.data()), e.size());
           },
           py::arg("block_hash"), py::arg("payload_size"), "The envelope_size-byte header to store beside the KV bytes.")
       .def(
           "verify",
-          [](const Namespace& ns, const py::object& header, const py::object& h, std::uint64_t payload_size) {
-            const kvkey::Digest block = to_digest(h, "block hash");
-            if (!PyObject_CheckBuffer(header.ptr())) {
-              throw py::type_error("header must be a bytes-like object");
-            }
-            Py_buffer view;
-            if (PyObject_GetBuffer(header.ptr(), &view, PyBUF_SIMPLE) != 0) throw py::error_already_set();
-            const kvkey::Verdict v = ns.verify(static_cast<const std::uint8_t*>(view.buf),
-                                               static_cast<std::size_t>(view.len), block, payload_size);
-            PyBuffer_Release(&view);
-            return PyVerdict{v};
+          [](const Namespace& ns, const py::object& header, const py::object& h, const py::object& payload_size) {
+            return PyVerdict{verify_header(ns, header, h, payload_size)};
           },
           py::arg("header"), py::arg("block_hash"), py::arg("payload_size"),
-          "Checks a header read from the store. Never raises for bad header bytes: returns a Verdict.")
+          "Checks a header read from the store (any bytes-like object). Never raises for bad header bytes: "
+          "returns a Verdict.")
       .def(
           "reusable_prefix",
-          [](const Namespace& ns, const py::object& results, std::size_t shards_per_block,
+          [](const Namespace& ns, const py::object& results, const py::object& shards_per_block,
              const py::object& max_tokens) {
-            return ns.reusable_prefix(to_results(results), shards_per_block, to_max_tokens(max_tokens));
+            return ns.reusable_prefix(to_results(results), to_uint<std::uint64_t>(shards_per_block, "shards_per_block"),
+                                      to_max_tokens(max_tokens));
           },
           py::arg("results"), py::arg("shards_per_block"), py::arg("max_tokens") = py::none())
       .def("__repr__", [](const Namespace& ns) {
-        return "KeyNamespace(" + kvkey::describe(ns.identity()) + ", key_prefix='" + ns.key_prefix() + "')";
+        return "KeyNamespace(" + identity_repr(ns.identity()) +
+               ", single_tenant=" + bool_repr(ns.policy().tenant == kvkey::TenantPolicy::single_tenant) +
+               (ns.keyed() ? ", secret=TenantSecret(<hidden>)" : "") +
+               ", key_prefix=" + quoted(ns.key_prefix()) + ")";
       });
 }
 
 // ---- kvkey.compat.lmdeploy -------------------------------------------------------------------
+
+std::uint32_t u32(const py::handle& obj, const char* field) { return to_uint<std::uint32_t>(obj, field); }
+
+// lookup_keys makes shard_keys keys per block: a bound far above any real
+// tensor-parallel size keeps a wrong argument from allocating gigabytes.
+constexpr std::uint32_t max_shard_keys = 4096;
+
+// m.name(tp_size, num_kv_heads), both checked.
+void def_tp_heads(py::module_& m, const char* name, std::uint32_t (*f)(std::uint32_t, std::uint32_t)) {
+  m.def(
+      name,
+      [f](const py::object& tp_size, const py::object& heads) {
+        return f(u32(tp_size, "tp_size"), u32(heads, "num_kv_heads"));
+      },
+      py::arg("tp_size"), py::arg("num_kv_heads"));
+}
 
 void bind_lmdeploy(py::module_& m) {
   m.doc() = "lmdeploy's legacy Mooncake store keys, bit for bit (recognise, enumerate, purge; never for new keys).";
@@ -599,16 +782,15 @@ void bind_lmdeploy(py::module_& m) {
 
   m.def(
       "build_prefix_block_hashes",
-      [](const py::object& token_ids, std::uint32_t block_size, const py::object& extra_identity,
+      [](const py::object& token_ids, const py::object& block_size, const py::object& extra_identity,
          const py::object& previous_hashes) {
         const Tokens t(token_ids, true);
+        const std::uint32_t bs = u32(block_size, "block_size");
         const std::string extra = to_byte_string(extra_identity, "extra_identity");
-        std::vector<kvkey::Digest> hashes = to_digests(previous_hashes, "previous hash");
+        std::vector<kvkey::Digest> hashes = to_digests(previous_hashes, "previous_hashes");
         {
           py::gil_scoped_release release;
-          t.visit([&](const auto* data, std::size_t n) {
-            lm::extend_block_hashes(hashes, data, n, block_size, extra);
-          });
+          t.visit([&](const auto* data, std::size_t n) { lm::extend_block_hashes(hashes, data, n, bs, extra); });
         }
         return to_list(hashes);
       },
@@ -619,53 +801,73 @@ void bind_lmdeploy(py::module_& m) {
 
   m.def(
       "build_store_key",
-      [](const std::string& cache_prefix, const std::string& model_name, std::uint32_t kv_head_rank,
+      [](const py::object& cache_prefix, const py::object& model_name, const py::object& kv_head_rank,
          const py::object& block_hash) {
-        return lm::store_key(cache_prefix, model_name, kv_head_rank, to_digest(block_hash, "block_hash"));
+        return lm::store_key(to_text(cache_prefix, "cache_prefix"), to_text(model_name, "model_name"),
+                             u32(kv_head_rank, "kv_head_rank"), to_digest(block_hash, "block_hash"));
       },
       py::arg("cache_prefix"), py::arg("model_name"), py::arg("kv_head_rank"), py::arg("block_hash"),
       "\"[<cache_prefix>@]<model_name>@tp_rank:<kv_head_rank>@group:0@<64 hex>\"");
 
-  m.def("kv_head_replica_num", &lm::kv_head_replica_num, py::arg("tp_size"), py::arg("num_kv_heads"));
-  m.def("kv_head_rank", &lm::kv_head_rank, py::arg("tp_rank"), py::arg("tp_size"), py::arg("num_kv_heads"));
-  m.def("shard_key_count", &lm::shard_key_count, py::arg("tp_size"), py::arg("num_kv_heads"));
+  def_tp_heads(m, "kv_head_replica_num", &lm::kv_head_replica_num);
+  m.def(
+      "kv_head_rank",
+      [](const py::object& tp_rank, const py::object& tp_size, const py::object& heads) {
+        return lm::kv_head_rank(u32(tp_rank, "tp_rank"), u32(tp_size, "tp_size"), u32(heads, "num_kv_heads"));
+      },
+      py::arg("tp_rank"), py::arg("tp_size"), py::arg("num_kv_heads"));
+  def_tp_heads(m, "shard_key_count", &lm::shard_key_count);
   m.def(
       "lookup_keys",
-      [](const std::string& cache_prefix, const std::string& model_name, std::uint32_t shard_keys,
+      [](const py::object& cache_prefix, const py::object& model_name, const py::object& shard_keys,
          const py::object& hashes) {
-        return lm::lookup_keys(cache_prefix, model_name, shard_keys, to_digests(hashes, "block hash"));
+        const std::uint32_t shards = u32(shard_keys, "shard_keys");
+        if (shards > max_shard_keys) {
+          throw_input_error("shard_keys is " + std::to_string(shards) + ", at most " +
+                            std::to_string(max_shard_keys) + " (one key per KV-head shard of a block)");
+        }
+        return lm::lookup_keys(to_text(cache_prefix, "cache_prefix"), to_text(model_name, "model_name"), shards,
+                               to_digests(hashes, "block_hashes"));
       },
       py::arg("cache_prefix"), py::arg("model_name"), py::arg("shard_keys"), py::arg("block_hashes"),
       "The keys lmdeploy's lookup checks, block-major.");
 
   py::class_<lm::LegacyKey>(m, "LegacyKey", "A parsed legacy key.")
-      .def_readonly("cache_prefix", &lm::LegacyKey::cache_prefix)
-      .def_readonly("model_name", &lm::LegacyKey::model_name)
+      .def_property_readonly("cache_prefix", [](const lm::LegacyKey& k) { return to_py_text(k.cache_prefix); })
+      .def_property_readonly("model_name", [](const lm::LegacyKey& k) { return to_py_text(k.model_name); })
       .def_readonly("kv_head_rank", &lm::LegacyKey::kv_head_rank)
       .def_property_readonly("block_hash", [](const lm::LegacyKey& k) { return to_bytes(k.block_hash); })
       .def_readonly("ambiguous", &lm::LegacyKey::ambiguous)
       .def("__repr__", [](const lm::LegacyKey& k) {
-        return "LegacyKey(cache_prefix=" + std::string(py::repr(py::str(k.cache_prefix))) +
-               ", model_name=" + std::string(py::repr(py::str(k.model_name))) +
+        return "LegacyKey(cache_prefix=" + quoted(k.cache_prefix) + ", model_name=" + quoted(k.model_name) +
                ", kv_head_rank=" + std::to_string(k.kv_head_rank) + ", block_hash=" + k.block_hash.hex() +
-               ", ambiguous=" + (k.ambiguous ? "True" : "False") + ")";
+               ", ambiguous=" + bool_repr(k.ambiguous) + ")";
       });
-  m.def("parse_key", [](std::string_view key) { return lm::parse_key(key); }, py::arg("key"),
-        "LegacyKey or None. The prefix/model split of a head with '@' is ambiguous: model_name is taken after the "
-        "last '@' and `ambiguous` is set.");
-  m.def("is_legacy_key", [](std::string_view key) { return lm::is_legacy_key(key); }, py::arg("key"));
+  m.def(
+      "parse_key", [](const py::object& key) { return lm::parse_key(to_text(key, "key")); }, py::arg("key"),
+      "LegacyKey or None. The prefix/model split of a head with '@' is ambiguous: model_name is taken after the "
+      "last '@' and `ambiguous` is set.");
+  m.def(
+      "is_legacy_key", [](const py::object& key) { return lm::is_legacy_key(to_text(key, "key")); }, py::arg("key"));
   m.def(
       "is_legacy_key_of",
-      [](std::string_view key, std::string_view prefix, std::string_view model) {
-        return lm::is_legacy_key_of(key, prefix, model);
+      [](const py::object& key, const py::object& prefix, const py::object& model) {
+        return lm::is_legacy_key_of(to_text(key, "key"), to_text(prefix, "cache_prefix"),
+                                    to_text(model, "model_name"));
       },
       py::arg("key"), py::arg("cache_prefix"), py::arg("model_name"));
   m.def(
-      "purge_pattern", [](std::string_view p, std::string_view model) { return lm::purge_pattern(p, model); },
+      "purge_pattern",
+      [](const py::object& prefix, const py::object& model) {
+        return lm::purge_pattern(to_text(prefix, "cache_prefix"), to_text(model, "model_name"));
+      },
       py::arg("cache_prefix"), py::arg("model_name"),
       "Anchored regex (ECMAScript and POSIX ERE) matching every legacy key of the pair; never a kvkey key.");
   m.def(
-      "purge_glob", [](std::string_view p, std::string_view model) { return lm::purge_glob(p, model); },
+      "purge_glob",
+      [](const py::object& prefix, const py::object& model) {
+        return lm::purge_glob(to_text(prefix, "cache_prefix"), to_text(model, "model_name"));
+      },
       py::arg("cache_prefix"), py::arg("model_name"),
       "Redis SCAN MATCH glob finding every legacy key of the pair (looser: filter with is_legacy_key_of).");
 }
@@ -724,12 +926,16 @@ PYBIND11_MODULE(_kvkey, m) {
   bind_namespace(m);
 
   m.def(
-      "fingerprint", [](const py::object& data) { return to_bytes(kvkey::fingerprint(to_byte_string(data, "data"))); },
-      py::arg("data"), "Plain SHA-256 (as sha256sum prints it) of bytes, as 32 bytes.");
+      "fingerprint",
+      [](const py::object& data) {
+        const ByteString bytes(data, "data", ByteString::Str::utf8);
+        return to_bytes(kvkey::fingerprint(bytes.view()));
+      },
+      py::arg("data"), "Plain SHA-256 (as sha256sum prints it) of bytes (or a str's UTF-8), as 32 bytes.");
   // The file is read without the GIL; the bytes object is made after.
   m.attr("fingerprint_file") = py::cpp_function(
       [](const py::object& path) {
-        const std::string p = py::str(py::module_::import("os").attr("fspath")(path));
+        const std::string p = to_path(path, "path");
         kvkey::Digest d;
         {
           py::gil_scoped_release release;
@@ -738,7 +944,8 @@ PYBIND11_MODULE(_kvkey, m) {
         return to_bytes(d);
       },
       py::name("fingerprint_file"), py::scope(m), py::arg("path"),
-      "SHA-256 of a file's contents, streamed; IoError (an OSError) when it cannot be read.");
+      "SHA-256 of a file's contents, streamed; path: str, bytes or os.PathLike (no NUL byte); IoError (an "
+      "OSError) when it cannot be read.");
 
   py::module_ compat = m.def_submodule("compat_lmdeploy");
   bind_lmdeploy(compat);

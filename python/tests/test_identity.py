@@ -95,7 +95,7 @@ def test_keyword_constructors():
     assert i.shard.tp_rank == 1
     ns = kvkey.KeyNamespace(i)
     assert (ns.slice.kv_head_begin, ns.slice.kv_head_end) == (2, 4)
-    assert "adapter.name=lora" in repr(i)
+    assert "adapter=Adapter('lora', bytes.fromhex(" in repr(i)
 
 
 def test_copies_are_independent():
@@ -116,7 +116,7 @@ def test_digest_fields_take_32_bytes():
     assert i.model.weights_fingerprint == b"\x01" * 32
     with pytest.raises(kvkey.InputError, match="must be 32 bytes, got 31"):
         i.model.weights_fingerprint = bytes(31)
-    with pytest.raises(kvkey.InputError, match="not str"):
+    with pytest.raises(TypeError, match="not str; use bytes.fromhex"):
         kvkey.Adapter("a", "00" * 32)
     with pytest.raises(TypeError):
         kvkey.Adapter("a", 12)

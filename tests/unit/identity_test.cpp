@@ -417,3 +417,44 @@ TEST_CASE("Replicas share keys and object hashes and other slices never do", "[i
     CHECK(v.field == "shard");
   }
 }
+
+TEST_CASE("Identities compare member by member", "[identity]") {
+  const Identity a = rich_identity();
+  Identity b = a;
+  CHECK(a == b);
+  CHECK_FALSE(a != b);
+  CHECK(Identity{} == Identity{});
+  const std::vector<std::function<void(Identity&)>> changes = {
+      [](Identity& i) { i.tenant += "x"; },
+      [](Identity& i) { i.model.name += "x"; },
+      [](Identity& i) { i.model.revision += "x"; },
+      [](Identity& i) { ++i.model.weights_epoch; },
+      [](Identity& i) { i.model.weights_fingerprint.reset(); },
+      [](Identity& i) { i.kv.dtype = kvkey::KvDtype::fp32; },
+      [](Identity& i) { i.kv.quant.scheme += "x"; },
+      [](Identity& i) { ++i.kv.quant.group_size; },
+      [](Identity& i) { i.kv.quant.scale_dtype.reset(); },
+      [](Identity& i) { i.kv.quant.zero_point = !i.kv.quant.zero_point; },
+      [](Identity& i) { i.kv.quant.scales_fingerprint.reset(); },
+      [](Identity& i) { ++i.kv.block_size; },
+      [](Identity& i) { ++i.kv.num_layers; },
+      [](Identity& i) { ++i.kv.num_kv_heads; },
+      [](Identity& i) { ++i.kv.head_dim; },
+      [](Identity& i) { i.kv.layout += "x"; },
+      [](Identity& i) { i.kv.mla = !i.kv.mla; },
+      [](Identity& i) { ++i.shard.tp_size; },
+      [](Identity& i) { ++i.shard.tp_rank; },
+      [](Identity& i) { ++i.shard.pp_size; },
+      [](Identity& i) { ++i.shard.pp_rank; },
+      [](Identity& i) { i.adapter->name += "x"; },
+      [](Identity& i) { i.adapter->weights_fingerprint = kvkey::fingerprint("other"); },
+      [](Identity& i) { i.adapter.reset(); },
+  };
+  for (std::size_t k = 0; k < changes.size(); ++k) {
+    INFO("change " << k);
+    b = a;
+    changes[k](b);
+    CHECK(a != b);
+    CHECK_FALSE(a == b);
+  }
+}

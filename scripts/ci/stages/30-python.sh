@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # The Python binding for Debian's /usr/bin/python3: built by CMake
 # (-DKVKEY_BUILD_PYTHON=ON) and installed with pip from the source tree, each
-# tested with pytest; then the Python examples run against the installed module.
+# tested with pytest; then the Python examples run against the installed module
+# and are type-checked (mypy --strict) against the package's stubs.
 # Afterwards `/usr/bin/python3 examples/python/seed_probe.py` works as is.
 set -euo pipefail
 root="$KVKEY_ROOT"
@@ -44,3 +45,6 @@ echo "30-python: installed module in $installed"
 cd "$root"
 "$py" examples/python/seed_probe.py
 "$py" examples/python/connector_roundtrip.py
+
+# 6. The type stubs (python/kvkey/*.pyi) against the examples, strictly.
+MYPYPATH="$root/python" "$py" -m mypy --strict --no-incremental --cache-dir=/dev/null examples/python/*.py

@@ -21,5 +21,9 @@ if bad:
 print("bench smoke: %d cases ran" % len(doc["benchmarks"]))
 PY
 /usr/bin/python3 "$KVKEY_ROOT/bench/peers/peers.py" --check
+# The binding's benchmark, briefly: the module 30-python built, else the installed one.
+pymod="$KVKEY_ROOT/build/python/python"
+if [ -d "$pymod/kvkey" ]; then export PYTHONPATH="$pymod"; fi
+/usr/bin/python3 "$KVKEY_ROOT/bench/python_bench.py" --quick --out "$out/python_bench.json" >/dev/null
 /usr/bin/python3 "$KVKEY_ROOT/bench/report.py" "$out" >/dev/null
 echo "bench smoke: report generated"

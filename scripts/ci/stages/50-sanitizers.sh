@@ -3,7 +3,9 @@
 #  1. the unit tests and the examples built with clang++-14
 #     -fsanitize=address,undefined -fno-sanitize-recover=all, run through CTest;
 #  2. the concurrency test (one const KeyNamespace, Sha256 and HmacSha256,
-#     shared by 8 threads) built with -fsanitize=thread and run.
+#     shared by 8 threads) built with -fsanitize=thread and run;
+#  3. the Python module built with -fsanitize=address,undefined and its pytest
+#     suite run by /usr/bin/python3 with the ASan runtime preloaded.
 # Any sanitizer report fails the stage. Only the targets the sanitizers need are
 # built (no header checks, no package tests).
 set -euo pipefail
@@ -42,3 +44,26 @@ wait $!
 "${tsan_cxx[@]}" "$tsan/main.o" "$tsan/concurrency.o" -lcrypto -o "$tsan/kvkey_concurrency_test"
 TSAN_OPTIONS="halt_on_error=1:second_deadlock_stack=1" \
   "$tsan/kvkey_concurrency_test" "[concurrency]" --warn NoTests
+
+# ---- 3. The Python binding under AddressSanitizer + UBSan -----------------------
+# The interpreter is not instrumented: the ASan runtime is preloaded so that the
+# module's instrumented code (and every malloc/free, the interpreter's included)
+# is checked; a use-after-free through a binding object aborts the test run.
+# CPython keeps memory until exit by design, so leak detection is off.
+pyasan="$root/build/asan-python"
+cmake -S "$root" -B "$pyasan" -G "Unix Makefiles" -DCMAKE_BUILD_TYPE=Debug \
+  -DCMAKE_CXX_COMPILER=clang++-14 \
+  -DCMAKE_CXX_FLAGS="$san_flags -O1 -g" \
+  -DCMAKE_MODULE_LINKER_FLAGS="-fsanitize=address,undefined" \
+  -DKVKEY_WARNINGS_AS_ERRORS=ON -DKVKEY_INSTALL=OFF -DKVKEY_BUILD_TOOLS=OFF -DKVKEY_BUILD_TESTS=OFF \
+  -DKVKEY_BUILD_EXAMPLES=OFF -DKVKEY_BUILD_PYTHON=ON -DPython_EXECUTABLE=/usr/bin/python3 >/dev/null
+cmake --build "$pyasan" -j"$jobs" --target kvkey_python
+asan_runtime="$(clang-14 -print-file-name=libclang_rt.asan-x86_64.so)"
+if [ ! -f "$asan_runtime" ]; then
+  echo "50-sanitizers: ASan runtime not found ($asan_runtime); install libclang-rt-14-dev" >&2
+  exit 1
+fi
+(cd / && LD_PRELOAD="$asan_runtime" \
+  ASAN_OPTIONS="detect_leaks=0:abort_on_error=1:strict_string_checks=1:detect_stack_use_after_return=1" \
+  PYTHONPATH="$pyasan/python" KVKEY_EXPECT_MODULE_DIR="$pyasan/python/kvkey" PYTHONDONTWRITEBYTECODE=1 \
+  /usr/bin/python3 -m pytest -q -p no:cacheprovider "$root/python/tests")
