@@ -152,9 +152,11 @@ inline nlohmann::json parse_json_file_text(const std::string& text, const std::s
         ++column;
       }
     }
+    // "[json.exception.parse_error.101] parse error at line L, column C: <reason>" -> "<reason>"
     std::string what = e.what();
-    const auto colon = what.find("error: ");  // "[json.exception.parse_error.101] parse error at ...: <reason>"
-    if (colon != std::string::npos) what = what.substr(colon + 7);
+    const auto at = what.find("column ");
+    const auto colon = at == std::string::npos ? what.find("] ") : what.find(": ", at);
+    if (colon != std::string::npos) what = what.substr(colon + 2);
     throw input_error(where + ":" + std::to_string(line) + ":" + std::to_string(column) + ": invalid JSON: " + what);
   }
 }
