@@ -21,7 +21,7 @@ if not os.path.isfile(os.path.join(INCLUDE, "kvkey", "kvkey.hpp")):
 
 extension = Pybind11Extension(
     "kvkey._kvkey",
-    ["src/module.cpp"],
+    ["src/module.cpp", "src/model_dir.cpp"],  # model_dir.cpp also needs nlohmann-json's headers
     include_dirs=[INCLUDE],
     libraries=["crypto", "fmt"],  # OpenSSL 3 libcrypto (EVP), {fmt} for the reprs
     cxx_std=17,

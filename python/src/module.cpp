@@ -20,6 +20,8 @@
 namespace py = pybind11;
 namespace lm = kvkey::compat::lmdeploy;
 
+void bind_model_dir(py::module_& m);  // model_dir.cpp
+
 namespace {
 
 // ---- exceptions ------------------------------------------------------------------
@@ -722,6 +724,7 @@ PYBIND11_MODULE(_kvkey, m) {
 
   bind_identity(m);
   bind_namespace(m);
+  bind_model_dir(m);
 
   m.def(
       "fingerprint", [](const py::object& data) { return to_bytes(kvkey::fingerprint(to_byte_string(data, "data"))); },
