@@ -12,6 +12,7 @@
 #include <algorithm>
 #include <atomic>
 #include <chrono>
+#include <cmath>
 #include <condition_variable>
 #include <cstdint>
 #include <cstdio>
@@ -71,8 +72,8 @@ struct ModelDirOptions {
   /// optional, and then it must name that snapshot (its commit, or a ref to it).
   std::optional<std::string> revision;
   std::optional<std::string> name;  ///< default: ORG/NAME in the cache, else the directory's name
-  /// Applied to config.json as a JSON merge patch (RFC 7396) before anything is
-  /// read: the engine's overrides, e.g. vLLM's --hf-overrides. Must be an object.
+  /// The engine's overrides of config.json, e.g. vLLM's --hf-overrides, applied
+  /// before anything is read (docs/format.md, section 8). Must be an object.
   nlohmann::json overrides = nlohmann::json::object();
   HashOptions hashing;
 };
@@ -496,7 +497,24 @@ class ConfigReader {
   const nlohmann::json& override_section_;
 };
 
-/// Numbers in canonical form: integral values in [-2^53, 2^53] become integers.
+/// Applies engine overrides as vLLM's --hf-overrides does
+/// (ModelConfig._apply_dict_overrides): every key replaces its value, except
+/// that an object given for a sub-configuration (a key ending in "_config"
+/// whose value is an object, e.g. text_config) is applied to it by the same rule.
+inline void apply_overrides(nlohmann::json& config, const nlohmann::json& overrides) {
+  for (const auto& [key, value] : overrides.items()) {
+    const auto it = config.find(key);
+    if (value.is_object() && ends_with(key, "_config") && it != config.end() && it->is_object()) {
+      apply_overrides(*it, value);
+    } else {
+      config[key] = value;
+    }
+  }
+}
+
+/// Numbers in canonical form: integral values with magnitude below 1e16 become
+/// integers; the others keep their double value (see canonical_json). A
+/// fraction of magnitude 1e15 or more is an input_error.
 inline nlohmann::json canonical_numbers(const nlohmann::json& j) {
   if (j.is_object()) {
     nlohmann::json out = nlohmann::json::object();
@@ -510,9 +528,13 @@ inline nlohmann::json canonical_numbers(const nlohmann::json& j) {
   }
   if (j.is_number_float()) {
     const double d = j.get<double>();
-    constexpr double limit = 9007199254740992.0;  // 2^53
-    if (d >= -limit && d <= limit && static_cast<double>(static_cast<std::int64_t>(d)) == d) {
+    if (d > -1e16 && d < 1e16 && static_cast<double>(static_cast<std::int64_t>(d)) == d) {
       return nlohmann::json(static_cast<std::int64_t>(d));
+    }
+    // Python's repr and nlohmann's dump disagree on the notation of fractions in
+    // [1e15, 1e16) (positional there, an exponent here): refuse rather than differ.
+    if ((d <= -1e15 || d >= 1e15) && std::floor(d) != d) {
+      throw input_error("canonical JSON: " + j.dump() + " has a fraction and a magnitude of 1e15 or more");
     }
   }
   return j;
@@ -530,9 +552,10 @@ inline constexpr std::string_view positional_keys[] = {
 };
 
 /// Canonical JSON (docs/format.md, section 8): object keys sorted bytewise, no
-/// whitespace, integral numbers in [-2^53, 2^53] written as integers, other
-/// numbers in the shortest form that reads back the same, strings as UTF-8 with
-/// only '"', '\\' and control characters escaped. Throws input_error on invalid UTF-8.
+/// whitespace, integral numbers of magnitude below 1e16 written as integers, other
+/// numbers as Python's repr writes them (shortest round-trip digits), strings as
+/// UTF-8 with only '"', '\\' and control characters escaped. Throws input_error
+/// on invalid UTF-8 and on a fraction of magnitude 1e15 or more.
 inline std::string canonical_json(const nlohmann::json& j) {
   try {
     return detail::canonical_numbers(j).dump();
@@ -594,7 +617,7 @@ inline ModelDir read_model_dir(const std::filesystem::path& path, const ModelDir
   }
   nlohmann::json config = detail::parse_json_file_text(detail::read_small_file(config_file), config_file.string());
   if (!config.is_object()) throw input_error(config_file.string() + ": expected a JSON object");
-  config.merge_patch(o.overrides);
+  detail::apply_overrides(config, o.overrides);
   const nlohmann::json* text = nullptr;
   if (const auto it = config.find("text_config"); it != config.end() && !it->is_null()) {
     if (!it->is_object()) detail::model_dir_fail(config_file, "text_config", "expected an object");

@@ -483,6 +483,20 @@ TEST_CASE("model_dir: the positional fingerprint covers RoPE settings after over
     const auto m = kvkey::read_model_dir(model_dir(t2, deepseek_v3), with_revision());
     CHECK(m.positional_config.find("\"qk_rope_head_dim\":64") != std::string::npos);
   }
+  SECTION("an object for a parameter replaces it whole; a *_config object is applied key by key") {
+    o.overrides = Json::parse(R"({"rope_scaling": {"rope_type": "linear", "factor": 2}})");
+    const auto a = kvkey::read_model_dir(d, o);
+    o.overrides = Json::parse(R"({"rope_scaling": {"factor": 2}})");
+    const auto b = kvkey::read_model_dir(d, o);
+    CHECK(b.positional_config == R"({"max_position_embeddings":8192,"rope_scaling":{"factor":2},"rope_theta":500000})");
+    CHECK(a.model.positional_fingerprint != b.model.positional_fingerprint);
+    TempDir t2;
+    const fs::path llava = model_dir(t2, llava_15_7b);
+    o.overrides = Json::parse(R"({"text_config": {"rope_theta": 20000}})");
+    const auto c = kvkey::read_model_dir(llava, o);
+    CHECK(c.num_layers == 32);  // the rest of text_config is kept
+    CHECK(c.positional_config == R"({"max_position_embeddings":4096,"rope_theta":20000})");
+  }
   SECTION("overrides must be an object") {
     o.overrides = Json::array();
     CHECK_THROWS_WITH(kvkey::read_model_dir(d, o), Catch::Contains("overrides: expected a JSON object"));
@@ -545,4 +559,8 @@ TEST_CASE("model_dir: canonical_json sorts keys, drops whitespace and writes int
         R"({"a":{"x":null,"y":true},"b":[1,2.5,0]})");
   CHECK(kvkey::canonical_json(Json::parse(R"({"s": "tab\there", "e": 1e-05, "big": 1e16})")) ==
         R"({"big":1e+16,"e":1e-05,"s":"tab\there"})");
+  CHECK(kvkey::canonical_json(Json::parse("[9007199254740994.0, 9999999999999998.0, 999999999999999.5]")) ==
+        "[9007199254740994,9999999999999998,999999999999999.5]");
+  CHECK_THROWS_WITH(kvkey::canonical_json(Json::parse("[1000000000000000.5]")),
+                    Catch::Contains("has a fraction and a magnitude of 1e15 or more"));
 }

@@ -52,7 +52,7 @@ def canonical_positional(config):
             return {k: canon(x) for k, x in v.items()}
         if isinstance(v, list):
             return [canon(x) for x in v]
-        if isinstance(v, float) and v.is_integer() and abs(v) <= 2 ** 53:
+        if isinstance(v, float) and v.is_integer() and abs(v) < 1e16:
             return int(v)
         return v
 
