@@ -34,6 +34,7 @@
 #include "kvkey/config.hpp"
 #include "kvkey/digest.hpp"
 #include "kvkey/errors.hpp"
+#include "kvkey/fingerprint.hpp"
 #include "kvkey/identity.hpp"
 #include "kvkey/sha256.hpp"
 
@@ -59,7 +60,7 @@ struct WeightFile {
 using HashProgress = std::function<void(std::uint64_t done, std::uint64_t total)>;
 
 /// How weight files are hashed.
-struct HashOptions {
+struct FileHashOptions {
   bool verify = false;  ///< also rehash Hugging Face cache blobs and check them against their names
   unsigned threads = 0;  ///< files hashed at once; 0: the hardware's concurrency (at most 16)
   HashProgress progress;  ///< optional
@@ -75,7 +76,7 @@ struct ModelDirOptions {
   /// The engine's overrides of config.json, e.g. vLLM's --hf-overrides, applied
   /// before anything is read (docs/format.md, section 8). Must be an object.
   nlohmann::json overrides = nlohmann::json::object();
-  HashOptions hashing;
+  FileHashOptions hashing;
 };
 
 /// A model directory as read: the identity's model fields and KV geometry,
@@ -106,7 +107,7 @@ struct ModelDir {
 /// Options of read_adapter_dir.
 struct AdapterDirOptions {
   std::optional<std::string> name;  ///< default: ORG/NAME in the cache, else the directory's name
-  HashOptions hashing;
+  FileHashOptions hashing;
 };
 
 namespace detail {
@@ -312,34 +313,15 @@ inline FileToHash weight_entry(const std::filesystem::path& dir, const std::stri
 /// `stop` is set.
 inline Digest hash_file_counting(const std::filesystem::path& path, std::atomic<std::uint64_t>& done,
                                  const std::atomic<bool>& stop) {
-  struct Closer {
-    void operator()(std::FILE* f) const noexcept { std::fclose(f); }
-  };
-  errno = 0;
-  std::unique_ptr<std::FILE, Closer> file(std::fopen(path.c_str(), "rb"));
-  if (!file) {
-    const int err = errno;
-    throw io_error("cannot open " + path.string() + ": " + (err != 0 ? std::strerror(err) : "unknown error"));
-  }
-  std::setvbuf(file.get(), nullptr, _IONBF, 0);  // reads go straight into buf
-  Sha256 h;
-  std::vector<unsigned char> buf(std::size_t{4} << 20);
-  for (;;) {
-    if (stop.load(std::memory_order_relaxed)) return Digest{};
-    const std::size_t n = std::fread(buf.data(), 1, buf.size(), file.get());
-    h.update(buf.data(), n);
+  return sha256_file(path.string(), std::size_t{4} << 20, [&](std::size_t n) {
     done.fetch_add(n, std::memory_order_relaxed);
-    if (n < buf.size()) {
-      if (std::ferror(file.get()) != 0) throw io_error("read error on " + path.string());
-      break;
-    }
-  }
-  return h.result();
+    return !stop.load(std::memory_order_relaxed);
+  });
 }
 
 /// Hashes every file whose `hash` is set, several files at once; progress is
 /// reported on the calling thread. The first failure (in file order) is rethrown.
-inline void hash_files(std::vector<FileToHash>& files, const HashOptions& o) {
+inline void hash_files(std::vector<FileToHash>& files, const FileHashOptions& o) {
   std::vector<std::size_t> todo;
   std::uint64_t total = 0;
   for (std::size_t i = 0; i < files.size(); ++i) {
@@ -407,7 +389,7 @@ inline void hash_files(std::vector<FileToHash>& files, const HashOptions& o) {
 /// cache blobs under verify.
 inline std::vector<WeightFile> manifest_files(const std::filesystem::path& dir, std::vector<std::string> names,
                                               const std::optional<std::filesystem::path>& blobs_dir,
-                                              const HashOptions& o) {
+                                              const FileHashOptions& o) {
   std::sort(names.begin(), names.end());
   std::vector<FileToHash> files;
   files.reserve(names.size());

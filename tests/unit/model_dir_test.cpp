@@ -2,12 +2,10 @@
 // architecture family, name and revision from the Hugging Face cache, the
 // weights and adapter manifests, the positional-encoding fingerprint, and the
 // errors for bad input.
-#include <kvkey/fingerprint.hpp>
+#include <kvkey/kvkey.hpp>  // with everything else: no name clashes
 #include <kvkey/model_dir.hpp>
 
 #include <catch2/catch.hpp>
-
-#include <unistd.h>
 
 #include <cstdint>
 #include <filesystem>
@@ -15,30 +13,14 @@
 #include <string>
 #include <vector>
 
+#include "temp_dir.hpp"
+
 namespace {
 
 namespace fs = std::filesystem;
 using Json = nlohmann::json;
 
-class TempDir {
- public:
-  TempDir() {
-    static int counter = 0;
-    path_ = fs::temp_directory_path() /
-            ("kvkey-model-dir-test-" + std::to_string(::getpid()) + "-" + std::to_string(counter++));
-    fs::create_directories(path_);
-  }
-  ~TempDir() {
-    std::error_code ec;
-    fs::remove_all(path_, ec);
-  }
-  TempDir(const TempDir&) = delete;
-  TempDir& operator=(const TempDir&) = delete;
-  const fs::path& path() const { return path_; }
-
- private:
-  fs::path path_;
-};
+using kvkey_test::TempDir;
 
 void write(const fs::path& p, const std::string& content) {
   fs::create_directories(p.parent_path());
