@@ -441,7 +441,7 @@ void file_evp_baseline(benchmark::State& state) {
   state.SetBytesProcessed(static_cast<std::int64_t>(bytes));
   state.counters["MB_per_s"] = benchmark::Counter(bytes / 1e6, benchmark::Counter::kIsRate);
 }
-BENCHMARK(file_evp_baseline)->Unit(benchmark::kMillisecond);
+BENCHMARK(file_evp_baseline)->UseRealTime()->Unit(benchmark::kMillisecond);
 
 // A model directory (config.json + weight files of KVKEY_BENCH_FILE_MB MiB in
 // total, split over `files` files), written once per process, removed at exit.
