@@ -367,7 +367,7 @@ inline void hash_files(std::vector<FileToHash>& files, const FileHashOptions& o)
       throw;
     }
   }
-  {
+  try {
     std::unique_lock<std::mutex> lock(m);
     while (finished_workers < pool.size()) {
       if (cv.wait_for(lock, std::chrono::milliseconds(100), [&] { return finished_workers == pool.size(); })) break;
@@ -377,6 +377,10 @@ inline void hash_files(std::vector<FileToHash>& files, const FileHashOptions& o)
         lock.lock();
       }
     }
+  } catch (...) {  // the progress callback threw: stop the workers first
+    stop.store(true);
+    for (auto& th : pool) th.join();
+    throw;
   }
   for (auto& th : pool) th.join();
   for (const auto& e : errors) {

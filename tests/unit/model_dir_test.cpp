@@ -317,6 +317,18 @@ TEST_CASE("model_dir: files are hashed in parallel with the same result and prog
   CHECK(last_total == total);
 }
 
+TEST_CASE("model_dir: a progress callback that throws stops the hashing and the exception reaches the caller",
+          "[model_dir]") {
+  TempDir t;
+  std::vector<std::pair<std::string, std::string>> files;
+  for (int i = 0; i < 4; ++i) files.emplace_back("s" + std::to_string(i) + ".safetensors", std::string(1000, 'x'));
+  const fs::path d = model_dir(t, qwen2_7b, files);
+  auto o = with_revision();
+  o.hashing.threads = 2;
+  o.hashing.progress = [](std::uint64_t, std::uint64_t) { throw std::runtime_error("cancelled"); };
+  CHECK_THROWS_WITH(kvkey::read_model_dir(d, o), "cancelled");
+}
+
 namespace {
 
 // A Hugging Face cache entry: models--ORG--NAME/{blobs,refs,snapshots} with the
