@@ -11,6 +11,11 @@
 //                      the true ceiling (bench/report.py converts it to blocks/s)
 //   extend_one_block, store_key, seal, verify_*, object_roundtrip,
 //   fingerprint_file, batch/...
+//   file_evp_baseline  fread + EVP_DigestUpdate over the fingerprint_file file:
+//                      what sha256sum does, the baseline of the weights fingerprint
+//   weights_one_file/threads:1, weights_two_files/threads:{1,2}
+//                      kvkey::read_model_dir of a plain directory (the weights
+//                      manifest of one file, and of two files on one or two threads)
 //
 // Every case reports allocs_per_block (or allocs_per_op): heap allocations
 // through operator new and OpenSSL's allocator, counted by this binary.
@@ -20,6 +25,7 @@
 #include <kvkey/batch.hpp>
 #include <kvkey/hmac.hpp>
 #include <kvkey/kvkey.hpp>
+#include <kvkey/model_dir.hpp>
 
 #include <benchmark/benchmark.h>
 #include <openssl/crypto.h>
@@ -29,6 +35,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <filesystem>
 #include <string>
 #include <vector>
 
@@ -400,6 +407,92 @@ void fingerprint_file(benchmark::State& state) {
   state.counters["MB_per_s"] = benchmark::Counter(bytes / 1e6, benchmark::Counter::kIsRate);
 }
 BENCHMARK(fingerprint_file)->Unit(benchmark::kMillisecond);
+
+// The baseline of the weights fingerprint: what sha256sum does, as a plain
+// loop of fread and EVP_DigestUpdate over the same page-cached file.
+void file_evp_baseline(benchmark::State& state) {
+  static const TempFile file;
+  if (file.path.empty()) {
+    state.SkipWithError("cannot create a temporary file in /tmp");
+    return;
+  }
+  std::vector<unsigned char> buf(std::size_t{1} << 20);
+  auto hash = [&] {
+    std::FILE* f = std::fopen(file.path.c_str(), "rb");
+    EVP_MD_CTX* ctx = EVP_MD_CTX_new();
+    EVP_DigestInit_ex(ctx, EVP_sha256(), nullptr);
+    for (std::size_t n; (n = std::fread(buf.data(), 1, buf.size(), f)) > 0;) EVP_DigestUpdate(ctx, buf.data(), n);
+    unsigned char md[32];
+    EVP_DigestFinal_ex(ctx, md, nullptr);
+    EVP_MD_CTX_free(ctx);
+    std::fclose(f);
+    return md[0];
+  };
+  (void)hash();  // page it in
+  for (auto _ : state) benchmark::DoNotOptimize(hash());
+  const double bytes = static_cast<double>(state.iterations()) * static_cast<double>(file.mib) * 1048576.0;
+  state.SetBytesProcessed(static_cast<std::int64_t>(bytes));
+  state.counters["MB_per_s"] = benchmark::Counter(bytes / 1e6, benchmark::Counter::kIsRate);
+}
+BENCHMARK(file_evp_baseline)->UseRealTime()->Unit(benchmark::kMillisecond);
+
+// A model directory (config.json + weight files of KVKEY_BENCH_FILE_MB MiB in
+// total, split over `files` files), written once per process, removed at exit.
+struct TempModelDir {
+  std::string path;
+  std::size_t mib = 0;
+  explicit TempModelDir(int files) {
+    const char* env = std::getenv("KVKEY_BENCH_FILE_MB");
+    mib = env != nullptr ? std::strtoull(env, nullptr, 10) : 256;
+    char name[] = "/tmp/kvkey-bench-model-XXXXXX";
+    if (mkdtemp(name) == nullptr) return;
+    path = name;
+    std::FILE* c = std::fopen((path + "/config.json").c_str(), "wb");
+    std::fputs(R"({"num_hidden_layers": 24, "num_attention_heads": 14, "num_key_value_heads": 2, "hidden_size": 896})",
+               c);
+    std::fclose(c);
+    std::vector<unsigned char> chunk(std::size_t{1} << 20);
+    for (int i = 0; i < files; ++i) {
+      for (std::size_t k = 0; k < chunk.size(); ++k) chunk[k] = static_cast<unsigned char>(k * 131 + 7 + static_cast<std::size_t>(i));
+      std::FILE* f = std::fopen((path + "/model-" + std::to_string(i) + ".safetensors").c_str(), "wb");
+      for (std::size_t m = 0; m < mib / static_cast<std::size_t>(files); ++m) std::fwrite(chunk.data(), 1, chunk.size(), f);
+      std::fclose(f);
+    }
+  }
+  ~TempModelDir() {
+    if (!path.empty()) std::filesystem::remove_all(path);
+  }
+};
+
+// kvkey::read_model_dir on a plain directory: the weights fingerprint (the
+// whole directory is read), threads = the argument.
+void weights_fingerprint(benchmark::State& state, const TempModelDir& dir) {
+  if (dir.path.empty()) {
+    state.SkipWithError("cannot create a temporary directory in /tmp");
+    return;
+  }
+  kvkey::ModelDirOptions o;
+  o.revision = "bench";
+  o.hashing.threads = static_cast<unsigned>(state.range(0));
+  (void)kvkey::read_model_dir(dir.path, o);  // page it in
+  for (auto _ : state) {
+    auto m = kvkey::read_model_dir(dir.path, o);
+    benchmark::DoNotOptimize(m.model.weights_fingerprint);
+  }
+  const double bytes = static_cast<double>(state.iterations()) * static_cast<double>(dir.mib) * 1048576.0;
+  state.SetBytesProcessed(static_cast<std::int64_t>(bytes));
+  state.counters["MB_per_s"] = benchmark::Counter(bytes / 1e6, benchmark::Counter::kIsRate);
+}
+void weights_one_file(benchmark::State& state) {
+  static const TempModelDir dir(1);
+  weights_fingerprint(state, dir);
+}
+void weights_two_files(benchmark::State& state) {
+  static const TempModelDir dir(2);
+  weights_fingerprint(state, dir);
+}
+BENCHMARK(weights_one_file)->Arg(1)->ArgName("threads")->UseRealTime()->Unit(benchmark::kMillisecond);
+BENCHMARK(weights_two_files)->Arg(1)->Arg(2)->ArgName("threads")->UseRealTime()->Unit(benchmark::kMillisecond);
 
 }  // namespace
 

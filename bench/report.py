@@ -307,6 +307,24 @@ def main():
             p("| %s | %.0f MB/s | |" % (label, b["bytes_per_second"] / 1e6))
     p("")
 
+    # ---- weights fingerprint (kvkey/model_dir.hpp) ---------------------------------------------
+    base = bm.get("file_evp_baseline/real_time")
+    one = bm.get("weights_one_file/threads:1/real_time")
+    two1 = bm.get("weights_two_files/threads:1/real_time")
+    two2 = bm.get("weights_two_files/threads:2/real_time")
+    if base and one:
+        p("### Weights fingerprint: page-cached files (wall-clock)")
+        p("")
+        p("| case | MB/s | ratio |")
+        p("|---|---:|---:|")
+        p("| fread + EVP_DigestUpdate loop, one file (what sha256sum does) | %.0f | 1.00 |" % base["MB_per_s"])
+        p("| read_model_dir, one file | %.0f | %.2f x the loop |" % (one["MB_per_s"], one["MB_per_s"] / base["MB_per_s"]))
+        if two1 and two2:
+            p("| read_model_dir, two files, 1 thread | %.0f | 1.00 |" % two1["MB_per_s"])
+            p("| read_model_dir, two files, 2 threads | %.0f | %.2f x 1 thread |"
+              % (two2["MB_per_s"], two2["MB_per_s"] / two1["MB_per_s"]))
+        p("")
+
     # ---- batches ------------------------------------------------------------------------------
     seq = bm.get("batch_sequential/real_time")
     if seq:

@@ -2,7 +2,7 @@
 # Installs the Debian packages kvkey needs that are not installed yet.
 #   scripts/install-deps.sh example   # build the C++ library and examples
 #   scripts/install-deps.sh test      # everything the test suite uses (default)
-#   scripts/install-deps.sh bench     # the library, Google Benchmark, gnuplot, numpy (scripts/bench.sh)
+#   scripts/install-deps.sh bench     # the library, Google Benchmark, gnuplot, numpy, nlohmann-json (scripts/bench.sh)
 set -euo pipefail
 
 profile="${1:-test}"
@@ -14,7 +14,7 @@ test_pkgs=("${example_pkgs[@]}" clang libclang-rt-14-dev catch2 nlohmann-json3-d
 case "$profile" in
   example) pkgs=("${example_pkgs[@]}") ;;
   test) pkgs=("${test_pkgs[@]}") ;;
-  bench) pkgs=("${example_pkgs[@]}" libbenchmark-dev gnuplot-nox python3-numpy) ;;
+  bench) pkgs=("${example_pkgs[@]}" libbenchmark-dev gnuplot-nox python3-numpy nlohmann-json3-dev) ;;
   *) echo "install-deps.sh: unknown profile '$profile' (use: example | test | bench)" >&2; exit 2 ;;
 esac
 

@@ -22,10 +22,13 @@ KVKEY_BEGIN_NAMESPACE
 /// and static quantization scales that are held in memory.
 inline Digest fingerprint(std::string_view bytes) { return Sha256::hash(bytes.data(), bytes.size()); }
 
-/// Plain SHA-256 of a file's contents, streamed in 1 MiB chunks so a multi-GB
-/// checkpoint is never held in memory. Equal to `sha256sum PATH`.
-/// Throws io_error naming the path when the file cannot be opened or read.
-inline Digest fingerprint_file(const std::string& path) {
+namespace detail {
+
+/// SHA-256 of a file's contents, read in `chunk`-byte pieces straight into one
+/// buffer; on_chunk(n) is called after each piece and stops the read (returning
+/// an empty Digest) when it returns false. Throws io_error naming the path.
+template <class OnChunk>
+Digest sha256_file(const std::string& path, std::size_t chunk, OnChunk&& on_chunk) {
   struct Closer {
     void operator()(std::FILE* f) const noexcept { std::fclose(f); }
   };
@@ -36,11 +39,13 @@ inline Digest fingerprint_file(const std::string& path) {
     throw io_error("fingerprint_file: cannot open '" + path + "': " +
                    (err != 0 ? std::strerror(err) : "unknown error"));
   }
+  std::setvbuf(file.get(), nullptr, _IONBF, 0);  // reads go straight into buf
   Sha256 h;
-  std::vector<unsigned char> buf(std::size_t{1} << 20);
+  std::vector<unsigned char> buf(chunk);
   for (;;) {
     const std::size_t n = std::fread(buf.data(), 1, buf.size(), file.get());
     h.update(buf.data(), n);
+    if (!on_chunk(n)) return Digest{};
     if (n < buf.size()) {
       if (std::ferror(file.get()) != 0) {
         throw io_error("fingerprint_file: read error on '" + path + "'");
@@ -49,6 +54,15 @@ inline Digest fingerprint_file(const std::string& path) {
     }
   }
   return h.result();
+}
+
+}  // namespace detail
+
+/// Plain SHA-256 of a file's contents, streamed in 1 MiB chunks so a multi-GB
+/// checkpoint is never held in memory. Equal to `sha256sum PATH`.
+/// Throws io_error naming the path when the file cannot be opened or read.
+inline Digest fingerprint_file(const std::string& path) {
+  return detail::sha256_file(path, std::size_t{1} << 20, [](std::size_t) { return true; });
 }
 
 KVKEY_END_NAMESPACE

@@ -79,6 +79,7 @@ struct Model {
   std::string revision;      ///< immutable checkpoint id (hub commit, content hash); required
   std::uint64_t weights_epoch = 0;  ///< bumped by the deployment on every accepted weight update
   std::optional<Digest> weights_fingerprint;  ///< optional fingerprint of the live weights
+  std::optional<Digest> positional_fingerprint;
 };
 
 /// How KV values are quantized. scheme "none" means the KV is stored in kv.dtype

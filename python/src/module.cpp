@@ -28,6 +28,8 @@ namespace py = pybind11;
 namespace lm = kvkey::compat::lmdeploy;
 using namespace kvkey_python;  // NOLINT(google-build-using-namespace): the binding's own helpers
 
+void bind_model_dir(py::module_& m);  // model_dir.cpp
+
 namespace {
 
 // ---- exceptions ------------------------------------------------------------------
@@ -924,6 +926,7 @@ PYBIND11_MODULE(_kvkey, m) {
 
   bind_identity(m);
   bind_namespace(m);
+  bind_model_dir(m);
 
   m.def(
       "fingerprint",

@@ -4,7 +4,6 @@
 
 #include <catch2/catch.hpp>
 
-#include <unistd.h>
 
 #include <cstddef>
 #include <cstdint>
@@ -12,30 +11,13 @@
 #include <fstream>
 #include <string>
 
+#include "temp_dir.hpp"
+
 namespace {
 
 namespace fs = std::filesystem;
 
-// A fresh directory under the system temp dir, removed with everything in it.
-class TempDir {
- public:
-  TempDir() {
-    static int counter = 0;
-    path_ = fs::temp_directory_path() /
-            ("kvkey-fingerprint-test-" + std::to_string(::getpid()) + "-" + std::to_string(counter++));
-    fs::create_directories(path_);
-  }
-  ~TempDir() {
-    std::error_code ec;
-    fs::remove_all(path_, ec);
-  }
-  TempDir(const TempDir&) = delete;
-  TempDir& operator=(const TempDir&) = delete;
-  const fs::path& path() const { return path_; }
-
- private:
-  fs::path path_;
-};
+using kvkey_test::TempDir;
 
 std::string write_file(const fs::path& p, const std::string& content) {
   std::ofstream out(p, std::ios::binary);

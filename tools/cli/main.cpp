@@ -13,6 +13,7 @@
 #include <string>
 
 #include "cli/commands.hpp"
+#include "cli/init.hpp"
 #include "cli/tool.hpp"
 
 namespace {
@@ -45,6 +46,7 @@ int main(int argc, char** argv) {
   SealOptions seal;
   VerifyOptions verify;
   LegacyOptions legacy;
+  InitOptions init;
 
   auto* identity_cmd = app.add_subcommand("identity", "Print a configuration's validated identity, encoding, root, "
                                                       "slice and key prefixes");
@@ -106,6 +108,8 @@ int main(int argc, char** argv) {
   legacy_parse_cmd->add_option("KEY", legacy.keys, "legacy keys")->required();
   legacy_parse_cmd->add_flag("--json", legacy.json, "machine-readable output");
 
+  auto* init_cmd = add_init_command(app, init);
+
   // CLI11 would report a mistyped subcommand as "A subcommand is required".
   const CLI::App* level = &app;
   for (int i = 1; i < argc && argv[i][0] != '-'; ++i) {
@@ -141,6 +145,7 @@ int main(int argc, char** argv) {
   int status = exit_error;
   try {
     if (identity_cmd->parsed()) status = run_identity(config, out);
+    if (init_cmd->parsed()) status = run_init(init, out);
     if (keys_cmd->parsed()) status = run_keys(keys, out);
     if (seal_cmd->parsed()) status = run_seal(seal, out);
     if (inspect_cmd->parsed()) status = run_inspect(header, out);

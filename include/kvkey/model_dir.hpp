@@ -1,0 +1,721 @@
+// SPDX-License-Identifier: Apache-2.0
+#ifndef KVKEY_MODEL_DIR_HPP
+#define KVKEY_MODEL_DIR_HPP
+
+// Opt-in: the identity's model and KV-geometry fields read from what an engine
+// loads, a model directory (config.json and weight files, plain or in the
+// Hugging Face cache) and a PEFT adapter directory. Needs nlohmann-json
+// (CMake target kvkey::model_dir). The rules are in docs/format.md, sections 7-9.
+
+#include <nlohmann/json.hpp>
+
+#include <algorithm>
+#include <atomic>
+#include <chrono>
+#include <cmath>
+#include <condition_variable>
+#include <cstdint>
+#include <cstdio>
+#include <cstring>
+#include <exception>
+#include <filesystem>
+#include <functional>
+#include <limits>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <system_error>
+#include <thread>
+#include <utility>
+#include <vector>
+
+#include "kvkey/config.hpp"
+#include "kvkey/digest.hpp"
+#include "kvkey/errors.hpp"
+#include "kvkey/fingerprint.hpp"
+#include "kvkey/identity.hpp"
+#include "kvkey/sha256.hpp"
+
+KVKEY_BEGIN_NAMESPACE
+
+/// Where one filled field's value came from, e.g. {"kv.num_kv_heads",
+/// "config.json: text_config.num_key_value_heads"}.
+struct FieldSource {
+  std::string field;
+  std::string source;
+};
+
+/// One entry of a weights manifest.
+struct WeightFile {
+  std::string path;           ///< relative path as it appears in the manifest
+  Digest sha256;              ///< SHA-256 of the file's content
+  std::uint64_t size = 0;     ///< bytes
+  bool from_blob_name = false;  ///< taken from the Hugging Face cache blob name, not by reading
+};
+
+/// Progress of hashing: bytes hashed so far and bytes to hash in total. Called
+/// on the calling thread only, about ten times a second, and once at the end.
+using HashProgress = std::function<void(std::uint64_t done, std::uint64_t total)>;
+
+/// How weight files are hashed.
+struct FileHashOptions {
+  bool verify = false;  ///< also rehash Hugging Face cache blobs and check them against their names
+  unsigned threads = 0;  ///< files hashed at once; 0: the hardware's concurrency (at most 16)
+  HashProgress progress;  ///< optional
+};
+
+/// Options of read_model_dir.
+struct ModelDirOptions {
+  /// Plain directory: required (an immutable checkpoint id). Hugging Face repo
+  /// root: the ref or commit to resolve (default "main"). Snapshot directory:
+  /// optional, and then it must name that snapshot (its commit, or a ref to it).
+  std::optional<std::string> revision;
+  std::optional<std::string> name;  ///< default: ORG/NAME in the cache, else the directory's name
+  /// The engine's overrides of config.json, e.g. vLLM's --hf-overrides, applied
+  /// before anything is read (docs/format.md, section 8). Must be an object.
+  nlohmann::json overrides = nlohmann::json::object();
+  FileHashOptions hashing;
+};
+
+/// A model directory as read: the identity's model fields and KV geometry,
+/// with where each came from.
+struct ModelDir {
+  std::filesystem::path directory;  ///< the directory whose files were read (the snapshot in a cache)
+  Model model;                       ///< name, revision, weights_fingerprint, positional_fingerprint
+  std::uint32_t num_layers = 0;
+  std::uint32_t num_kv_heads = 0;
+  std::uint32_t head_dim = 0;
+  bool mla = false;
+  std::vector<WeightFile> weight_files;  ///< sorted bytewise by path
+  std::string positional_config;         ///< canonical JSON hashed into model.positional_fingerprint
+  std::vector<FieldSource> sources;      ///< one entry per filled field
+
+  /// Copies the model fields (except weights_epoch) and the KV geometry into id.
+  void apply(Identity& id) const {
+    const std::uint64_t epoch = id.model.weights_epoch;
+    id.model = model;
+    id.model.weights_epoch = epoch;
+    id.kv.num_layers = num_layers;
+    id.kv.num_kv_heads = num_kv_heads;
+    id.kv.head_dim = head_dim;
+    id.kv.mla = mla;
+  }
+};
+
+/// Options of read_adapter_dir.
+struct AdapterDirOptions {
+  std::optional<std::string> name;  ///< default: ORG/NAME in the cache, else the directory's name
+  FileHashOptions hashing;
+};
+
+namespace detail {
+
+[[noreturn]] inline void model_dir_fail(const std::filesystem::path& file, std::string_view key, std::string_view what) {
+  std::string m = file.string();
+  m.append(": ").append(key).append(": ").append(what);
+  throw input_error(m);
+}
+
+inline std::string read_small_file(const std::filesystem::path& p) {
+  struct Closer {
+    void operator()(std::FILE* f) const noexcept { std::fclose(f); }
+  };
+  errno = 0;
+  std::unique_ptr<std::FILE, Closer> f(std::fopen(p.c_str(), "rb"));
+  if (!f) throw io_error("cannot open " + p.string() + ": " + (errno != 0 ? std::strerror(errno) : "unknown error"));
+  std::string text;
+  char buf[65536];
+  for (;;) {
+    const std::size_t n = std::fread(buf, 1, sizeof buf, f.get());
+    text.append(buf, n);
+    if (n < sizeof buf) {
+      if (std::ferror(f.get()) != 0) throw io_error("read error on " + p.string());
+      break;
+    }
+  }
+  return text;
+}
+
+/// Parses JSON; a syntax error names the file, line and column.
+inline nlohmann::json parse_json_file_text(const std::string& text, const std::string& where) {
+  try {
+    return nlohmann::json::parse(text);
+  } catch (const nlohmann::json::parse_error& e) {
+    // e.byte is the 1-based offset of the byte where parsing stopped.
+    const std::size_t end = std::min<std::size_t>(e.byte == 0 ? 0 : e.byte - 1, text.size());
+    std::size_t line = 1, column = 1;
+    for (std::size_t i = 0; i < end; ++i) {
+      if (text[i] == '\n') {
+        ++line;
+        column = 1;
+      } else {
+        ++column;
+      }
+    }
+    // "[json.exception.parse_error.101] parse error at line L, column C: <reason>" -> "<reason>"
+    std::string what = e.what();
+    const auto at = what.find("column ");
+    const auto colon = at == std::string::npos ? what.find("] ") : what.find(": ", at);
+    if (colon != std::string::npos) what = what.substr(colon + 2);
+    throw input_error(where + ":" + std::to_string(line) + ":" + std::to_string(column) + ": invalid JSON: " + what);
+  }
+}
+
+inline bool is_lower_hex(std::string_view s, std::size_t n) {
+  if (s.size() != n) return false;
+  return std::all_of(s.begin(), s.end(), [](char c) { return (c >= '0' && c <= '9') || (c >= 'a' && c <= 'f'); });
+}
+
+inline bool ends_with(std::string_view s, std::string_view suffix) {
+  return s.size() >= suffix.size() && s.compare(s.size() - suffix.size(), suffix.size(), suffix) == 0;
+}
+
+// ---- the Hugging Face cache (huggingface_hub/file_download.py) ----------------
+
+/// A directory's place in a Hugging Face cache, if it has one.
+struct HfLocation {
+  std::filesystem::path repo_root;  ///< .../models--ORG--NAME
+  std::filesystem::path snapshot;   ///< .../snapshots/<commit>
+  std::string repo_id;              ///< ORG/NAME
+  std::string commit;               ///< 40 hex
+  std::string revision_source;      ///< how the commit was found
+};
+
+/// "models--ORG--NAME" -> "ORG/NAME" (repo_folder_name joins "models", ORG and
+/// NAME with "--"; repo ids cannot contain "--").
+inline std::optional<std::string> hf_repo_id(const std::string& folder) {
+  static constexpr std::string_view prefix = "models--";
+  if (folder.compare(0, prefix.size(), prefix) != 0 || folder.size() == prefix.size()) return std::nullopt;
+  std::string id = folder.substr(prefix.size());
+  for (std::size_t at = id.find("--"); at != std::string::npos; at = id.find("--", at + 1)) id.replace(at, 2, "/");
+  if (id.front() == '/' || id.back() == '/') return std::nullopt;
+  return id;
+}
+
+inline bool is_dir(const std::filesystem::path& p) {
+  std::error_code ec;
+  return std::filesystem::is_directory(p, ec);
+}
+
+/// The commit a ref names: refs/<ref> holds it (40 hex, no newline; tolerated).
+inline std::optional<std::string> read_ref(const std::filesystem::path& repo_root, const std::string& ref) {
+  if (ref.empty() || ref.find("..") != std::string::npos) return std::nullopt;
+  const std::filesystem::path file = repo_root / "refs" / ref;
+  std::error_code ec;
+  if (!std::filesystem::is_regular_file(file, ec)) return std::nullopt;
+  std::string commit = read_small_file(file);
+  while (!commit.empty() && (commit.back() == '\n' || commit.back() == '\r' || commit.back() == ' ')) commit.pop_back();
+  if (!is_lower_hex(commit, 40)) {
+    throw input_error((repo_root / "refs" / ref).string() + ": does not hold a 40-hex commit");
+  }
+  return commit;
+}
+
+/// Recognises a repo root (models--ORG--NAME with snapshots/) or a snapshot
+/// directory (models--ORG--NAME/snapshots/<40 hex>) and resolves the revision.
+inline std::optional<HfLocation> locate_hf(const std::filesystem::path& dir, const std::optional<std::string>& revision) {
+  const std::filesystem::path d = std::filesystem::absolute(dir).lexically_normal();
+  const std::filesystem::path clean = d.filename().empty() ? d.parent_path() : d;
+  HfLocation loc;
+  if (const auto id = hf_repo_id(clean.filename().string()); id && is_dir(clean / "snapshots")) {
+    loc.repo_root = clean;
+    loc.repo_id = *id;
+    const std::string rev = revision.value_or("main");
+    if (const auto commit = read_ref(clean, rev)) {
+      loc.commit = *commit;
+      loc.revision_source = "refs/" + rev;
+    } else if (is_lower_hex(rev, 40) && is_dir(clean / "snapshots" / rev)) {
+      loc.commit = rev;
+      loc.revision_source = "snapshots/" + rev;
+    } else {
+      throw input_error(clean.string() + ": revision '" + rev +
+                        "' is neither a ref in refs/ nor a commit in snapshots/ (not downloaded?)");
+    }
+    loc.snapshot = clean / "snapshots" / loc.commit;
+    if (!is_dir(loc.snapshot)) {
+      throw input_error(clean.string() + ": refs/" + rev + " names commit " + loc.commit +
+                        ", which has no directory in snapshots/");
+    }
+    return loc;
+  }
+  const std::filesystem::path parent = clean.parent_path();
+  const auto id = hf_repo_id(parent.parent_path().filename().string());
+  if (parent.filename() != "snapshots" || !id) return std::nullopt;
+  const std::string name = clean.filename().string();
+  if (!is_lower_hex(name, 40)) {
+    throw input_error(clean.string() + ": not a snapshot: snapshot directories are named by their 40-hex commit");
+  }
+  loc.repo_root = parent.parent_path();
+  loc.repo_id = *id;
+  loc.commit = name;
+  loc.snapshot = clean;
+  loc.revision_source = "snapshot directory name";
+  if (revision && *revision != name) {
+    const auto via_ref = read_ref(loc.repo_root, *revision);
+    if (!via_ref || *via_ref != name) {
+      throw input_error(clean.string() + ": revision '" + *revision + "' does not name this snapshot (" + name + ")");
+    }
+  }
+  return loc;
+}
+
+// ---- weight files and the manifest ----------------------------------------------
+
+struct FileToHash {
+  std::filesystem::path path;  ///< what to read
+  std::string name;            ///< manifest path
+  std::uint64_t size = 0;
+  std::optional<Digest> claimed;  ///< from a blob name
+  Digest computed;
+  bool hash = true;
+};
+
+/// The entry for dir/name: follows a symlink (a broken one is an error); a
+/// symlink into the cache's blobs/ named by 64 hex gives the hash without reading.
+inline FileToHash weight_entry(const std::filesystem::path& dir, const std::string& name,
+                               const std::optional<std::filesystem::path>& blobs_dir, bool verify) {
+  namespace fs = std::filesystem;
+  if (name.find('\n') != std::string::npos || name.find('\\') != std::string::npos) {
+    throw input_error((dir / name).string() + ": file name contains a newline or backslash (sha256sum escapes "
+                      "those; rename the file)");
+  }
+  FileToHash f;
+  f.name = name;
+  f.path = dir / name;
+  std::error_code ec;
+  const fs::file_status link = fs::symlink_status(f.path, ec);
+  if (ec) throw io_error("cannot stat " + f.path.string() + ": " + ec.message());
+  if (fs::is_symlink(link)) {
+    const fs::path target = fs::read_symlink(f.path, ec);
+    if (ec) throw io_error("cannot read symlink " + f.path.string() + ": " + ec.message());
+    const fs::path resolved = (target.is_absolute() ? target : dir / target).lexically_normal();
+    if (!fs::exists(resolved, ec)) {
+      throw io_error(f.path.string() + ": broken symlink (its target " + target.string() + " does not exist)");
+    }
+    const std::string blob = resolved.filename().string();
+    if (blobs_dir && is_lower_hex(blob, 64) && fs::equivalent(resolved.parent_path(), *blobs_dir, ec)) {
+      f.claimed = Digest::from_hex(blob);
+      f.hash = verify;
+    }
+  }
+  const fs::file_status st = fs::status(f.path, ec);
+  if (ec || !fs::is_regular_file(st)) {
+    throw io_error(f.path.string() + ": not a regular file" + (ec ? " (" + ec.message() + ")" : std::string()));
+  }
+  f.size = static_cast<std::uint64_t>(fs::file_size(f.path, ec));
+  if (ec) throw io_error("cannot stat " + f.path.string() + ": " + ec.message());
+  return f;
+}
+
+/// SHA-256 of one file, adding bytes to `done` as it goes; stops early when
+/// `stop` is set.
+inline Digest hash_file_counting(const std::filesystem::path& path, std::atomic<std::uint64_t>& done,
+                                 const std::atomic<bool>& stop) {
+  return sha256_file(path.string(), std::size_t{4} << 20, [&](std::size_t n) {
+    done.fetch_add(n, std::memory_order_relaxed);
+    return !stop.load(std::memory_order_relaxed);
+  });
+}
+
+/// Hashes every file whose `hash` is set, several files at once; progress is
+/// reported on the calling thread. The first failure (in file order) is rethrown.
+inline void hash_files(std::vector<FileToHash>& files, const FileHashOptions& o) {
+  std::vector<std::size_t> todo;
+  std::uint64_t total = 0;
+  for (std::size_t i = 0; i < files.size(); ++i) {
+    if (files[i].hash) {
+      todo.push_back(i);
+      total += files[i].size;
+    }
+  }
+  // Largest first: the slowest file starts at once.
+  std::stable_sort(todo.begin(), todo.end(), [&](std::size_t a, std::size_t b) { return files[a].size > files[b].size; });
+  unsigned threads = o.threads != 0 ? o.threads : std::max(1u, std::thread::hardware_concurrency());
+  threads = static_cast<unsigned>(std::min<std::size_t>({threads, 16u, std::max<std::size_t>(todo.size(), 1)}));
+
+  std::atomic<std::uint64_t> done{0};
+  std::atomic<std::size_t> next{0};
+  std::atomic<bool> stop{false};
+  std::vector<std::exception_ptr> errors(files.size());
+  std::mutex m;
+  std::condition_variable cv;
+  std::size_t finished_workers = 0;
+  auto work = [&] {
+    for (std::size_t k = next.fetch_add(1); k < todo.size() && !stop.load(); k = next.fetch_add(1)) {
+      FileToHash& f = files[todo[k]];
+      try {
+        f.computed = hash_file_counting(f.path, done, stop);
+      } catch (...) {
+        errors[todo[k]] = std::current_exception();
+        stop.store(true);
+      }
+    }
+    const std::lock_guard<std::mutex> lock(m);
+    ++finished_workers;
+    cv.notify_all();
+  };
+  std::vector<std::thread> pool;
+  if (!todo.empty()) {
+    pool.reserve(threads);
+    try {
+      for (unsigned t = 0; t < threads; ++t) pool.emplace_back(work);
+    } catch (...) {
+      stop.store(true);
+      for (auto& th : pool) th.join();
+      throw;
+    }
+  }
+  try {
+    std::unique_lock<std::mutex> lock(m);
+    while (finished_workers < pool.size()) {
+      if (cv.wait_for(lock, std::chrono::milliseconds(100), [&] { return finished_workers == pool.size(); })) break;
+      if (o.progress) {
+        lock.unlock();
+        o.progress(done.load(), total);
+        lock.lock();
+      }
+    }
+  } catch (...) {  // the progress callback threw: stop the workers first
+    stop.store(true);
+    for (auto& th : pool) th.join();
+    throw;
+  }
+  for (auto& th : pool) th.join();
+  for (const auto& e : errors) {
+    if (e) std::rethrow_exception(e);
+  }
+  if (o.progress) o.progress(done.load(), total);
+}
+
+/// Collects and hashes the named files of dir, sorted bytewise, and checks
+/// cache blobs under verify.
+inline std::vector<WeightFile> manifest_files(const std::filesystem::path& dir, std::vector<std::string> names,
+                                              const std::optional<std::filesystem::path>& blobs_dir,
+                                              const FileHashOptions& o) {
+  std::sort(names.begin(), names.end());
+  std::vector<FileToHash> files;
+  files.reserve(names.size());
+  for (const auto& n : names) files.push_back(weight_entry(dir, n, blobs_dir, o.verify));
+  hash_files(files, o);
+  std::string mismatches;
+  std::vector<WeightFile> out;
+  out.reserve(files.size());
+  for (const auto& f : files) {
+    if (f.claimed && f.hash && f.computed != *f.claimed) {
+      mismatches += (mismatches.empty() ? "" : "; ") + f.name + ": blob " + f.claimed->hex() +
+                    " holds content whose SHA-256 is " + f.computed.hex();
+    }
+    out.push_back(WeightFile{f.name, f.claimed ? *f.claimed : f.computed, f.size, f.claimed && !f.hash});
+  }
+  if (!mismatches.empty()) {
+    throw io_error("verify: " + std::to_string(std::count(mismatches.begin(), mismatches.end(), ';') + 1) +
+                   " cache blob(s) do not match their names: " + mismatches);
+  }
+  return out;
+}
+
+/// Top-level *.safetensors, else *.bin, *.pt and *.pth (regular files or
+/// symlinks to them; a broken symlink is reported later by weight_entry).
+inline std::vector<std::string> weight_file_names(const std::filesystem::path& dir) {
+  namespace fs = std::filesystem;
+  std::vector<std::string> safetensors, other;
+  std::error_code ec;
+  fs::directory_iterator it(dir, ec);
+  if (ec) throw io_error("cannot list " + dir.string() + ": " + ec.message());
+  for (const auto& entry : it) {
+    const std::string name = entry.path().filename().string();
+    std::error_code e2;
+    if (entry.is_directory(e2)) continue;
+    if (ends_with(name, ".safetensors")) {
+      safetensors.push_back(name);
+    } else if (ends_with(name, ".bin") || ends_with(name, ".pt") || ends_with(name, ".pth")) {
+      other.push_back(name);
+    }
+  }
+  auto& chosen = safetensors.empty() ? other : safetensors;
+  if (chosen.empty()) {
+    throw input_error(dir.string() + ": no weight files (looked for *.safetensors, then *.bin, *.pt and *.pth "
+                      "at the top level)");
+  }
+  return chosen;
+}
+
+// ---- config.json -------------------------------------------------------------------
+
+/// Reads one config section ("" for the top level, "text_config" when nested).
+class ConfigReader {
+ public:
+  ConfigReader(const nlohmann::json& section, std::string prefix, std::filesystem::path file,
+               const nlohmann::json& override_section)
+      : j_(section), prefix_(std::move(prefix)), file_(std::move(file)), override_section_(override_section) {}
+
+  std::string key(std::string_view k) const { return prefix_.empty() ? std::string(k) : prefix_ + "." + std::string(k); }
+
+  const nlohmann::json* find(std::string_view k) const {
+    const auto it = j_.find(k);
+    return it == j_.end() || it->is_null() ? nullptr : &*it;
+  }
+
+  std::uint32_t positive(std::string_view k) const {
+    const nlohmann::json* v = find(k);
+    if (v == nullptr) fail(k, "required key is missing (or null)");
+    if (!v->is_number_integer() || v->get<std::int64_t>() <= 0 ||
+        v->get<std::uint64_t>() > std::numeric_limits<std::uint32_t>::max()) {
+      fail(k, "expected a positive 32-bit integer, got " + v->dump());
+    }
+    return static_cast<std::uint32_t>(v->get<std::uint64_t>());
+  }
+
+  /// "config.json: text_config.num_hidden_layers", or "... (override)".
+  std::string source(std::string_view k) const {
+    const bool overridden = override_section_.is_object() && override_section_.contains(std::string(k));
+    return "config.json: " + key(k) + (overridden ? " (from overrides)" : "");
+  }
+
+  [[noreturn]] void fail(std::string_view k, std::string_view what) const { model_dir_fail(file_, key(k), what); }
+
+ private:
+  const nlohmann::json& j_;
+  std::string prefix_;
+  std::filesystem::path file_;
+  const nlohmann::json& override_section_;
+};
+
+/// Applies engine overrides as vLLM's --hf-overrides does
+/// (ModelConfig._apply_dict_overrides): every key replaces its value, except
+/// that an object given for a sub-configuration (a key ending in "_config"
+/// whose value is an object, e.g. text_config) is applied to it by the same rule.
+inline void apply_overrides(nlohmann::json& config, const nlohmann::json& overrides) {
+  for (const auto& [key, value] : overrides.items()) {
+    const auto it = config.find(key);
+    if (value.is_object() && ends_with(key, "_config") && it != config.end() && it->is_object()) {
+      apply_overrides(*it, value);
+    } else {
+      config[key] = value;
+    }
+  }
+}
+
+/// Numbers in canonical form: integral values with magnitude below 1e16 become
+/// integers; the others keep their double value (see canonical_json). A
+/// fraction of magnitude 1e15 or more is an input_error.
+inline nlohmann::json canonical_numbers(const nlohmann::json& j) {
+  if (j.is_object()) {
+    nlohmann::json out = nlohmann::json::object();
+    for (const auto& [k, v] : j.items()) out[k] = canonical_numbers(v);
+    return out;
+  }
+  if (j.is_array()) {
+    nlohmann::json out = nlohmann::json::array();
+    for (const auto& v : j) out.push_back(canonical_numbers(v));
+    return out;
+  }
+  if (j.is_number_float()) {
+    const double d = j.get<double>();
+    if (d > -1e16 && d < 1e16 && static_cast<double>(static_cast<std::int64_t>(d)) == d) {
+      return nlohmann::json(static_cast<std::int64_t>(d));
+    }
+    // Python's repr and nlohmann's dump disagree on the notation of fractions in
+    // [1e15, 1e16) (positional there, an exponent here): refuse rather than differ.
+    if ((d <= -1e15 || d >= 1e15) && std::floor(d) != d) {
+      throw input_error("canonical JSON: " + j.dump() + " has a fraction and a magnitude of 1e15 or more");
+    }
+  }
+  return j;
+}
+
+}  // namespace detail
+
+/// Parses JSON text the way read_model_dir parses config.json (an overrides
+/// object, for example): a syntax error is an input_error naming `where`, the
+/// line and the column.
+[[nodiscard]] inline nlohmann::json parse_json(const std::string& text, const std::string& where) {
+  return detail::parse_json_file_text(text, where);
+}
+
+/// The config.json keys that change post-RoPE K (or the positions it is applied
+/// at): the positional-encoding fingerprint covers those present and not null.
+inline constexpr std::string_view positional_keys[] = {
+    "max_position_embeddings", "original_max_position_embeddings", "partial_rotary_factor", "position_embedding_type",
+    "qk_rope_head_dim",        "rope_local_base_freq",             "rope_parameters",       "rope_scaling",
+    "rope_theta",              "rope_type",                        "rotary_dim",            "rotary_emb_base",
+    "rotary_pct",
+};
+
+/// Canonical JSON (docs/format.md, section 8): object keys sorted bytewise, no
+/// whitespace, integral numbers of magnitude below 1e16 written as integers, other
+/// numbers as Python's repr writes them (shortest round-trip digits), strings as
+/// UTF-8 with only '"', '\\' and control characters escaped. Throws input_error
+/// on invalid UTF-8 and on a fraction of magnitude 1e15 or more.
+inline std::string canonical_json(const nlohmann::json& j) {
+  try {
+    return detail::canonical_numbers(j).dump();
+  } catch (const nlohmann::json::type_error& e) {
+    throw input_error(std::string("canonical JSON: ") + e.what());
+  }
+}
+
+/// SHA-256 of the manifest "<sha256 hex>  <path>\n" over files in the given
+/// order (sorted bytewise for a weights fingerprint): what
+/// `sha256sum FILES... | sha256sum` prints.
+inline Digest weights_manifest_fingerprint(const std::vector<WeightFile>& files) {
+  Sha256 h;
+  for (const auto& f : files) {
+    const std::string line = f.sha256.hex() + "  " + f.path + "\n";
+    h.update(line.data(), line.size());
+  }
+  return h.result();
+}
+
+/// Reads a model directory: config.json (with overrides) into the KV geometry
+/// and the positional-encoding fingerprint, the weight files into the weights
+/// fingerprint, the Hugging Face cache (if any) into name and revision.
+/// Throws input_error (a missing or inconsistent config key, named; malformed
+/// JSON with line and column; a revision that is not a snapshot) or io_error
+/// (unreadable or broken files, verify mismatches).
+inline ModelDir read_model_dir(const std::filesystem::path& path, const ModelDirOptions& o = {}) {
+  namespace fs = std::filesystem;
+  if (!detail::is_dir(path)) throw io_error(path.string() + ": not a directory");
+  if (!o.overrides.is_object()) throw input_error("overrides: expected a JSON object, got " + o.overrides.dump());
+  ModelDir out;
+  const auto hf = detail::locate_hf(path, o.revision);
+  out.directory = hf ? hf->snapshot : path;
+  if (hf) {
+    out.model.name = o.name.value_or(hf->repo_id);
+    out.model.revision = hf->commit;
+    out.sources.push_back({"model.name", o.name ? "option" : "Hugging Face cache folder " + hf->repo_root.filename().string()});
+    out.sources.push_back({"model.revision", "Hugging Face cache: " + hf->revision_source});
+  } else {
+    if (!o.revision) {
+      throw input_error(path.string() + ": not in a Hugging Face cache, so the revision must be given (an immutable "
+                        "checkpoint id)");
+    }
+    const fs::path clean = fs::absolute(path).lexically_normal();
+    out.model.name = o.name.value_or((clean.filename().empty() ? clean.parent_path() : clean).filename().string());
+    out.model.revision = *o.revision;
+    out.sources.push_back({"model.name", o.name ? "option" : "directory name"});
+    out.sources.push_back({"model.revision", "option"});
+  }
+
+  // config.json
+  const fs::path config_file = out.directory / "config.json";
+  std::error_code ec;
+  if (!fs::exists(config_file, ec)) {
+    if (fs::is_symlink(fs::symlink_status(config_file, ec))) {
+      throw io_error(config_file.string() + ": broken symlink");
+    }
+    throw io_error(config_file.string() + ": missing (not a model directory?)");
+  }
+  nlohmann::json config = detail::parse_json_file_text(detail::read_small_file(config_file), config_file.string());
+  if (!config.is_object()) throw input_error(config_file.string() + ": expected a JSON object");
+  detail::apply_overrides(config, o.overrides);
+  const nlohmann::json* text = nullptr;
+  if (const auto it = config.find("text_config"); it != config.end() && !it->is_null()) {
+    if (!it->is_object()) detail::model_dir_fail(config_file, "text_config", "expected an object");
+    text = &*it;
+  }
+  const nlohmann::json empty = nlohmann::json::object();
+  const nlohmann::json* override_text = &empty;
+  if (text != nullptr) {
+    const auto it = o.overrides.find("text_config");
+    if (it != o.overrides.end()) override_text = &*it;
+  }
+  const detail::ConfigReader c(text != nullptr ? *text : config, text != nullptr ? "text_config" : "", config_file,
+                               text != nullptr ? *override_text : o.overrides);
+
+  out.num_layers = c.positive("num_hidden_layers");
+  out.sources.push_back({"kv.num_layers", c.source("num_hidden_layers")});
+  if (c.find("kv_lora_rank") != nullptr) {
+    out.mla = true;
+    out.num_kv_heads = 1;
+    const std::uint32_t rank = c.positive("kv_lora_rank");
+    const std::uint32_t rope = c.positive("qk_rope_head_dim");
+    if (rank > std::numeric_limits<std::uint32_t>::max() - rope) c.fail("kv_lora_rank", "too large");
+    out.head_dim = rank + rope;
+    out.sources.push_back({"kv.mla", c.source("kv_lora_rank") + " present"});
+    out.sources.push_back({"kv.num_kv_heads", "1 (MLA latent cache)"});
+    out.sources.push_back({"kv.head_dim", c.source("kv_lora_rank") + " + " + c.key("qk_rope_head_dim")});
+  } else {
+    const std::uint32_t heads = c.positive("num_attention_heads");
+    if (c.find("num_key_value_heads") != nullptr) {
+      out.num_kv_heads = c.positive("num_key_value_heads");
+      if (out.num_kv_heads > heads || heads % out.num_kv_heads != 0) {
+        c.fail("num_key_value_heads", std::to_string(out.num_kv_heads) + " does not divide " +
+                                          c.key("num_attention_heads") + " " + std::to_string(heads));
+      }
+      out.sources.push_back({"kv.num_kv_heads", c.source("num_key_value_heads")});
+    } else {
+      out.num_kv_heads = heads;
+      out.sources.push_back({"kv.num_kv_heads", c.source("num_attention_heads") + " (no num_key_value_heads)"});
+    }
+    if (c.find("head_dim") != nullptr) {
+      out.head_dim = c.positive("head_dim");
+      out.sources.push_back({"kv.head_dim", c.source("head_dim")});
+    } else {
+      const std::uint32_t hidden = c.positive("hidden_size");
+      if (hidden % heads != 0) {
+        c.fail("hidden_size", std::to_string(hidden) + " is not a multiple of " + c.key("num_attention_heads") + " " +
+                                  std::to_string(heads) + " (and there is no head_dim)");
+      }
+      out.head_dim = hidden / heads;
+      out.sources.push_back({"kv.head_dim", c.source("hidden_size") + " / " + c.key("num_attention_heads")});
+    }
+  }
+
+  // The positional-encoding configuration.
+  nlohmann::json positional = nlohmann::json::object();
+  for (std::string_view k : positional_keys) {
+    if (const nlohmann::json* v = c.find(k)) positional[std::string(k)] = *v;
+  }
+  out.positional_config = canonical_json(positional);
+  out.model.positional_fingerprint = Sha256::hash(out.positional_config.data(), out.positional_config.size());
+  out.sources.push_back({"model.positional_fingerprint", "SHA-256 of " + out.positional_config});
+
+  // Weights.
+  const std::optional<fs::path> blobs = hf ? std::optional<fs::path>(hf->repo_root / "blobs") : std::nullopt;
+  out.weight_files = detail::manifest_files(out.directory, detail::weight_file_names(out.directory), blobs, o.hashing);
+  out.model.weights_fingerprint = weights_manifest_fingerprint(out.weight_files);
+  std::size_t from_names = 0;
+  for (const auto& f : out.weight_files) from_names += f.from_blob_name ? 1 : 0;
+  out.sources.push_back(
+      {"model.weights_fingerprint",
+       "manifest of " + std::to_string(out.weight_files.size()) + " weight file(s)" +
+           (from_names != 0 ? ", " + std::to_string(from_names) + " hashed by their cache blob names" : std::string())});
+  return out;
+}
+
+/// Reads a PEFT adapter directory: name (default: ORG/NAME in a Hugging Face
+/// cache, else the directory's name) and the weights fingerprint, the manifest
+/// over adapter_config.json and adapter_model.safetensors (else adapter_model.bin).
+inline Adapter read_adapter_dir(const std::filesystem::path& path, const AdapterDirOptions& o = {}) {
+  namespace fs = std::filesystem;
+  if (!detail::is_dir(path)) throw io_error(path.string() + ": not a directory");
+  const auto hf = detail::locate_hf(path, std::nullopt);
+  const fs::path dir = hf ? hf->snapshot : path;
+  const fs::path config_file = dir / "adapter_config.json";
+  std::error_code ec;
+  if (!fs::exists(config_file, ec)) throw io_error(config_file.string() + ": missing (not a PEFT adapter directory?)");
+  const nlohmann::json config = detail::parse_json_file_text(detail::read_small_file(config_file), config_file.string());
+  if (!config.is_object()) throw input_error(config_file.string() + ": expected a JSON object");
+  std::string weights;
+  for (const char* candidate : {"adapter_model.safetensors", "adapter_model.bin"}) {
+    if (fs::exists(fs::symlink_status(dir / candidate, ec))) {
+      weights = candidate;
+      break;
+    }
+  }
+  if (weights.empty()) throw io_error(dir.string() + ": no adapter_model.safetensors or adapter_model.bin");
+  const std::optional<fs::path> blobs = hf ? std::optional<fs::path>(hf->repo_root / "blobs") : std::nullopt;
+  const auto files = detail::manifest_files(dir, {"adapter_config.json", weights}, blobs, o.hashing);
+  const fs::path clean = fs::absolute(path).lexically_normal();
+  std::string name = o.name ? *o.name
+                     : hf   ? hf->repo_id
+                            : (clean.filename().empty() ? clean.parent_path() : clean).filename().string();
+  return Adapter(std::move(name), weights_manifest_fingerprint(files));
+}
+
+KVKEY_END_NAMESPACE
+
+#endif  // KVKEY_MODEL_DIR_HPP

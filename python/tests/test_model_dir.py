@@ -1,0 +1,139 @@
+"""kvkey.Identity.from_model_dir: the identity of a model directory as an engine loads it."""
+
+import hashlib
+import json
+import os
+
+import pytest
+
+import kvkey
+
+COMMIT = "89abcdef0123456789abcdef0123456789abcdef"
+LLAMA = {
+    "architectures": ["LlamaForCausalLM"], "hidden_size": 2048, "num_attention_heads": 32,
+    "num_hidden_layers": 16, "num_key_value_heads": 8, "max_position_embeddings": 131072,
+    "rope_theta": 500000.0,
+    "rope_scaling": {"factor": 32.0, "high_freq_factor": 4.0, "low_freq_factor": 1.0,
+                     "original_max_position_embeddings": 8192, "rope_type": "llama3"},
+}
+ARGS = dict(tenant="team-a", kv_dtype="bf16", block_size=16, layout="vllm.v1.flash")
+
+
+def manifest(directory, names):
+    """SHA-256 of "<sha256 hex>  <name>\\n" over the sorted names, with hashlib."""
+    lines = ""
+    for n in sorted(names, key=lambda s: s.encode()):
+        with open(os.path.join(directory, n), "rb") as f:
+            lines += hashlib.sha256(f.read()).hexdigest() + "  " + n + "\n"
+    return hashlib.sha256(lines.encode()).digest()
+
+
+@pytest.fixture
+def plain(tmp_path):
+    d = tmp_path / "Llama-3.2-1B"
+    d.mkdir()
+    (d / "config.json").write_text(json.dumps(LLAMA))
+    (d / "model.safetensors").write_bytes(os.urandom(4096))
+    return d
+
+
+@pytest.fixture
+def hf_snapshot(tmp_path):
+    root = tmp_path / "hub" / "models--meta-llama--Llama-3.2-1B"
+    snap = root / "snapshots" / COMMIT
+    (root / "blobs").mkdir(parents=True)
+    (root / "refs").mkdir()
+    (root / "refs" / "main").write_text(COMMIT)
+    snap.mkdir(parents=True)
+    for name, data, blob in [("config.json", json.dumps(LLAMA).encode(), "ab" * 20),
+                             ("model.safetensors", os.urandom(4096), None)]:
+        blob = blob or hashlib.sha256(data).hexdigest()
+        (root / "blobs" / blob).write_bytes(data)
+        os.symlink(os.path.join("..", "..", "blobs", blob), snap / name)
+    return root, snap
+
+
+def test_plain_directory(plain):
+    i = kvkey.Identity.from_model_dir(plain, revision="r1", **ARGS)
+    assert i.model.name == "Llama-3.2-1B"
+    assert i.model.revision == "r1"
+    assert (i.kv.num_layers, i.kv.num_kv_heads, i.kv.head_dim, i.kv.mla) == (16, 8, 64, False)
+    assert i.kv.dtype == kvkey.KvDtype.bf16
+    assert (i.kv.block_size, i.kv.layout) == (16, "vllm.v1.flash")
+    assert i.model.weights_fingerprint == manifest(plain, ["model.safetensors"])
+    assert i.adapter is None
+    kvkey.KeyNamespace(i)  # valid
+
+
+def test_hf_cache_snapshot_and_repo_root(hf_snapshot):
+    root, snap = hf_snapshot
+    a = kvkey.Identity.from_model_dir(snap, **ARGS)
+    b = kvkey.Identity.from_model_dir(str(root), tp_size=2, tp_rank=1, **ARGS)
+    assert a.model.name == b.model.name == "meta-llama/Llama-3.2-1B"
+    assert a.model.revision == b.model.revision == COMMIT
+    assert a.model.weights_fingerprint == manifest(snap, ["model.safetensors"])
+    assert (b.shard.tp_size, b.shard.tp_rank) == (2, 1)
+
+
+def test_positional_fingerprint_follows_overrides(plain):
+    base = kvkey.Identity.from_model_dir(plain, revision="r1", **ARGS)
+    canonical = json.dumps({"max_position_embeddings": 131072, "rope_scaling": {
+        "factor": 32, "high_freq_factor": 4, "low_freq_factor": 1, "original_max_position_embeddings": 8192,
+        "rope_type": "llama3"}, "rope_theta": 500000}, sort_keys=True, separators=(",", ":"))
+    assert base.model.positional_fingerprint == hashlib.sha256(canonical.encode()).digest()
+    changed = kvkey.Identity.from_model_dir(plain, revision="r1", overrides={"rope_theta": 10000.0}, **ARGS)
+    assert changed.model.positional_fingerprint != base.model.positional_fingerprint
+    assert changed.model.weights_fingerprint == base.model.weights_fingerprint
+    with pytest.raises(kvkey.InputError, match="overrides: expected a JSON object"):
+        kvkey.Identity.from_model_dir(plain, revision="r1", overrides=[1], **ARGS)
+
+
+def test_positional_fingerprint_is_settable(plain):
+    i = kvkey.Identity.from_model_dir(plain, revision="r1", **ARGS)
+    i.model.positional_fingerprint = None
+    assert i.model.positional_fingerprint is None
+    i.model.positional_fingerprint = b"\x01" * 32
+    assert i.model.positional_fingerprint == b"\x01" * 32
+    with pytest.raises(kvkey.IdentityError):
+        i.model.positional_fingerprint = b"short"
+
+
+def test_adapter_dir(plain, tmp_path):
+    a = tmp_path / "sql-lora"
+    a.mkdir()
+    (a / "adapter_config.json").write_text(json.dumps({"r": 8, "lora_alpha": 16}))
+    (a / "adapter_model.safetensors").write_bytes(os.urandom(1000))
+    i = kvkey.Identity.from_model_dir(plain, revision="r1", adapter_dir=a, **ARGS)
+    assert i.adapter.name == "sql-lora"
+    assert i.adapter.weights_fingerprint == manifest(a, ["adapter_config.json", "adapter_model.safetensors"])
+
+
+def test_mla_geometry(tmp_path):
+    d = tmp_path / "DeepSeek-V3"
+    d.mkdir()
+    (d / "config.json").write_text(json.dumps({
+        "hidden_size": 7168, "num_attention_heads": 128, "num_hidden_layers": 61, "num_key_value_heads": 128,
+        "kv_lora_rank": 512, "qk_rope_head_dim": 64, "qk_nope_head_dim": 128, "v_head_dim": 128}))
+    (d / "model-00001-of-00001.safetensors").write_bytes(b"w")
+    i = kvkey.Identity.from_model_dir(d, revision="r1", **ARGS)
+    assert (i.kv.num_kv_heads, i.kv.head_dim, i.kv.mla) == (1, 576, True)
+
+
+def test_errors(plain, hf_snapshot):
+    with pytest.raises(kvkey.InputError, match="revision must be given"):
+        kvkey.Identity.from_model_dir(plain, **ARGS)
+    root, _ = hf_snapshot
+    with pytest.raises(kvkey.InputError, match="revision 'v2' is neither a ref"):
+        kvkey.Identity.from_model_dir(root, revision="v2", **ARGS)
+    with pytest.raises(kvkey.IdentityError) as e:
+        kvkey.Identity.from_model_dir(plain, revision="r1", **dict(ARGS, tenant=""))
+    assert e.value.field == "tenant"
+    with pytest.raises(kvkey.IdentityError) as e:
+        kvkey.Identity.from_model_dir(plain, revision="r1", **dict(ARGS, kv_dtype="fp9"))
+    assert e.value.field == "kv.dtype"
+    (plain / "config.json").write_text('{"num_hidden_layers": 16,\n "hidden_size": }')
+    with pytest.raises(kvkey.InputError, match=r"config\.json:2:17: invalid JSON"):
+        kvkey.Identity.from_model_dir(plain, revision="r1", **ARGS)
+    os.remove(plain / "config.json")
+    with pytest.raises(kvkey.IoError, match="config.json: missing"):
+        kvkey.Identity.from_model_dir(plain, revision="r1", **ARGS)

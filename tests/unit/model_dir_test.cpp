@@ -1,0 +1,560 @@
+// kvkey/model_dir.hpp: KV geometry from real config.json files of each
+// architecture family, name and revision from the Hugging Face cache, the
+// weights and adapter manifests, the positional-encoding fingerprint, and the
+// errors for bad input.
+#include <kvkey/kvkey.hpp>  // with everything else: no name clashes
+#include <kvkey/model_dir.hpp>
+
+#include <catch2/catch.hpp>
+
+#include <cstdint>
+#include <filesystem>
+#include <fstream>
+#include <string>
+#include <vector>
+
+#include "temp_dir.hpp"
+
+namespace {
+
+namespace fs = std::filesystem;
+using Json = nlohmann::json;
+
+using kvkey_test::TempDir;
+
+void write(const fs::path& p, const std::string& content) {
+  fs::create_directories(p.parent_path());
+  std::ofstream out(p, std::ios::binary);
+  out.write(content.data(), static_cast<std::streamsize>(content.size()));
+  out.close();
+  REQUIRE(out.good());
+}
+
+// Config files as the hub publishes them (abridged to the keys that matter and
+// a few that do not).
+const char* const llama3_8b = R"({
+  "architectures": ["LlamaForCausalLM"], "model_type": "llama",
+  "hidden_size": 4096, "intermediate_size": 14336, "num_attention_heads": 32,
+  "num_hidden_layers": 32, "num_key_value_heads": 8, "max_position_embeddings": 8192,
+  "rope_theta": 500000.0, "rope_scaling": null, "rms_norm_eps": 1e-05, "torch_dtype": "bfloat16",
+  "vocab_size": 128256
+})";
+
+const char* const qwen2_7b = R"({
+  "architectures": ["Qwen2ForCausalLM"], "model_type": "qwen2",
+  "hidden_size": 3584, "num_attention_heads": 28, "num_hidden_layers": 28, "num_key_value_heads": 4,
+  "max_position_embeddings": 131072, "rope_theta": 1000000.0, "sliding_window": 131072,
+  "use_sliding_window": false, "torch_dtype": "bfloat16"
+})";
+
+const char* const gemma_7b = R"({
+  "architectures": ["GemmaForCausalLM"], "model_type": "gemma",
+  "hidden_size": 3072, "head_dim": 256, "num_attention_heads": 16, "num_hidden_layers": 28,
+  "num_key_value_heads": 16, "max_position_embeddings": 8192, "rope_theta": 10000.0
+})";
+
+const char* const llava_15_7b = R"({
+  "architectures": ["LlavaForConditionalGeneration"], "model_type": "llava",
+  "image_token_index": 32000, "projector_hidden_act": "gelu",
+  "text_config": {
+    "architectures": ["LlamaForCausalLM"], "model_type": "llama", "hidden_size": 4096,
+    "num_attention_heads": 32, "num_hidden_layers": 32, "num_key_value_heads": 32,
+    "max_position_embeddings": 4096, "rope_theta": 10000.0, "vocab_size": 32064
+  },
+  "vision_config": {"hidden_size": 1024, "num_attention_heads": 16, "num_hidden_layers": 24,
+                    "image_size": 336, "patch_size": 14, "model_type": "clip_vision_model"}
+})";
+
+const char* const deepseek_v3 = R"({
+  "architectures": ["DeepseekV3ForCausalLM"], "model_type": "deepseek_v3",
+  "hidden_size": 7168, "num_attention_heads": 128, "num_hidden_layers": 61, "num_key_value_heads": 128,
+  "kv_lora_rank": 512, "q_lora_rank": 1536, "qk_nope_head_dim": 128, "qk_rope_head_dim": 64, "v_head_dim": 128,
+  "max_position_embeddings": 163840, "rope_theta": 10000,
+  "rope_scaling": {"beta_fast": 32, "beta_slow": 1, "factor": 40, "mscale": 1.0, "mscale_all_dim": 1.0,
+                   "original_max_position_embeddings": 4096, "type": "yarn"}
+})";
+
+// A plain model directory with config.json and the given weight files.
+fs::path model_dir(const TempDir& t, const std::string& config,
+                   const std::vector<std::pair<std::string, std::string>>& files = {{"model.safetensors", "weights"}}) {
+  const fs::path d = t.path() / "model";
+  write(d / "config.json", config);
+  for (const auto& [name, content] : files) write(d / name, content);
+  return d;
+}
+
+kvkey::ModelDirOptions with_revision(std::string r = "rev-1") {
+  kvkey::ModelDirOptions o;
+  o.revision = std::move(r);
+  return o;
+}
+
+std::string source_of(const kvkey::ModelDir& m, const std::string& field) {
+  for (const auto& s : m.sources) {
+    if (s.field == field) return s.source;
+  }
+  return "(none)";
+}
+
+// The manifest built here from sha256 of each file, independently of the
+// library's manifest code: "<hex>  <name>\n" per file, names sorted.
+kvkey::Digest manifest_of(const fs::path& dir, std::vector<std::string> names) {
+  std::sort(names.begin(), names.end());
+  std::string manifest;
+  for (const auto& n : names) manifest += kvkey::fingerprint_file((dir / n).string()).hex() + "  " + n + "\n";
+  return kvkey::fingerprint(manifest);
+}
+
+}  // namespace
+
+TEST_CASE("model_dir: GQA configs take num_key_value_heads and hidden_size / heads", "[model_dir]") {
+  TempDir t;
+  SECTION("Llama 3") {
+    const auto m = kvkey::read_model_dir(model_dir(t, llama3_8b), with_revision());
+    CHECK(m.num_layers == 32);
+    CHECK(m.num_kv_heads == 8);
+    CHECK(m.head_dim == 4096 / 32);
+    CHECK_FALSE(m.mla);
+    CHECK(source_of(m, "kv.num_kv_heads") == "config.json: num_key_value_heads");
+    CHECK(source_of(m, "kv.head_dim") == "config.json: hidden_size / num_attention_heads");
+  }
+  SECTION("Qwen2") {
+    const auto m = kvkey::read_model_dir(model_dir(t, qwen2_7b), with_revision());
+    CHECK(m.num_layers == 28);
+    CHECK(m.num_kv_heads == 4);
+    CHECK(m.head_dim == 128);
+  }
+  SECTION("no num_key_value_heads: multi-head attention") {
+    Json j = Json::parse(llama3_8b);
+    j.erase("num_key_value_heads");
+    const auto m = kvkey::read_model_dir(model_dir(t, j.dump()), with_revision());
+    CHECK(m.num_kv_heads == 32);
+  }
+}
+
+TEST_CASE("model_dir: an explicit head_dim wins over hidden_size / heads (Gemma)", "[model_dir]") {
+  TempDir t;
+  const auto m = kvkey::read_model_dir(model_dir(t, gemma_7b), with_revision());
+  CHECK(m.head_dim == 256);  // 3072 / 16 would be 192
+  CHECK(m.num_kv_heads == 16);
+  CHECK(source_of(m, "kv.head_dim") == "config.json: head_dim");
+  SECTION("a null head_dim falls back to the division") {
+    Json j = Json::parse(gemma_7b);
+    j["head_dim"] = nullptr;
+    TempDir t2;
+    CHECK(kvkey::read_model_dir(model_dir(t2, j.dump()), with_revision()).head_dim == 192);
+  }
+}
+
+TEST_CASE("model_dir: a nested text_config is read (Llava)", "[model_dir]") {
+  TempDir t;
+  const auto m = kvkey::read_model_dir(model_dir(t, llava_15_7b), with_revision());
+  CHECK(m.num_layers == 32);  // not the vision tower's 24
+  CHECK(m.num_kv_heads == 32);
+  CHECK(m.head_dim == 128);
+  CHECK(source_of(m, "kv.num_layers") == "config.json: text_config.num_hidden_layers");
+  SECTION("a sparse text_config is an error naming the missing key, until an override fills it") {
+    Json j = Json::parse(llava_15_7b);
+    j["text_config"].erase("num_hidden_layers");
+    TempDir t2;
+    const fs::path d = model_dir(t2, j.dump());
+    CHECK_THROWS_WITH(kvkey::read_model_dir(d, with_revision()),
+                      Catch::Contains("text_config.num_hidden_layers: required key is missing"));
+    auto o = with_revision();
+    o.overrides = Json::parse(R"({"text_config": {"num_hidden_layers": 40}})");
+    const auto m2 = kvkey::read_model_dir(d, o);
+    CHECK(m2.num_layers == 40);
+    CHECK(source_of(m2, "kv.num_layers") == "config.json: text_config.num_hidden_layers (from overrides)");
+  }
+}
+
+TEST_CASE("model_dir: MLA stores one latent head of kv_lora_rank + qk_rope_head_dim (DeepSeek-V3)", "[model_dir]") {
+  TempDir t;
+  const auto m = kvkey::read_model_dir(model_dir(t, deepseek_v3), with_revision());
+  CHECK(m.mla);
+  CHECK(m.num_kv_heads == 1);
+  CHECK(m.head_dim == 576);
+  CHECK(m.num_layers == 61);
+  SECTION("without qk_rope_head_dim it is an error naming the key") {
+    Json j = Json::parse(deepseek_v3);
+    j.erase("qk_rope_head_dim");
+    TempDir t2;
+    CHECK_THROWS_WITH(kvkey::read_model_dir(model_dir(t2, j.dump()), with_revision()),
+                      Catch::Contains("qk_rope_head_dim: required key is missing"));
+  }
+  SECTION("a null kv_lora_rank is not MLA") {
+    Json j = Json::parse(deepseek_v3);
+    j["kv_lora_rank"] = nullptr;
+    TempDir t2;
+    const auto m2 = kvkey::read_model_dir(model_dir(t2, j.dump()), with_revision());
+    CHECK_FALSE(m2.mla);
+    CHECK(m2.num_kv_heads == 128);
+    CHECK(m2.head_dim == 7168 / 128);
+  }
+}
+
+TEST_CASE("model_dir: missing or inconsistent config values are errors naming the key", "[model_dir]") {
+  TempDir t;
+  Json j = Json::parse(llama3_8b);
+  SECTION("missing layers") {
+    j.erase("num_hidden_layers");
+    CHECK_THROWS_WITH(kvkey::read_model_dir(model_dir(t, j.dump()), with_revision()),
+                      Catch::Contains("config.json: num_hidden_layers: required key is missing"));
+  }
+  SECTION("hidden_size not a multiple of the heads") {
+    j["hidden_size"] = 4095;
+    CHECK_THROWS_WITH(kvkey::read_model_dir(model_dir(t, j.dump()), with_revision()),
+                      Catch::Contains("hidden_size: 4095 is not a multiple of num_attention_heads 32"));
+  }
+  SECTION("KV heads that do not divide the attention heads") {
+    j["num_key_value_heads"] = 12;
+    CHECK_THROWS_WITH(kvkey::read_model_dir(model_dir(t, j.dump()), with_revision()),
+                      Catch::Contains("num_key_value_heads: 12 does not divide"));
+  }
+  SECTION("a value of the wrong type") {
+    j["num_attention_heads"] = "32";
+    CHECK_THROWS_WITH(kvkey::read_model_dir(model_dir(t, j.dump()), with_revision()),
+                      Catch::Contains("num_attention_heads: expected a positive 32-bit integer"));
+  }
+  SECTION("zero") {
+    j["num_hidden_layers"] = 0;
+    CHECK_THROWS_AS(kvkey::read_model_dir(model_dir(t, j.dump()), with_revision()), kvkey::input_error);
+  }
+}
+
+TEST_CASE("model_dir: malformed JSON names the line and column", "[model_dir]") {
+  TempDir t;
+  const fs::path d = model_dir(t, "{\n  \"num_hidden_layers\": 32,\n  \"hidden_size\": ,\n}\n");
+  CHECK_THROWS_WITH(kvkey::read_model_dir(d, with_revision()),
+                    Catch::Contains("config.json:3:18: invalid JSON"));
+}
+
+TEST_CASE("model_dir: missing config.json and missing weights are errors", "[model_dir]") {
+  TempDir t;
+  const fs::path d = t.path() / "m";
+  fs::create_directories(d);
+  write(d / "model.safetensors", "w");
+  CHECK_THROWS_WITH(kvkey::read_model_dir(d, with_revision()), Catch::Contains("config.json: missing"));
+  CHECK_THROWS_AS(kvkey::read_model_dir(t.path() / "nope", with_revision()), kvkey::io_error);
+  fs::remove(d / "model.safetensors");
+  write(d / "config.json", llama3_8b);
+  fs::create_directories(d / "sub.safetensors");  // directories are not weight files
+  write(d / "nested" / "model.safetensors", "w");  // only the top level counts
+  CHECK_THROWS_WITH(kvkey::read_model_dir(d, with_revision()), Catch::Contains("no weight files"));
+}
+
+TEST_CASE("model_dir: a plain directory needs an explicit revision; the name is the directory's", "[model_dir]") {
+  TempDir t;
+  const fs::path d = model_dir(t, qwen2_7b);
+  CHECK_THROWS_WITH(kvkey::read_model_dir(d), Catch::Contains("revision must be given"));
+  const auto m = kvkey::read_model_dir(d, with_revision("abc"));
+  CHECK(m.model.name == "model");
+  CHECK(m.model.revision == "abc");
+  auto o = with_revision();
+  o.name = "Qwen/Qwen2-7B";
+  CHECK(kvkey::read_model_dir(d, o).model.name == "Qwen/Qwen2-7B");
+}
+
+TEST_CASE("model_dir: weights fingerprint is the sorted sha256sum manifest of the weight files", "[model_dir]") {
+  TempDir t;
+  SECTION("safetensors only, sorted bytewise (uppercase before lowercase)") {
+    const fs::path d = model_dir(t, qwen2_7b,
+                                 {{"model-00002-of-00002.safetensors", "second shard"},
+                                  {"model-00001-of-00002.safetensors", "first shard"},
+                                  {"Z.safetensors", "upper"},
+                                  {"pytorch_model.bin", "ignored when safetensors exist"},
+                                  {"tokenizer.json", "{}"}});
+    const auto m = kvkey::read_model_dir(d, with_revision());
+    REQUIRE(m.weight_files.size() == 3);
+    CHECK(m.weight_files[0].path == "Z.safetensors");
+    CHECK(m.weight_files[1].path == "model-00001-of-00002.safetensors");
+    CHECK(m.model.weights_fingerprint ==
+          manifest_of(d, {"model-00001-of-00002.safetensors", "model-00002-of-00002.safetensors", "Z.safetensors"}));
+  }
+  SECTION("no safetensors: *.bin, *.pt and *.pth") {
+    const fs::path d = model_dir(t, qwen2_7b,
+                                 {{"pytorch_model.bin", "bin"}, {"extra.pt", "pt"}, {"more.pth", "pth"},
+                                  {"notes.txt", "not weights"}});
+    const auto m = kvkey::read_model_dir(d, with_revision());
+    CHECK(m.weight_files.size() == 3);
+    CHECK(m.model.weights_fingerprint == manifest_of(d, {"pytorch_model.bin", "extra.pt", "more.pth"}));
+  }
+  SECTION("any byte of any file changes it") {
+    const fs::path d = model_dir(t, qwen2_7b, {{"a.safetensors", "aaaa"}, {"b.safetensors", "bbbb"}});
+    const auto before = kvkey::read_model_dir(d, with_revision()).model.weights_fingerprint;
+    write(d / "b.safetensors", "bbbc");
+    CHECK(kvkey::read_model_dir(d, with_revision()).model.weights_fingerprint != before);
+  }
+}
+
+TEST_CASE("model_dir: files are hashed in parallel with the same result and progress on the caller", "[model_dir]") {
+  TempDir t;
+  std::vector<std::pair<std::string, std::string>> files;
+  std::uint64_t total = 0;
+  for (int i = 0; i < 5; ++i) {
+    std::string content(static_cast<std::size_t>(100000 * (i + 1)), static_cast<char>('a' + i));
+    total += content.size();
+    files.emplace_back("shard-" + std::to_string(i) + ".safetensors", std::move(content));
+  }
+  const fs::path d = model_dir(t, qwen2_7b, files);
+  auto one = with_revision();
+  one.hashing.threads = 1;
+  auto four = with_revision();
+  four.hashing.threads = 4;
+  std::uint64_t last_done = 0, last_total = 0;
+  int calls = 0;
+  four.hashing.progress = [&](std::uint64_t done, std::uint64_t all) {
+    CHECK(done >= last_done);
+    last_done = done;
+    last_total = all;
+    ++calls;
+  };
+  const auto a = kvkey::read_model_dir(d, one);
+  const auto b = kvkey::read_model_dir(d, four);
+  CHECK(a.model.weights_fingerprint == b.model.weights_fingerprint);
+  CHECK(calls >= 1);
+  CHECK(last_done == total);
+  CHECK(last_total == total);
+}
+
+TEST_CASE("model_dir: a progress callback that throws stops the hashing and the exception reaches the caller",
+          "[model_dir]") {
+  TempDir t;
+  std::vector<std::pair<std::string, std::string>> files;
+  for (int i = 0; i < 4; ++i) files.emplace_back("s" + std::to_string(i) + ".safetensors", std::string(1000, 'x'));
+  const fs::path d = model_dir(t, qwen2_7b, files);
+  auto o = with_revision();
+  o.hashing.threads = 2;
+  o.hashing.progress = [](std::uint64_t, std::uint64_t) { throw std::runtime_error("cancelled"); };
+  CHECK_THROWS_WITH(kvkey::read_model_dir(d, o), "cancelled");
+}
+
+namespace {
+
+// A Hugging Face cache entry: models--ORG--NAME/{blobs,refs,snapshots} with the
+// snapshot's files as relative symlinks into blobs/, as huggingface_hub makes it.
+struct HfRepo {
+  fs::path root;
+  std::string commit = "0123456789abcdef0123456789abcdef01234567";
+  fs::path snapshot() const { return root / "snapshots" / commit; }
+
+  HfRepo(const fs::path& cache, const std::string& folder) : root(cache / folder) {
+    fs::create_directories(root / "blobs");
+    fs::create_directories(snapshot());
+    write(root / "refs" / "main", commit);
+  }
+  // An LFS file: blob named by its SHA-256 (or by `name_as` when given).
+  void lfs(const std::string& file, const std::string& content, const std::string& name_as = {}) const {
+    const std::string blob = name_as.empty() ? kvkey::fingerprint(content).hex() : name_as;
+    write(root / "blobs" / blob, content);
+    fs::create_symlink(fs::path("../../blobs") / blob, snapshot() / file);
+  }
+  // A small git file: blob named by a 40-hex git object id.
+  void git(const std::string& file, const std::string& content, const std::string& oid) const {
+    write(root / "blobs" / oid, content);
+    fs::create_symlink(fs::path("../../blobs") / oid, snapshot() / file);
+  }
+};
+
+}  // namespace
+
+TEST_CASE("model_dir: the Hugging Face cache gives name, revision and blob-named hashes", "[model_dir]") {
+  TempDir t;
+  const HfRepo repo(t.path(), "models--Qwen--Qwen2-7B");
+  repo.git("config.json", qwen2_7b, "1111111111111111111111111111111111111111");
+  repo.lfs("model-00001-of-00002.safetensors", "shard one");
+  repo.lfs("model-00002-of-00002.safetensors", "shard two");
+
+  SECTION("a snapshot directory") {
+    const auto m = kvkey::read_model_dir(repo.snapshot());
+    CHECK(m.model.name == "Qwen/Qwen2-7B");
+    CHECK(m.model.revision == repo.commit);
+    CHECK(m.num_kv_heads == 4);
+    for (const auto& f : m.weight_files) CHECK(f.from_blob_name);
+    CHECK(m.model.weights_fingerprint ==
+          manifest_of(repo.snapshot(), {"model-00001-of-00002.safetensors", "model-00002-of-00002.safetensors"}));
+    CHECK(source_of(m, "model.revision") == "Hugging Face cache: snapshot directory name");
+  }
+  SECTION("the same files copied to a plain directory give the same fingerprint") {
+    const fs::path plain = t.path() / "copy";
+    fs::create_directories(plain);
+    for (const auto& e : fs::directory_iterator(repo.snapshot())) {
+      fs::copy_file(e.path(), plain / e.path().filename());  // follows the symlink
+    }
+    const auto a = kvkey::read_model_dir(repo.snapshot());
+    const auto b = kvkey::read_model_dir(plain, with_revision(repo.commit));
+    CHECK(a.model.weights_fingerprint == b.model.weights_fingerprint);
+    CHECK(a.model.positional_fingerprint == b.model.positional_fingerprint);
+    for (const auto& f : b.weight_files) CHECK_FALSE(f.from_blob_name);
+  }
+  SECTION("the repo root resolves refs/main, or another ref, or a commit") {
+    CHECK(kvkey::read_model_dir(repo.root).model.revision == repo.commit);
+    const std::string other = "89abcdef0123456789abcdef0123456789abcdef";
+    fs::create_directories(repo.root / "snapshots" / other);
+    fs::copy(repo.snapshot(), repo.root / "snapshots" / other,
+             fs::copy_options::copy_symlinks | fs::copy_options::recursive);
+    write(repo.root / "refs" / "v2", other);
+    kvkey::ModelDirOptions o;
+    o.revision = "v2";
+    const auto m = kvkey::read_model_dir(repo.root, o);
+    CHECK(m.model.revision == other);
+    CHECK(m.directory == repo.root / "snapshots" / other);
+    CHECK(source_of(m, "model.revision") == "Hugging Face cache: refs/v2");
+    o.revision = other;
+    CHECK(kvkey::read_model_dir(repo.root, o).model.revision == other);
+  }
+  SECTION("a revision that is not a snapshot is an error") {
+    kvkey::ModelDirOptions o;
+    o.revision = "fedcba9876543210fedcba9876543210fedcba98";
+    CHECK_THROWS_WITH(kvkey::read_model_dir(repo.root, o), Catch::Contains("neither a ref in refs/ nor a commit"));
+    CHECK_THROWS_WITH(kvkey::read_model_dir(repo.snapshot(), o), Catch::Contains("does not name this snapshot"));
+    o.revision = "main";  // a ref to this snapshot is fine
+    CHECK(kvkey::read_model_dir(repo.snapshot(), o).model.revision == repo.commit);
+    write(repo.root / "refs" / "stale", "fedcba9876543210fedcba9876543210fedcba98");
+    o.revision = "stale";
+    CHECK_THROWS_WITH(kvkey::read_model_dir(repo.root, o), Catch::Contains("has no directory in snapshots/"));
+    fs::create_directories(repo.root / "snapshots" / "not-a-commit");
+    CHECK_THROWS_WITH(kvkey::read_model_dir(repo.root / "snapshots" / "not-a-commit"),
+                      Catch::Contains("not a snapshot"));
+  }
+  SECTION("a broken symlink is an error") {
+    fs::create_symlink("../../blobs/" + std::string(64, 'e'), repo.snapshot() / "model-00003-of-00003.safetensors");
+    CHECK_THROWS_WITH(kvkey::read_model_dir(repo.snapshot()), Catch::Contains("broken symlink"));
+  }
+}
+
+TEST_CASE("model_dir: blob names are trusted without reading; verify rehashes and reports mismatches", "[model_dir]") {
+  TempDir t;
+  const HfRepo repo(t.path(), "models--org--tampered");
+  repo.git("config.json", llama3_8b, "2222222222222222222222222222222222222222");
+  const std::string claimed = kvkey::fingerprint("what the hub served").hex();
+  repo.lfs("model.safetensors", "bytes changed on disk", claimed);
+  const auto m = kvkey::read_model_dir(repo.snapshot());
+  REQUIRE(m.weight_files.size() == 1);
+  CHECK(m.weight_files[0].sha256.hex() == claimed);  // the name, not the content
+  kvkey::ModelDirOptions o;
+  o.hashing.verify = true;
+  CHECK_THROWS_WITH(kvkey::read_model_dir(repo.snapshot(), o),
+                    Catch::Contains("model.safetensors: blob " + claimed) &&
+                        Catch::Contains(kvkey::fingerprint("bytes changed on disk").hex()));
+}
+
+TEST_CASE("model_dir: the positional fingerprint covers RoPE settings after overrides", "[model_dir]") {
+  TempDir t;
+  const fs::path d = model_dir(t, llama3_8b);
+  const auto base = kvkey::read_model_dir(d, with_revision());
+  // The canonical JSON, written out by hand from the rules in docs/format.md.
+  CHECK(base.positional_config == R"({"max_position_embeddings":8192,"rope_theta":500000})");
+  REQUIRE(base.model.positional_fingerprint);
+  CHECK(*base.model.positional_fingerprint == kvkey::fingerprint(base.positional_config));
+
+  auto o = with_revision();
+  SECTION("an override of rope_theta changes it") {
+    o.overrides = Json::parse(R"({"rope_theta": 1000000})");
+    CHECK(kvkey::read_model_dir(d, o).model.positional_fingerprint != base.model.positional_fingerprint);
+  }
+  SECTION("rope_scaling changes it; key order and number spelling do not") {
+    o.overrides = Json::parse(R"({"rope_scaling": {"rope_type": "llama3", "factor": 8.0, "low_freq_factor": 1.0}})");
+    const auto a = kvkey::read_model_dir(d, o);
+    CHECK(a.positional_config ==
+          R"({"max_position_embeddings":8192,"rope_scaling":{"factor":8,"low_freq_factor":1,"rope_type":"llama3"},)"
+          R"("rope_theta":500000})");
+    o.overrides = Json::parse(R"({"rope_scaling": {"low_freq_factor": 1, "factor": 8, "rope_type": "llama3"}})");
+    CHECK(kvkey::read_model_dir(d, o).model.positional_fingerprint == a.model.positional_fingerprint);
+  }
+  SECTION("partial_rotary_factor and max_position_embeddings change it; unrelated keys do not") {
+    o.overrides = Json::parse(R"({"partial_rotary_factor": 0.5})");
+    const auto a = kvkey::read_model_dir(d, o);
+    CHECK(a.positional_config.find("\"partial_rotary_factor\":0.5") != std::string::npos);
+    CHECK(a.model.positional_fingerprint != base.model.positional_fingerprint);
+    o.overrides = Json::parse(R"({"max_position_embeddings": 16384})");
+    CHECK(kvkey::read_model_dir(d, o).model.positional_fingerprint != base.model.positional_fingerprint);
+    o.overrides = Json::parse(R"({"rms_norm_eps": 1e-06, "rope_scaling": null})");
+    CHECK(kvkey::read_model_dir(d, o).model.positional_fingerprint == base.model.positional_fingerprint);
+  }
+  SECTION("MLA includes qk_rope_head_dim") {
+    TempDir t2;
+    const auto m = kvkey::read_model_dir(model_dir(t2, deepseek_v3), with_revision());
+    CHECK(m.positional_config.find("\"qk_rope_head_dim\":64") != std::string::npos);
+  }
+  SECTION("an object for a parameter replaces it whole; a *_config object is applied key by key") {
+    o.overrides = Json::parse(R"({"rope_scaling": {"rope_type": "linear", "factor": 2}})");
+    const auto a = kvkey::read_model_dir(d, o);
+    o.overrides = Json::parse(R"({"rope_scaling": {"factor": 2}})");
+    const auto b = kvkey::read_model_dir(d, o);
+    CHECK(b.positional_config == R"({"max_position_embeddings":8192,"rope_scaling":{"factor":2},"rope_theta":500000})");
+    CHECK(a.model.positional_fingerprint != b.model.positional_fingerprint);
+    TempDir t2;
+    const fs::path llava = model_dir(t2, llava_15_7b);
+    o.overrides = Json::parse(R"({"text_config": {"rope_theta": 20000}})");
+    const auto c = kvkey::read_model_dir(llava, o);
+    CHECK(c.num_layers == 32);  // the rest of text_config is kept
+    CHECK(c.positional_config == R"({"max_position_embeddings":4096,"rope_theta":20000})");
+  }
+  SECTION("overrides must be an object") {
+    o.overrides = Json::array();
+    CHECK_THROWS_WITH(kvkey::read_model_dir(d, o), Catch::Contains("overrides: expected a JSON object"));
+  }
+}
+
+TEST_CASE("model_dir: apply fills the identity's model and geometry, keeping the epoch", "[model_dir]") {
+  TempDir t;
+  const auto m = kvkey::read_model_dir(model_dir(t, deepseek_v3), with_revision("r1"));
+  kvkey::Identity id;
+  id.model.weights_epoch = 7;
+  m.apply(id);
+  CHECK(id.model.name == "model");
+  CHECK(id.model.revision == "r1");
+  CHECK(id.model.weights_epoch == 7);
+  CHECK(id.model.weights_fingerprint == m.model.weights_fingerprint);
+  CHECK(id.model.positional_fingerprint == m.model.positional_fingerprint);
+  CHECK(id.kv.mla);
+  CHECK(id.kv.num_kv_heads == 1);
+  CHECK(id.kv.head_dim == 576);
+  CHECK(id.kv.num_layers == 61);
+}
+
+TEST_CASE("model_dir: a PEFT adapter's fingerprint covers its weights and its config", "[model_dir]") {
+  TempDir t;
+  const fs::path d = t.path() / "my-lora";
+  write(d / "adapter_config.json", R"({"r": 16, "lora_alpha": 32, "target_modules": ["q_proj", "v_proj"]})");
+  write(d / "adapter_model.safetensors", "lora weights");
+  write(d / "README.md", "not part of it");
+  const kvkey::Adapter a = kvkey::read_adapter_dir(d);
+  CHECK(a.name == "my-lora");
+  CHECK(a.weights_fingerprint == manifest_of(d, {"adapter_config.json", "adapter_model.safetensors"}));
+  SECTION("a config change (rank, alpha, targets) changes it") {
+    write(d / "adapter_config.json", R"({"r": 16, "lora_alpha": 16, "target_modules": ["q_proj", "v_proj"]})");
+    CHECK(kvkey::read_adapter_dir(d).weights_fingerprint != a.weights_fingerprint);
+  }
+  SECTION(".bin when there is no safetensors file; a name can be given") {
+    fs::remove(d / "adapter_model.safetensors");
+    write(d / "adapter_model.bin", "lora weights");
+    kvkey::AdapterDirOptions o;
+    o.name = "sql-lora";
+    const auto b = kvkey::read_adapter_dir(d, o);
+    CHECK(b.name == "sql-lora");
+    CHECK(b.weights_fingerprint == manifest_of(d, {"adapter_config.json", "adapter_model.bin"}));
+  }
+  SECTION("errors") {
+    fs::remove(d / "adapter_model.safetensors");
+    CHECK_THROWS_WITH(kvkey::read_adapter_dir(d), Catch::Contains("no adapter_model.safetensors"));
+    write(d / "adapter_model.safetensors", "w");
+    write(d / "adapter_config.json", "{\"r\": 16,,}");
+    CHECK_THROWS_WITH(kvkey::read_adapter_dir(d), Catch::Contains("adapter_config.json:1:10: invalid JSON"));
+    fs::remove(d / "adapter_config.json");
+    CHECK_THROWS_WITH(kvkey::read_adapter_dir(d), Catch::Contains("adapter_config.json: missing"));
+  }
+}
+
+TEST_CASE("model_dir: canonical_json sorts keys, drops whitespace and writes integral numbers as integers",
+          "[model_dir]") {
+  CHECK(kvkey::canonical_json(Json::parse(R"({"b": [1.0, 2.5, -0.0], "a": {"y": true, "x": null}})")) ==
+        R"({"a":{"x":null,"y":true},"b":[1,2.5,0]})");
+  CHECK(kvkey::canonical_json(Json::parse(R"({"s": "tab\there", "e": 1e-05, "big": 1e16})")) ==
+        R"({"big":1e+16,"e":1e-05,"s":"tab\there"})");
+  CHECK(kvkey::canonical_json(Json::parse("[9007199254740994.0, 9999999999999998.0, 999999999999999.5]")) ==
+        "[9007199254740994,9999999999999998,999999999999999.5]");
+  CHECK_THROWS_WITH(kvkey::canonical_json(Json::parse("[1000000000000000.5]")),
+                    Catch::Contains("has a fraction and a magnitude of 1e15 or more"));
+}

@@ -1,0 +1,248 @@
+// SPDX-License-Identifier: Apache-2.0
+#include "cli/init.hpp"
+
+#include <kvkey/errors.hpp>
+#include <kvkey/identity.hpp>
+#include <kvkey/model_dir.hpp>
+
+#include <fcntl.h>
+#include <fmt/format.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <filesystem>
+#include <limits>
+#include <optional>
+
+#include "cli/inputs.hpp"
+#include "cli/tool.hpp"
+
+namespace kvkey_tool {
+
+namespace {
+
+constexpr std::uint64_t progress_threshold = std::uint64_t{1} << 30;  // 1 GiB
+
+// "\r[#####-----]  1.2 / 4.0 GiB  850 MiB/s" on stderr, redrawn in place.
+class ProgressBar {
+ public:
+  explicit ProgressBar(bool always) : always_(always), tty_(::isatty(STDERR_FILENO) == 1) {}
+  ~ProgressBar() {
+    if (shown_) std::fputc('\n', stderr);
+  }
+  ProgressBar(const ProgressBar&) = delete;
+  ProgressBar& operator=(const ProgressBar&) = delete;
+
+  void operator()(std::uint64_t done, std::uint64_t total) {
+    if (total == 0 || !(always_ || (tty_ && total >= progress_threshold))) return;
+    constexpr int width = 30;
+    const double fraction = total == 0 ? 1.0 : static_cast<double>(done) / static_cast<double>(total);
+    const auto filled = static_cast<int>(fraction * width);
+    const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start_).count();
+    const double gib = 1024.0 * 1024.0 * 1024.0;
+    const double rate = seconds > 0 ? static_cast<double>(done) / seconds / (1024.0 * 1024.0) : 0.0;
+    fmt::print(stderr, "\rhashing weights [{}{}] {:.2f} / {:.2f} GiB  {:.0f} MiB/s", std::string(filled, '#'),
+               std::string(width - filled, '-'), static_cast<double>(done) / gib, static_cast<double>(total) / gib,
+               rate);
+    std::fflush(stderr);
+    shown_ = true;
+  }
+
+ private:
+  bool always_;
+  bool tty_;
+  bool shown_ = false;
+  std::chrono::steady_clock::time_point start_ = std::chrono::steady_clock::now();
+};
+
+// Writes text to path through a temp file in the same directory and a rename,
+// so a reader sees the old file or the whole new one, never a part.
+void write_atomically(const std::string& path, const std::string& text) {
+  namespace fs = std::filesystem;
+  const fs::path target(path);
+  const fs::path dir = target.parent_path().empty() ? fs::path(".") : target.parent_path();
+  std::string tmpl = (dir / ("." + target.filename().string() + ".tmp.XXXXXX")).string();
+  errno = 0;
+  const int fd = ::mkstemp(tmpl.data());
+  if (fd < 0) fail("cannot write {}: {}", path, std::strerror(errno));
+  std::size_t written = 0;
+  int err = 0;
+  while (written < text.size()) {
+    const ssize_t n = ::write(fd, text.data() + written, text.size() - written);
+    if (n < 0) {
+      if (errno == EINTR) continue;
+      err = errno;
+      break;
+    }
+    written += static_cast<std::size_t>(n);
+  }
+  if (err == 0 && ::fsync(fd) != 0) err = errno;
+  if (::close(fd) != 0 && err == 0) err = errno;
+  if (err == 0) {
+    // mkstemp makes the file 0600; an identity file is not secret.
+    ::fchmodat(AT_FDCWD, tmpl.c_str(), 0644, 0);
+    if (std::rename(tmpl.c_str(), path.c_str()) != 0) err = errno;
+  }
+  if (err != 0) {
+    ::unlink(tmpl.c_str());
+    fail("cannot write {}: {}", path, std::strerror(err));
+  }
+}
+
+nlohmann::json parse_overrides(const std::string& spec) {
+  if (spec.empty()) return nlohmann::json::object();
+  const bool from_file = spec.front() == '@';
+  const std::string where = from_file ? spec.substr(1) : "--override";
+  const std::string bytes = from_file ? read_limited(where, max_config_size, "an overrides file") : spec;
+  const std::string text(from_file ? text_body(bytes, where) : std::string_view(bytes));
+  if (text.find('\0') != std::string::npos) fail("{}: NUL byte in the overrides", where);
+  try {
+    nlohmann::json j = kvkey::parse_json(text, where);
+    if (!j.is_object()) fail("{}: expected a JSON object (like vLLM's --hf-overrides), got {}", where, j.type_name());
+    return j;
+  } catch (const kvkey::input_error& e) {
+    fail("{}", without_error_id(e.what()));
+  }
+}
+
+std::uint32_t u32_option(const std::string& text, std::string_view what) {
+  return static_cast<std::uint32_t>(parse_uint_option(text, 32, what));
+}
+
+// The option that sets an identity field, for messages.
+std::string_view option_of(std::string_view field) {
+  if (field == "tenant") return "--tenant";
+  if (field == "kv.dtype") return "--kv-dtype";
+  if (field == "kv.block_size") return "--block-size";
+  if (field == "kv.layout") return "--layout";
+  if (field == "shard.tp_size") return "--tp-size";
+  if (field == "shard.tp_rank") return "--tp-rank";
+  if (field == "model.name") return "--name";
+  if (field == "model.revision") return "--revision";
+  if (field == "adapter.name") return "--adapter-name";
+  return "--model";
+}
+
+std::string hex(const std::optional<kvkey::Digest>& d) { return d ? d->hex() : std::string(); }
+
+}  // namespace
+
+CLI::App* add_init_command(CLI::App& app, InitOptions& o) {
+  auto* cmd = app.add_subcommand("init", "Write an identity file from the model (and adapter) directory an engine "
+                                         "loads: geometry from config.json, name and revision from the Hugging Face "
+                                         "cache, weights fingerprints");
+  cmd->add_option("--model", o.model, "model directory: plain, a Hugging Face cache repo (models--ORG--NAME) or one "
+                                      "of its snapshots")
+      ->required();
+  cmd->add_option("--adapter", o.adapter, "PEFT adapter directory (adapter_config.json + adapter_model.*)");
+  cmd->add_option("--adapter-name", o.adapter_name, "adapter name (default: the adapter directory's name)");
+  cmd->add_option("--tenant", o.tenant, "owner of the bytes")->required();
+  cmd->add_option("--kv-dtype", o.kv_dtype, "KV element type (fp16, bf16, fp8_e4m3, ...)")->required();
+  cmd->add_option("--block-size", o.block_size, "tokens per block")->required();
+  cmd->add_option("--layout", o.layout, "the engine's byte layout of one stored object")->required();
+  cmd->add_option("--tp-size", o.tp_size, "tensor-parallel size (default 1)");
+  cmd->add_option("--tp-rank", o.tp_rank, "this rank (default 0)");
+  cmd->add_option("--weights-epoch", o.weights_epoch, "weights epoch (default 0)");
+  cmd->add_option("--name", o.name, "model name (default: ORG/NAME in the cache, else the directory's name)");
+  cmd->add_option("--revision", o.revision, "immutable checkpoint id; in a cache repo: the ref or commit "
+                                            "(default main); required for a plain directory");
+  cmd->add_option("--override", o.overrides, "JSON object merged into config.json first (the engine's "
+                                             "--hf-overrides), or @FILE");
+  cmd->add_flag("--verify", o.verify, "rehash Hugging Face cache blobs and fail on any that does not match its name");
+  cmd->add_flag("--progress", o.progress, "always show the hashing progress bar on stderr (default: on a "
+                                          "terminal, for 1 GiB or more)");
+  cmd->add_flag("--sources", o.sources, "print where each value came from on stderr");
+  cmd->add_option("-o,--output", o.output, "write the file atomically (default: stdout)");
+  return cmd;
+}
+
+int run_init(const InitOptions& o, std::string& out) {
+  kvkey::Identity id;
+  id.tenant = o.tenant;
+  const auto dtype = kvkey::kv_dtype_from_string(o.kv_dtype);
+  if (!dtype) {
+    std::string known;
+    for (const auto& e : kvkey::detail::dtype_names) known += (known.empty() ? "" : ", ") + std::string(e.name);
+    fail("--kv-dtype: unknown dtype {} (known: {})", quote(o.kv_dtype), known);
+  }
+  id.kv.dtype = *dtype;
+  id.kv.block_size = u32_option(o.block_size, "--block-size");
+  id.kv.layout = o.layout;
+  id.shard.tp_size = u32_option(o.tp_size, "--tp-size");
+  id.shard.tp_rank = u32_option(o.tp_rank, "--tp-rank");
+  id.model.weights_epoch = parse_uint_option(o.weights_epoch, 64, "--weights-epoch");
+
+  kvkey::ModelDirOptions mo;
+  if (!o.revision.empty()) mo.revision = o.revision;
+  if (!o.name.empty()) mo.name = o.name;
+  mo.overrides = parse_overrides(o.overrides);
+  mo.hashing.verify = o.verify;
+  std::vector<kvkey::FieldSource> sources;
+  try {
+    {
+      ProgressBar bar(o.progress);
+      mo.hashing.progress = [&bar](std::uint64_t done, std::uint64_t total) { bar(done, total); };
+      const kvkey::ModelDir m = kvkey::read_model_dir(o.model, mo);
+      m.apply(id);
+      sources = m.sources;
+    }
+    if (!o.adapter.empty()) {
+      kvkey::AdapterDirOptions ao;
+      if (!o.adapter_name.empty()) ao.name = o.adapter_name;
+      ao.hashing.verify = o.verify;
+      ProgressBar bar(o.progress);
+      ao.hashing.progress = [&bar](std::uint64_t done, std::uint64_t total) { bar(done, total); };
+      id.adapter = kvkey::read_adapter_dir(o.adapter, ao);
+      sources.push_back({"adapter", "manifest of " + o.adapter + ": adapter_config.json and adapter_model.*"});
+    } else if (!o.adapter_name.empty()) {
+      fail("--adapter-name: needs --adapter");
+    }
+  } catch (const kvkey::error& e) {
+    fail("{}", without_error_id(e.what()));
+  }
+  try {
+    (void)kvkey::validated(id);
+  } catch (const kvkey::identity_error& e) {
+    std::string_view what = without_error_id(e.what());
+    const std::string lead = e.field() + ": ";
+    if (what.substr(0, lead.size()) == lead) what.remove_prefix(lead.size());
+    fail("{} ({}): {}", option_of(e.field()), e.field(), what);
+  }
+
+  // Exactly the identity file format `kvkey identity` reads (docs/cli.md).
+  Json model{{"name", id.model.name},
+             {"revision", id.model.revision},
+             {"weights_epoch", id.model.weights_epoch},
+             {"weights_fingerprint", hex(id.model.weights_fingerprint)},
+             {"positional_fingerprint", hex(id.model.positional_fingerprint)}};
+  Json kv{{"dtype", std::string(kvkey::to_string(id.kv.dtype))},
+          {"block_size", id.kv.block_size},
+          {"num_layers", id.kv.num_layers},
+          {"num_kv_heads", id.kv.num_kv_heads},
+          {"head_dim", id.kv.head_dim},
+          {"layout", id.kv.layout},
+          {"mla", id.kv.mla}};
+  Json j{{"tenant", id.tenant},
+         {"model", model},
+         {"kv", kv},
+         {"shard", Json{{"tp_size", id.shard.tp_size}, {"tp_rank", id.shard.tp_rank}}}};
+  if (id.adapter) j["adapter"] = Json{{"name", id.adapter->name}, {"weights_fingerprint", id.adapter->weights_fingerprint.hex()}};
+  const std::string text = j.dump(2) + "\n";
+
+  if (o.sources) {
+    for (const auto& s : sources) fmt::print(stderr, "  {:<30} {}\n", s.field, s.source);
+  }
+  if (o.output.empty()) {
+    out += text;
+  } else {
+    write_atomically(o.output, text);
+  }
+  return exit_ok;
+}
+
+}  // namespace kvkey_tool
