@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "kvkey/config.hpp"
+#include "kvkey/detail/endian.hpp"
 #include "kvkey/digest.hpp"
 #include "kvkey/identity.hpp"
 
@@ -40,18 +41,18 @@ inline constexpr std::size_t max_identity_encoding_size =
 namespace detail {
 
 // ---- primitives: fixed-width little-endian integers, framed strings ----------
+// (byte order: kvkey/detail/endian.hpp)
 
 inline void put_u8(Bytes& out, std::uint8_t v) { out.push_back(v); }
-inline void put_u16(Bytes& out, std::uint16_t v) {
-  out.push_back(static_cast<std::uint8_t>(v));
-  out.push_back(static_cast<std::uint8_t>(v >> 8));
+template <class U>
+void put_le(Bytes& out, U v) {
+  std::uint8_t b[sizeof(U)];
+  store_le(b, v);
+  out.insert(out.end(), b, b + sizeof b);
 }
-inline void put_u32(Bytes& out, std::uint32_t v) {
-  for (int i = 0; i < 4; ++i) out.push_back(static_cast<std::uint8_t>(v >> (8 * i)));
-}
-inline void put_u64(Bytes& out, std::uint64_t v) {
-  for (int i = 0; i < 8; ++i) out.push_back(static_cast<std::uint8_t>(v >> (8 * i)));
-}
+inline void put_u16(Bytes& out, std::uint16_t v) { put_le(out, v); }
+inline void put_u32(Bytes& out, std::uint32_t v) { put_le(out, v); }
+inline void put_u64(Bytes& out, std::uint64_t v) { put_le(out, v); }
 inline void put_bytes(Bytes& out, const void* p, std::size_t n) {
   const auto* b = static_cast<const std::uint8_t*>(p);
   out.insert(out.end(), b, b + n);
@@ -59,26 +60,6 @@ inline void put_bytes(Bytes& out, const void* p, std::size_t n) {
 inline void put_str(Bytes& out, std::string_view s) {
   put_u32(out, static_cast<std::uint32_t>(s.size()));
   put_bytes(out, s.data(), s.size());
-}
-
-inline void store_u32(std::uint8_t* p, std::uint32_t v) noexcept {
-  for (int i = 0; i < 4; ++i) p[i] = static_cast<std::uint8_t>(v >> (8 * i));
-}
-inline void store_u64(std::uint8_t* p, std::uint64_t v) noexcept {
-  for (int i = 0; i < 8; ++i) p[i] = static_cast<std::uint8_t>(v >> (8 * i));
-}
-inline std::uint16_t load_u16(const std::uint8_t* p) noexcept {
-  return static_cast<std::uint16_t>(p[0] | (p[1] << 8));
-}
-inline std::uint32_t load_u32(const std::uint8_t* p) noexcept {
-  std::uint32_t v = 0;
-  for (int i = 3; i >= 0; --i) v = (v << 8) | p[i];
-  return v;
-}
-inline std::uint64_t load_u64(const std::uint8_t* p) noexcept {
-  std::uint64_t v = 0;
-  for (int i = 7; i >= 0; --i) v = (v << 8) | p[i];
-  return v;
 }
 
 /// Bounds-checked reader over untrusted bytes. Every get_* returns false (and

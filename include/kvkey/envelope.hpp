@@ -12,6 +12,7 @@
 #include <string_view>
 
 #include "kvkey/config.hpp"
+#include "kvkey/detail/endian.hpp"
 #include "kvkey/digest.hpp"
 #include "kvkey/encode.hpp"
 #include "kvkey/identity.hpp"
@@ -93,10 +94,8 @@ inline Envelope envelope_template(const Bytes& identity_encoding, const Slice& s
                 "every valid identity must fit in an envelope");
   Envelope e{};
   std::memcpy(e.data() + envelope_layout::magic, envelope_magic, sizeof envelope_magic);
-  e[envelope_layout::version] = static_cast<std::uint8_t>(format_version);
-  e[envelope_layout::version + 1] = static_cast<std::uint8_t>(format_version >> 8);
-  e[envelope_layout::size] = static_cast<std::uint8_t>(envelope_size);
-  e[envelope_layout::size + 1] = static_cast<std::uint8_t>(envelope_size >> 8);
+  store_u16(e.data() + envelope_layout::version, format_version);
+  store_u16(e.data() + envelope_layout::size, static_cast<std::uint16_t>(envelope_size));
   store_u32(e.data() + envelope_layout::identity_len, static_cast<std::uint32_t>(identity_encoding.size()));
   store_u32(e.data() + envelope_layout::slice + 0, s.kv_head_begin);
   store_u32(e.data() + envelope_layout::slice + 4, s.kv_head_end);

@@ -21,6 +21,7 @@
 #include <vector>
 
 #include "kvkey/config.hpp"
+#include "kvkey/detail/endian.hpp"
 #include "kvkey/digest.hpp"
 #include "kvkey/errors.hpp"
 #include "kvkey/sha256.hpp"
@@ -49,12 +50,8 @@ struct LegacyKey {
 
 namespace detail {
 
-inline void put_be32(std::uint8_t* p, std::uint32_t v) noexcept {
-  for (int i = 0; i < 4; ++i) p[i] = static_cast<std::uint8_t>(v >> (8 * (3 - i)));
-}
-inline void put_be64(std::uint8_t* p, std::uint64_t v) noexcept {
-  for (int i = 0; i < 8; ++i) p[i] = static_cast<std::uint8_t>(v >> (8 * (7 - i)));
-}
+using ::kvkey::detail::store_u32_be;
+using ::kvkey::detail::store_u64_be;
 
 // Token ids are unsigned 64-bit in the legacy scheme: signed inputs must not be negative.
 template <class T>
@@ -143,9 +140,9 @@ void extend_block_hashes(std::vector<Digest>& hashes, const T* tokens, std::size
                       std::to_string(full) + " full blocks in " + std::to_string(count) + " tokens");
   }
   std::uint8_t size_be[4];
-  detail::put_be32(size_be, block_size);
+  detail::store_u32_be(size_be, block_size);
   std::uint8_t extra_len_be[4];
-  detail::put_be32(extra_len_be, static_cast<std::uint32_t>(extra_identity.size()));
+  detail::store_u32_be(extra_len_be, static_cast<std::uint32_t>(extra_identity.size()));
 
   constexpr std::size_t chunk_tokens = 256;
   std::uint8_t buf[8 * chunk_tokens];
@@ -158,7 +155,7 @@ void extend_block_hashes(std::vector<Digest>& hashes, const T* tokens, std::size
     const T* block = tokens + b * bs;
     for (std::size_t i = 0; i < bs;) {
       const std::size_t n = std::min(chunk_tokens, bs - i);
-      for (std::size_t j = 0; j < n; ++j) detail::put_be64(buf + 8 * j, detail::token_value(block[i + j], b * bs + i + j));
+      for (std::size_t j = 0; j < n; ++j) detail::store_u64_be(buf + 8 * j, detail::token_value(block[i + j], b * bs + i + j));
       h.update(buf, 8 * n);
       i += n;
     }
