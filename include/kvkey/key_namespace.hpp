@@ -15,6 +15,7 @@
 #include <vector>
 
 #include "kvkey/config.hpp"
+#include "kvkey/detail/sha256_native.hpp"
 #include "kvkey/digest.hpp"
 #include "kvkey/encode.hpp"
 #include "kvkey/envelope.hpp"
