@@ -1,4 +1,8 @@
 // SPDX-License-Identifier: Apache-2.0
+// kvkey::BatchHasher: the block hashes of many prompts at once on a small pool
+// of threads (a scheduler admitting a batch), exactly KeyNamespace::block_hashes
+// per prompt. For one prompt call KeyNamespace::block_hashes
+// (kvkey/key_namespace.hpp) directly.
 #ifndef KVKEY_BATCH_HPP
 #define KVKEY_BATCH_HPP
 

@@ -1,4 +1,8 @@
 // SPDX-License-Identifier: Apache-2.0
+// kvkey::Digest: the 32-byte value of every root, block hash, object hash and
+// fingerprint, with hex printing and parsing (from_hex throws, try_from_hex does not).
+// To compute one reach for Sha256 (kvkey/sha256.hpp), fingerprint()
+// (kvkey/fingerprint.hpp) or a KeyNamespace.
 #ifndef KVKEY_DIGEST_HPP
 #define KVKEY_DIGEST_HPP
 

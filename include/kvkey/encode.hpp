@@ -1,4 +1,8 @@
 // SPDX-License-Identifier: Apache-2.0
+// The canonical identity encoding (docs/format.md, "Identity encoding"):
+// encode_identity, decode_identity, and the per-field view that names the
+// first difference between two identities. A KeyNamespace encodes its identity
+// itself; reach for this header to inspect or compare encodings.
 #ifndef KVKEY_ENCODE_HPP
 #define KVKEY_ENCODE_HPP
 

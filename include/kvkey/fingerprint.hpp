@@ -1,4 +1,8 @@
 // SPDX-License-Identifier: Apache-2.0
+// fingerprint() and fingerprint_file(): plain SHA-256 of bytes or of a file,
+// for the identity's weights, adapter weights and static scales (the value
+// `sha256sum` prints). For hashing in general reach for Sha256
+// (kvkey/sha256.hpp).
 #ifndef KVKEY_FINGERPRINT_HPP
 #define KVKEY_FINGERPRINT_HPP
 

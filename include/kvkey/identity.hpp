@@ -1,4 +1,8 @@
 // SPDX-License-Identifier: Apache-2.0
+// kvkey::Identity: everything that changes the meaning or the ownership of
+// stored KV bytes (model lineage, KV format, tenant, adapter, shard), its
+// validation, and visit_identity_fields, the one list of its salient fields.
+// Fill one in and build a KeyNamespace (kvkey/key_namespace.hpp) from it.
 #ifndef KVKEY_IDENTITY_HPP
 #define KVKEY_IDENTITY_HPP
 

@@ -1,4 +1,10 @@
 // SPDX-License-Identifier: Apache-2.0
+// kvkey::KeyNamespace: everything one deployment's rank derives from its
+// Identity (kvkey/identity.hpp): the chain of block hashes, the store keys and
+// the envelopes it seals and verifies. Build one per (identity, rank) and share
+// it. For many prompts at once reach for BatchHasher (kvkey/batch.hpp); for a
+// keyed namespace, KeyNamespace<HmacSha256> (kvkey/hmac.hpp); to count how much
+// of a prompt the store can serve, reusable_prefix (kvkey/prefix.hpp).
 #ifndef KVKEY_KEY_NAMESPACE_HPP
 #define KVKEY_KEY_NAMESPACE_HPP
 

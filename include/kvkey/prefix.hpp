@@ -1,4 +1,7 @@
 // SPDX-License-Identifier: Apache-2.0
+// reusable_prefix(): how many leading blocks of a prompt every shard can serve,
+// counted from per-(block, shard) lookups or Verdicts; an unverified block is
+// never counted. KeyNamespace::reusable_prefix passes its block size.
 #ifndef KVKEY_PREFIX_HPP
 #define KVKEY_PREFIX_HPP
 
