@@ -6,6 +6,8 @@
 #ifndef KVKEY_IDENTITY_HPP
 #define KVKEY_IDENTITY_HPP
 
+#include <array>
+#include <cstddef>
 #include <cstdint>
 #include <iterator>
 #include <optional>
@@ -52,6 +54,14 @@ inline constexpr DtypeName dtype_names[] = {
 
 /// Every KvDtype except `unset`, in code order.
 inline constexpr std::size_t kv_dtype_count = std::size(detail::dtype_names);
+
+/// Every KvDtype except `unset`, in code order: the types an identity can name
+/// (to_string gives each one's name), e.g. for a tool's list of known dtypes.
+constexpr std::array<KvDtype, kv_dtype_count> all_dtypes() noexcept {
+  std::array<KvDtype, kv_dtype_count> out{};
+  for (std::size_t i = 0; i < kv_dtype_count; ++i) out[i] = detail::dtype_names[i].dtype;
+  return out;
+}
 
 /// "fp16", "fp8_e4m3", ...; "unset" for KvDtype::unset; "invalid" for a value
 /// that is not an enumerator.

@@ -106,7 +106,7 @@ kvkey::KvDtype to_dtype(const py::handle& obj, const char* what) {
     if (s == "unset") return kvkey::KvDtype::unset;
     if (auto d = kvkey::kv_dtype_from_string(s)) return *d;
     std::string known;
-    for (const auto& e : kvkey::detail::dtype_names) known.append(known.empty() ? "" : ", ").append(e.name);
+    for (const auto d : kvkey::all_dtypes()) known.append(known.empty() ? "" : ", ").append(kvkey::to_string(d));
     throw_input_error(std::string(what) + ": unknown dtype '" + s + "' (known: " + known + ")");
   }
   if (!py::isinstance<kvkey::KvDtype>(obj)) {
@@ -318,7 +318,7 @@ std::string slice_repr(const kvkey::Slice& s) {
 void bind_identity(py::module_& m) {
   py::enum_<kvkey::KvDtype> dtype_enum(m, "KvDtype", "Element type of the stored KV (codes are part of the byte format).");
   dtype_enum.value("unset", kvkey::KvDtype::unset);
-  for (const auto& e : kvkey::detail::dtype_names) dtype_enum.value(std::string(e.name).c_str(), e.dtype);
+  for (const auto d : kvkey::all_dtypes()) dtype_enum.value(std::string(kvkey::to_string(d)).c_str(), d);
   m.def(
       "kv_dtype_from_string", [](const std::string& s) { return to_dtype(py::str(s), "kv_dtype_from_string"); },
       py::arg("name"), "Parses 'fp16', 'fp8_e4m3', ...; an unknown name raises InputError.");

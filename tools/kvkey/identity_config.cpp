@@ -97,9 +97,9 @@ class Section {
     const std::string name = string(key, v);
     if (const auto d = kvkey::kv_dtype_from_string(name)) return *d;
     std::string known;
-    for (const auto& e : kvkey::detail::dtype_names) {
+    for (const kvkey::KvDtype d : kvkey::all_dtypes()) {
       if (!known.empty()) known += ", ";
-      known += e.name;
+      known += kvkey::to_string(d);
     }
     fail("{}: {}: unknown dtype {} (known: {})", file_, field(key), quote(name), known);
   }
