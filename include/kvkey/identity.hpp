@@ -14,6 +14,7 @@
 #include <string>
 #include <string_view>
 #include <utility>
+#include <vector>
 
 #include "kvkey/config.hpp"
 #include "kvkey/digest.hpp"
@@ -225,6 +226,36 @@ template <class A, class Visitor>
 void visit_adapter_fields(A& a, Visitor&& v) {
   v("adapter.name", a.name);
   v("adapter.weights_fingerprint", a.weights_fingerprint);
+}
+
+namespace detail {
+struct FieldNameCollector {
+  std::vector<std::string_view>& names;
+  template <class T>
+  void operator()(std::string_view path, const T&) const {
+    names.push_back(path);
+  }
+  void operator()(std::string_view path, const std::optional<Adapter>& a) const {
+    names.push_back(path);
+    visit_adapter_fields(*a, *this);
+  }
+};
+}  // namespace detail
+
+/// The dotted path of every salient field in encoding order, as the visitors
+/// name them: "tenant", "model.name", ..., "kv.mla", "adapter", then the
+/// adapter's members "adapter.name", "adapter.weights_fingerprint". Its size()
+/// is the number of salient fields. A printout of an identity (describe(), the
+/// CLI, the Python repr) is checked against it.
+inline const std::vector<std::string_view>& identity_field_names() {
+  static const std::vector<std::string_view> names = [] {
+    std::vector<std::string_view> out;
+    Identity id;
+    id.adapter.emplace();
+    visit_identity_fields(id, detail::FieldNameCollector{out});
+    return out;
+  }();
+  return names;
 }
 
 namespace detail {
