@@ -72,6 +72,7 @@ class BatchHasher {
   /// run, then the exception of the first such request (in request order) is
   /// rethrown.
   template <class Hash, class T>
+  [[nodiscard]]
   std::vector<std::vector<Digest>> block_hashes(const KeyNamespace<Hash>& ns,
                                                 const std::vector<BlockHashRequest<T>>& requests) {
     std::vector<std::vector<Digest>> out;
@@ -147,6 +148,7 @@ class BatchHasher {
 
   /// The same options for every prompt.
   template <class Hash, class T>
+  [[nodiscard]]
   std::vector<std::vector<Digest>> block_hashes(const KeyNamespace<Hash>& ns, const std::vector<std::vector<T>>& prompts,
                                                 const HashOptions& options = {}) {
     std::vector<BlockHashRequest<T>> requests;
@@ -235,6 +237,7 @@ class BatchHasher {
 /// included), starting and joining the workers inside the call. Prefer a
 /// long-lived BatchHasher on a scheduler's hot path.
 template <class Hash, class T>
+[[nodiscard]]
 std::vector<std::vector<Digest>> block_hashes_batch(const KeyNamespace<Hash>& ns,
                                                     const std::vector<BlockHashRequest<T>>& requests,
                                                     unsigned threads) {

@@ -185,7 +185,7 @@ struct FieldDecoder {
 /// The canonical encoding of a (validated) identity: identity_tag, the format
 /// version (u16le), then every field of visit_identity_fields in order. The
 /// shard is not part of it. docs/format.md specifies every byte.
-inline Bytes encode_identity(const Identity& id) {
+[[nodiscard]] inline Bytes encode_identity(const Identity& id) {
   Bytes out;
   out.reserve(256);
   detail::put_bytes(out, identity_tag, sizeof identity_tag);
@@ -197,7 +197,7 @@ inline Bytes encode_identity(const Identity& id) {
 /// Parses an identity encoding produced by encode_identity. Returns nullopt if
 /// the bytes are not exactly one well-formed encoding of the current format
 /// version. The result's shard is left at its defaults. Never reads out of bounds.
-inline std::optional<Identity> decode_identity(const std::uint8_t* data, std::size_t size) {
+[[nodiscard]] inline std::optional<Identity> decode_identity(const std::uint8_t* data, std::size_t size) {
   detail::Reader in(data, size);
   const std::uint8_t* tag;
   if (!in.take(sizeof identity_tag, tag) || std::memcmp(tag, identity_tag, sizeof identity_tag) != 0) {
@@ -237,7 +237,7 @@ struct Flattener {
 /// contributes "adapter" (its presence byte) and, when present, its members.
 /// Concatenating the bytes after the tag and version gives encode_identity.
 /// The mismatch report and the tests walk this list.
-inline std::vector<EncodedField> encoded_fields(const Identity& id) {
+[[nodiscard]] inline std::vector<EncodedField> encoded_fields(const Identity& id) {
   std::vector<EncodedField> fields;
   visit_identity_fields(id, detail::Flattener{fields});
   return fields;
@@ -245,7 +245,7 @@ inline std::vector<EncodedField> encoded_fields(const Identity& id) {
 
 /// The dotted path of the first salient field in which a and b differ, or an
 /// empty view when they encode the same.
-inline std::string_view first_difference(const Identity& a, const Identity& b) {
+[[nodiscard]] inline std::string_view first_difference(const Identity& a, const Identity& b) {
   const auto fa = encoded_fields(a);
   const auto fb = encoded_fields(b);
   const std::size_t n = fa.size() < fb.size() ? fa.size() : fb.size();

@@ -51,7 +51,7 @@ enum class Reason : std::uint8_t {
   size_mismatch,        ///< the payload size differs from what the reader expects
 };
 
-constexpr std::string_view to_string(Reason r) noexcept {
+[[nodiscard]] constexpr std::string_view to_string(Reason r) noexcept {
   switch (r) {
     case Reason::ok: return "ok";
     case Reason::malformed: return "malformed";
@@ -65,7 +65,7 @@ constexpr std::string_view to_string(Reason r) noexcept {
 
 /// The outcome of verifying a header: a value, not an exception. Anything but
 /// ok() means the object must be treated as a miss.
-struct Verdict {
+struct [[nodiscard]] Verdict {
   Reason reason = Reason::malformed;
   /// Where the difference is: for identity_mismatch the dotted path of the
   /// first differing field ("kv.dtype", "model.weights_epoch", "tenant",
@@ -119,7 +119,7 @@ inline Slice load_slice(const std::uint8_t* p) noexcept {
 /// Parses an envelope's fields without judging them against any identity.
 /// Returns nullopt (never undefined behaviour) when the bytes are not a
 /// well-formed envelope of the current format version.
-inline std::optional<EnvelopeContents> decode_envelope(const std::uint8_t* header, std::size_t len) {
+[[nodiscard]] inline std::optional<EnvelopeContents> decode_envelope(const std::uint8_t* header, std::size_t len) {
   namespace L = envelope_layout;
   if (header == nullptr || len != envelope_size) return std::nullopt;
   if (std::memcmp(header + L::magic, envelope_magic, sizeof envelope_magic) != 0) return std::nullopt;

@@ -24,12 +24,12 @@ KVKEY_BEGIN_NAMESPACE
 /// Plain SHA-256 of a byte string: the same value `sha256sum` prints, so an
 /// operator can check a fingerprint by hand. Use it for weights, adapter weights
 /// and static quantization scales that are held in memory.
-inline Digest fingerprint(std::string_view bytes) { return Sha256::hash(bytes.data(), bytes.size()); }
+[[nodiscard]] inline Digest fingerprint(std::string_view bytes) { return Sha256::hash(bytes.data(), bytes.size()); }
 
 /// Plain SHA-256 of a file's contents, streamed in 1 MiB chunks so a multi-GB
 /// checkpoint is never held in memory. Equal to `sha256sum PATH`.
 /// Throws io_error naming the path when the file cannot be opened or read.
-inline Digest fingerprint_file(const std::string& path) {
+[[nodiscard]] inline Digest fingerprint_file(const std::string& path) {
   struct Closer {
     void operator()(std::FILE* f) const noexcept { std::fclose(f); }
   };

@@ -100,7 +100,7 @@ struct Describer {
 /// absent optionals "none", an absent adapter "adapter=none") and then the
 /// shard, for logs and tools. Strings are printed as they are, except that
 /// control characters, bytes that are not UTF-8 and '\' are escaped as \xHH.
-inline std::string describe(const Identity& id) {
+[[nodiscard]] inline std::string describe(const Identity& id) {
   std::string out;
   visit_identity_fields(id, detail::Describer{out});
   out += fmt::format(" shard.tp={}/{} shard.pp={}/{}", id.shard.tp_rank, id.shard.tp_size, id.shard.pp_rank,

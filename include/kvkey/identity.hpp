@@ -58,7 +58,7 @@ inline constexpr std::size_t kv_dtype_count = std::size(detail::dtype_names);
 
 /// Every KvDtype except `unset`, in code order: the types an identity can name
 /// (to_string gives each one's name), e.g. for a tool's list of known dtypes.
-constexpr std::array<KvDtype, kv_dtype_count> all_dtypes() noexcept {
+[[nodiscard]] constexpr std::array<KvDtype, kv_dtype_count> all_dtypes() noexcept {
   std::array<KvDtype, kv_dtype_count> out{};
   for (std::size_t i = 0; i < kv_dtype_count; ++i) out[i] = detail::dtype_names[i].dtype;
   return out;
@@ -66,7 +66,7 @@ constexpr std::array<KvDtype, kv_dtype_count> all_dtypes() noexcept {
 
 /// "fp16", "fp8_e4m3", ...; "unset" for KvDtype::unset; "invalid" for a value
 /// that is not an enumerator.
-constexpr std::string_view to_string(KvDtype d) noexcept {
+[[nodiscard]] constexpr std::string_view to_string(KvDtype d) noexcept {
   if (d == KvDtype::unset) return "unset";
   for (const auto& e : detail::dtype_names) {
     if (e.dtype == d) return e.name;
@@ -75,7 +75,7 @@ constexpr std::string_view to_string(KvDtype d) noexcept {
 }
 
 /// Parses a dtype name as printed by to_string (exact, lowercase).
-constexpr std::optional<KvDtype> kv_dtype_from_string(std::string_view s) noexcept {
+[[nodiscard]] constexpr std::optional<KvDtype> kv_dtype_from_string(std::string_view s) noexcept {
   for (const auto& e : detail::dtype_names) {
     if (e.name == s) return e.dtype;
   }
@@ -84,7 +84,7 @@ constexpr std::optional<KvDtype> kv_dtype_from_string(std::string_view s) noexce
 
 /// True for the enumerators that name a real type (not `unset`, not an
 /// out-of-range value read from the wire).
-constexpr bool is_valid(KvDtype d) noexcept {
+[[nodiscard]] constexpr bool is_valid(KvDtype d) noexcept {
   return d != KvDtype::unset && to_string(d) != "invalid";
 }
 
@@ -247,7 +247,7 @@ struct FieldNameCollector {
 /// adapter's members "adapter.name", "adapter.weights_fingerprint". Its size()
 /// is the number of salient fields. A printout of an identity (describe(), the
 /// CLI, the Python repr) is checked against it.
-inline const std::vector<std::string_view>& identity_field_names() {
+[[nodiscard]] inline const std::vector<std::string_view>& identity_field_names() {
   static const std::vector<std::string_view> names = [] {
     std::vector<std::string_view> out;
     Identity id;
@@ -333,7 +333,7 @@ inline std::string str(std::uint32_t v) { return std::to_string(v); }
 /// [r*H/tp, (r+1)*H/tp); tp > H needs tp % H == 0 and gives head r/(tp/H)
 /// (replicas); an MLA latent cache is whole on every rank; layers split evenly
 /// across pp stages. Throws identity_error naming the field on bad geometry.
-inline Slice resolve_slice(const Kv& kv, const Shard& shard) {
+[[nodiscard]] inline Slice resolve_slice(const Kv& kv, const Shard& shard) {
   using detail::str;
   detail::check_positive("kv.num_layers", kv.num_layers);
   detail::check_positive("kv.num_kv_heads", kv.num_kv_heads);
@@ -382,7 +382,7 @@ inline Slice resolve_slice(const Kv& kv, const Shard& shard) {
 /// Checks every field and returns the identity as it is encoded: under the
 /// single_tenant policy the (empty) tenant becomes single_tenant_name.
 /// Throws identity_error whose field() names the first invalid field.
-inline Identity validated(Identity id, const Policy& policy = {}) {
+[[nodiscard]] inline Identity validated(Identity id, const Policy& policy = {}) {
   if (policy.tenant == TenantPolicy::single_tenant) {
     if (!id.tenant.empty()) {
       throw identity_error("tenant", "must be empty under the single_tenant policy (got a tenant name; "

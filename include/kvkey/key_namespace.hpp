@@ -40,7 +40,7 @@ inline constexpr std::size_t max_store_key_size = 256;
 
 /// "kvk1/<tenant>/": every key of one tenant starts with it (list or purge a
 /// tenant by prefix). Throws identity_error if the tenant is not valid.
-inline std::string tenant_key_prefix(std::string_view tenant) {
+[[nodiscard]] inline std::string tenant_key_prefix(std::string_view tenant) {
   if (tenant != single_tenant_name) detail::check_tenant(tenant);
   std::string p(store_key_tag);
   p.append(tenant).push_back('/');
@@ -109,16 +109,20 @@ class KeyNamespace {
 
   /// Hashes of every full block of tokens (a partial tail is not hashed).
   /// Every token id, the partial tail's included, must lie in [0, 2^32); others throw input_error naming the index.
+  [[nodiscard]]
   std::vector<Digest> block_hashes(const std::vector<std::int32_t>& tokens, const HashOptions& opt = {}) const {
     return block_hashes(tokens.data(), tokens.size(), opt);
   }
+  [[nodiscard]]
   std::vector<Digest> block_hashes(const std::vector<std::int64_t>& tokens, const HashOptions& opt = {}) const {
     return block_hashes(tokens.data(), tokens.size(), opt);
   }
+  [[nodiscard]]
   std::vector<Digest> block_hashes(const std::vector<std::uint32_t>& tokens, const HashOptions& opt = {}) const {
     return block_hashes(tokens.data(), tokens.size(), opt);
   }
   template <class T>
+  [[nodiscard]]
   std::vector<Digest> block_hashes(const T* tokens, std::size_t count, const HashOptions& opt = {}) const {
     std::vector<Digest> out;
     extend_block_hashes(out, tokens, count, opt);
@@ -142,7 +146,7 @@ class KeyNamespace {
   }
 
   /// The parent of block 0: root() without salt, H('S', root, salt) with one.
-  Digest first_parent(std::string_view salt) const { return chain_.first_parent(salt); }
+  [[nodiscard]] Digest first_parent(std::string_view salt) const { return chain_.first_parent(salt); }
 
   /// The chain engine (kvkey/detail/chain.hpp), for kvkey's own BatchHasher.
   /// Internal: not part of the documented API.
@@ -152,7 +156,7 @@ class KeyNamespace {
 
   /// H('O', block_hash, slice): the content address of this rank's object for
   /// the block. Ranks holding the same slice get the same object hash.
-  Digest object_hash(const Digest& block_hash) const {
+  [[nodiscard]] Digest object_hash(const Digest& block_hash) const {
     std::uint8_t m[1 + Digest::size_bytes + 16];
     m[0] = detail::domain_object;
     std::memcpy(m + 1, block_hash.data(), Digest::size_bytes);
@@ -165,7 +169,7 @@ class KeyNamespace {
 
   /// "kvk1/<tenant>/<model>/e<epoch>/<64 hex of object_hash>": printable ASCII,
   /// at most max_store_key_size bytes.
-  std::string store_key(const Digest& block_hash) const {
+  [[nodiscard]] std::string store_key(const Digest& block_hash) const {
     std::string key;
     key.reserve(key_prefix_.size() + 2 * Digest::size_bytes);
     key.append(key_prefix_);
@@ -178,13 +182,13 @@ class KeyNamespace {
   /// namespace's epoch (all ranks, all adapters and formats of that model name).
   const std::string& key_prefix() const noexcept { return key_prefix_; }
   /// "kvk1/<tenant>/": the prefix of every key of this tenant.
-  std::string tenant_prefix() const { return tenant_key_prefix(id_.tenant); }
+  [[nodiscard]] std::string tenant_prefix() const { return tenant_key_prefix(id_.tenant); }
 
   // ---- envelopes ----------------------------------------------------------------
 
   /// The header to store with this rank's object for block_hash, whose KV bytes
   /// are payload_size long. Always envelope_size bytes.
-  Envelope seal(const Digest& block_hash, std::uint64_t payload_size) const noexcept {
+  [[nodiscard]] Envelope seal(const Digest& block_hash, std::uint64_t payload_size) const noexcept {
     Envelope e = envelope_;
     detail::envelope_fill(e, block_hash, payload_size);
     return e;
@@ -192,8 +196,11 @@ class KeyNamespace {
 
   /// Checks a header read from the store against what this namespace would have
   /// sealed for block_hash and payload_size. Fail closed: anything but ok()
-  /// means the object is a miss. Never throws, never reads outside
-  /// [header, header + header_len).
+  /// means the object is a miss. Never reads outside [header, header +
+  /// header_len). Whatever the header's bytes, the outcome is a Verdict, never
+  /// a kvkey::error; the only exception is std::bad_alloc, when naming the
+  /// reason for a rejected header (decoding its identity) runs out of memory.
+  /// Accepting a header allocates nothing.
   Verdict verify(const std::uint8_t* header, std::size_t header_len, const Digest& block_hash,
                  std::uint64_t payload_size) const {
     if (header != nullptr && header_len == envelope_size) {
@@ -219,6 +226,7 @@ class KeyNamespace {
 
   /// reusable_prefix() with this namespace's block size.
   template <class Results>
+  [[nodiscard]]
   ReusablePrefix reusable_prefix(const Results& block_major_results, std::size_t shards_per_block,
                                  std::size_t max_tokens = std::numeric_limits<std::size_t>::max()) const {
     return kvkey::reusable_prefix(block_major_results, shards_per_block, block_size(), max_tokens);

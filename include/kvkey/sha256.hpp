@@ -108,7 +108,7 @@ class Sha256 {
   }
 
   /// One-shot SHA-256 of a byte range.
-  static Digest hash(const void* data, std::size_t size) {
+  [[nodiscard]] static Digest hash(const void* data, std::size_t size) {
     Sha256 h;
     h.update(data, size);
     return h.result();
