@@ -104,14 +104,7 @@ void check_tokens(const T* t, std::size_t n, std::size_t first_index) {
 template <class T>
 void put_tokens(std::uint8_t* p, const T* t, std::size_t n, std::size_t first_index) {
   check_tokens(t, n, first_index);
-#if defined(__BYTE_ORDER__) && __BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__
-  for (std::size_t i = 0; i < n; ++i) {
-    const auto v = static_cast<std::uint32_t>(t[i]);
-    std::memcpy(p + 4 * i, &v, 4);
-  }
-#else
-  for (std::size_t i = 0; i < n; ++i) store_u32(p + 4 * i, static_cast<std::uint32_t>(t[i]));
-#endif
+  store_u32_array(p, t, n);
 }
 
 /// The chain of one namespace: its root (the hash of the identity encoding),

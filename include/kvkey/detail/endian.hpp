@@ -7,6 +7,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <cstring>
 
 #include "kvkey/config.hpp"
 
@@ -34,6 +35,20 @@ inline void store_u64(std::uint8_t* p, std::uint64_t v) noexcept { store_le(p, v
 inline std::uint16_t load_u16(const std::uint8_t* p) noexcept { return load_le<std::uint16_t>(p); }
 inline std::uint32_t load_u32(const std::uint8_t* p) noexcept { return load_le<std::uint32_t>(p); }
 inline std::uint64_t load_u64(const std::uint8_t* p) noexcept { return load_le<std::uint64_t>(p); }
+
+/// v[0, n) as consecutive u32le; each value must fit in 32 bits. On a
+/// little-endian machine it is one memcpy per value, a loop that vectorizes.
+template <class T>
+void store_u32_array(std::uint8_t* p, const T* v, std::size_t n) noexcept {
+#if defined(__BYTE_ORDER__) && __BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__
+  for (std::size_t i = 0; i < n; ++i) {
+    const auto x = static_cast<std::uint32_t>(v[i]);
+    std::memcpy(p + 4 * i, &x, 4);
+  }
+#else
+  for (std::size_t i = 0; i < n; ++i) store_u32(p + 4 * i, static_cast<std::uint32_t>(v[i]));
+#endif
+}
 
 // Big-endian.
 
