@@ -1,4 +1,8 @@
 // SPDX-License-Identifier: Apache-2.0
+// kvkey::BatchHasher: the block hashes of many prompts at once on a small pool
+// of threads (a scheduler admitting a batch), exactly KeyNamespace::block_hashes
+// per prompt. For one prompt call KeyNamespace::block_hashes
+// (kvkey/key_namespace.hpp) directly.
 #ifndef KVKEY_BATCH_HPP
 #define KVKEY_BATCH_HPP
 
@@ -68,6 +72,7 @@ class BatchHasher {
   /// run, then the exception of the first such request (in request order) is
   /// rethrown.
   template <class Hash, class T>
+  [[nodiscard]]
   std::vector<std::vector<Digest>> block_hashes(const KeyNamespace<Hash>& ns,
                                                 const std::vector<BlockHashRequest<T>>& requests) {
     std::vector<std::vector<Digest>> out;
@@ -118,8 +123,8 @@ class BatchHasher {
       std::vector<Digest> mine_b = std::move(out[b]);
       bool done = false;
       try {
-        done = ns.block_hashes_pair(mine_a, requests[a].tokens, requests[a].count, options(a), mine_b,
-                                    requests[b].tokens, requests[b].count, options(b));
+        done = ns.chain().block_hashes_pair(mine_a, requests[a].tokens, requests[a].count, options(a), mine_b,
+                                            requests[b].tokens, requests[b].count, options(b));
       } catch (...) {  // only resource exhaustion gets here: tokens were checked
         errors[a] = errors[b] = std::current_exception();
       }
@@ -143,6 +148,7 @@ class BatchHasher {
 
   /// The same options for every prompt.
   template <class Hash, class T>
+  [[nodiscard]]
   std::vector<std::vector<Digest>> block_hashes(const KeyNamespace<Hash>& ns, const std::vector<std::vector<T>>& prompts,
                                                 const HashOptions& options = {}) {
     std::vector<BlockHashRequest<T>> requests;
@@ -231,6 +237,7 @@ class BatchHasher {
 /// included), starting and joining the workers inside the call. Prefer a
 /// long-lived BatchHasher on a scheduler's hot path.
 template <class Hash, class T>
+[[nodiscard]]
 std::vector<std::vector<Digest>> block_hashes_batch(const KeyNamespace<Hash>& ns,
                                                     const std::vector<BlockHashRequest<T>>& requests,
                                                     unsigned threads) {

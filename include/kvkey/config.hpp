@@ -1,5 +1,7 @@
 // kvkey: lineage-aware keys and fail-closed envelopes for shared KV-cache stores.
 // SPDX-License-Identifier: Apache-2.0
+// The library and byte-format versions and the versioned namespace macros.
+// Every kvkey header includes it; users include kvkey/kvkey.hpp instead.
 #ifndef KVKEY_CONFIG_HPP
 #define KVKEY_CONFIG_HPP
 

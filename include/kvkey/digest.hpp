@@ -1,4 +1,8 @@
 // SPDX-License-Identifier: Apache-2.0
+// kvkey::Digest: the 32-byte value of every root, block hash, object hash and
+// fingerprint, with hex printing and parsing (from_hex throws, try_from_hex does not).
+// To compute one reach for Sha256 (kvkey/sha256.hpp), fingerprint()
+// (kvkey/fingerprint.hpp) or a KeyNamespace.
 #ifndef KVKEY_DIGEST_HPP
 #define KVKEY_DIGEST_HPP
 
@@ -39,7 +43,7 @@ class Digest {
   constexpr explicit Digest(const storage& bytes) noexcept : bytes_(bytes) {}
 
   /// Copies exactly 32 bytes; any other length is an input_error.
-  static Digest from_bytes(const void* data, std::size_t size) {
+  [[nodiscard]] static Digest from_bytes(const void* data, std::size_t size) {
     if (size != size_bytes) {
       throw input_error("digest must be 32 bytes, got " + std::to_string(size));
     }
@@ -47,10 +51,10 @@ class Digest {
     std::memcpy(d.bytes_.data(), data, size_bytes);
     return d;
   }
-  static Digest from_bytes(std::string_view bytes) { return from_bytes(bytes.data(), bytes.size()); }
+  [[nodiscard]] static Digest from_bytes(std::string_view bytes) { return from_bytes(bytes.data(), bytes.size()); }
 
   /// Parses 64 hex characters (either case). Returns nullopt on any other input.
-  static std::optional<Digest> try_from_hex(std::string_view hex) noexcept {
+  [[nodiscard]] static std::optional<Digest> try_from_hex(std::string_view hex) noexcept {
     if (hex.size() != 2 * size_bytes) return std::nullopt;
     Digest d;
     for (std::size_t i = 0; i < size_bytes; ++i) {
@@ -64,7 +68,7 @@ class Digest {
 
   /// Parses 64 hex characters (either case); anything else is an input_error
   /// that says what is wrong (length or the first bad character's position).
-  static Digest from_hex(std::string_view hex) {
+  [[nodiscard]] static Digest from_hex(std::string_view hex) {
     if (hex.size() != 2 * size_bytes) {
       throw input_error("hex digest must be 64 hex characters, got " + std::to_string(hex.size()) +
                         " characters");
@@ -78,7 +82,7 @@ class Digest {
   }
 
   /// 64 lowercase hex characters.
-  std::string hex() const {
+  [[nodiscard]] std::string hex() const {
     std::string out(2 * size_bytes, '\0');
     write_hex(out.data());
     return out;

@@ -1,4 +1,8 @@
 // SPDX-License-Identifier: Apache-2.0
+// The canonical identity encoding (docs/format.md, "Identity encoding"):
+// encode_identity, decode_identity, and the per-field view that names the
+// first difference between two identities. A KeyNamespace encodes its identity
+// itself; reach for this header to inspect or compare encodings.
 #ifndef KVKEY_ENCODE_HPP
 #define KVKEY_ENCODE_HPP
 
@@ -12,6 +16,7 @@
 #include <vector>
 
 #include "kvkey/config.hpp"
+#include "kvkey/detail/endian.hpp"
 #include "kvkey/digest.hpp"
 #include "kvkey/identity.hpp"
 
@@ -40,18 +45,18 @@ inline constexpr std::size_t max_identity_encoding_size =
 namespace detail {
 
 // ---- primitives: fixed-width little-endian integers, framed strings ----------
+// (byte order: kvkey/detail/endian.hpp)
 
 inline void put_u8(Bytes& out, std::uint8_t v) { out.push_back(v); }
-inline void put_u16(Bytes& out, std::uint16_t v) {
-  out.push_back(static_cast<std::uint8_t>(v));
-  out.push_back(static_cast<std::uint8_t>(v >> 8));
+template <class U>
+void put_le(Bytes& out, U v) {
+  std::uint8_t b[sizeof(U)];
+  store_le(b, v);
+  out.insert(out.end(), b, b + sizeof b);
 }
-inline void put_u32(Bytes& out, std::uint32_t v) {
-  for (int i = 0; i < 4; ++i) out.push_back(static_cast<std::uint8_t>(v >> (8 * i)));
-}
-inline void put_u64(Bytes& out, std::uint64_t v) {
-  for (int i = 0; i < 8; ++i) out.push_back(static_cast<std::uint8_t>(v >> (8 * i)));
-}
+inline void put_u16(Bytes& out, std::uint16_t v) { put_le(out, v); }
+inline void put_u32(Bytes& out, std::uint32_t v) { put_le(out, v); }
+inline void put_u64(Bytes& out, std::uint64_t v) { put_le(out, v); }
 inline void put_bytes(Bytes& out, const void* p, std::size_t n) {
   const auto* b = static_cast<const std::uint8_t*>(p);
   out.insert(out.end(), b, b + n);
@@ -59,26 +64,6 @@ inline void put_bytes(Bytes& out, const void* p, std::size_t n) {
 inline void put_str(Bytes& out, std::string_view s) {
   put_u32(out, static_cast<std::uint32_t>(s.size()));
   put_bytes(out, s.data(), s.size());
-}
-
-inline void store_u32(std::uint8_t* p, std::uint32_t v) noexcept {
-  for (int i = 0; i < 4; ++i) p[i] = static_cast<std::uint8_t>(v >> (8 * i));
-}
-inline void store_u64(std::uint8_t* p, std::uint64_t v) noexcept {
-  for (int i = 0; i < 8; ++i) p[i] = static_cast<std::uint8_t>(v >> (8 * i));
-}
-inline std::uint16_t load_u16(const std::uint8_t* p) noexcept {
-  return static_cast<std::uint16_t>(p[0] | (p[1] << 8));
-}
-inline std::uint32_t load_u32(const std::uint8_t* p) noexcept {
-  std::uint32_t v = 0;
-  for (int i = 3; i >= 0; --i) v = (v << 8) | p[i];
-  return v;
-}
-inline std::uint64_t load_u64(const std::uint8_t* p) noexcept {
-  std::uint64_t v = 0;
-  for (int i = 7; i >= 0; --i) v = (v << 8) | p[i];
-  return v;
 }
 
 /// Bounds-checked reader over untrusted bytes. Every get_* returns false (and
@@ -200,7 +185,7 @@ struct FieldDecoder {
 /// The canonical encoding of a (validated) identity: identity_tag, the format
 /// version (u16le), then every field of visit_identity_fields in order. The
 /// shard is not part of it. docs/format.md specifies every byte.
-inline Bytes encode_identity(const Identity& id) {
+[[nodiscard]] inline Bytes encode_identity(const Identity& id) {
   Bytes out;
   out.reserve(256);
   detail::put_bytes(out, identity_tag, sizeof identity_tag);
@@ -212,7 +197,7 @@ inline Bytes encode_identity(const Identity& id) {
 /// Parses an identity encoding produced by encode_identity. Returns nullopt if
 /// the bytes are not exactly one well-formed encoding of the current format
 /// version. The result's shard is left at its defaults. Never reads out of bounds.
-inline std::optional<Identity> decode_identity(const std::uint8_t* data, std::size_t size) {
+[[nodiscard]] inline std::optional<Identity> decode_identity(const std::uint8_t* data, std::size_t size) {
   detail::Reader in(data, size);
   const std::uint8_t* tag;
   if (!in.take(sizeof identity_tag, tag) || std::memcmp(tag, identity_tag, sizeof identity_tag) != 0) {
@@ -252,7 +237,7 @@ struct Flattener {
 /// contributes "adapter" (its presence byte) and, when present, its members.
 /// Concatenating the bytes after the tag and version gives encode_identity.
 /// The mismatch report and the tests walk this list.
-inline std::vector<EncodedField> encoded_fields(const Identity& id) {
+[[nodiscard]] inline std::vector<EncodedField> encoded_fields(const Identity& id) {
   std::vector<EncodedField> fields;
   visit_identity_fields(id, detail::Flattener{fields});
   return fields;
@@ -260,7 +245,7 @@ inline std::vector<EncodedField> encoded_fields(const Identity& id) {
 
 /// The dotted path of the first salient field in which a and b differ, or an
 /// empty view when they encode the same.
-inline std::string_view first_difference(const Identity& a, const Identity& b) {
+[[nodiscard]] inline std::string_view first_difference(const Identity& a, const Identity& b) {
   const auto fa = encoded_fields(a);
   const auto fb = encoded_fields(b);
   const std::size_t n = fa.size() < fb.size() ? fa.size() : fb.size();

@@ -12,6 +12,7 @@
 #include <string_view>
 
 #include "kvkey/config.hpp"
+#include "kvkey/detail/endian.hpp"
 #include "kvkey/digest.hpp"
 #include "kvkey/encode.hpp"
 #include "kvkey/identity.hpp"
@@ -50,7 +51,7 @@ enum class Reason : std::uint8_t {
   size_mismatch,        ///< the payload size differs from what the reader expects
 };
 
-constexpr std::string_view to_string(Reason r) noexcept {
+[[nodiscard]] constexpr std::string_view to_string(Reason r) noexcept {
   switch (r) {
     case Reason::ok: return "ok";
     case Reason::malformed: return "malformed";
@@ -64,7 +65,7 @@ constexpr std::string_view to_string(Reason r) noexcept {
 
 /// The outcome of verifying a header: a value, not an exception. Anything but
 /// ok() means the object must be treated as a miss.
-struct Verdict {
+struct [[nodiscard]] Verdict {
   Reason reason = Reason::malformed;
   /// Where the difference is: for identity_mismatch the dotted path of the
   /// first differing field ("kv.dtype", "model.weights_epoch", "tenant",
@@ -93,10 +94,8 @@ inline Envelope envelope_template(const Bytes& identity_encoding, const Slice& s
                 "every valid identity must fit in an envelope");
   Envelope e{};
   std::memcpy(e.data() + envelope_layout::magic, envelope_magic, sizeof envelope_magic);
-  e[envelope_layout::version] = static_cast<std::uint8_t>(format_version);
-  e[envelope_layout::version + 1] = static_cast<std::uint8_t>(format_version >> 8);
-  e[envelope_layout::size] = static_cast<std::uint8_t>(envelope_size);
-  e[envelope_layout::size + 1] = static_cast<std::uint8_t>(envelope_size >> 8);
+  store_u16(e.data() + envelope_layout::version, format_version);
+  store_u16(e.data() + envelope_layout::size, static_cast<std::uint16_t>(envelope_size));
   store_u32(e.data() + envelope_layout::identity_len, static_cast<std::uint32_t>(identity_encoding.size()));
   store_u32(e.data() + envelope_layout::slice + 0, s.kv_head_begin);
   store_u32(e.data() + envelope_layout::slice + 4, s.kv_head_end);
@@ -120,7 +119,7 @@ inline Slice load_slice(const std::uint8_t* p) noexcept {
 /// Parses an envelope's fields without judging them against any identity.
 /// Returns nullopt (never undefined behaviour) when the bytes are not a
 /// well-formed envelope of the current format version.
-inline std::optional<EnvelopeContents> decode_envelope(const std::uint8_t* header, std::size_t len) {
+[[nodiscard]] inline std::optional<EnvelopeContents> decode_envelope(const std::uint8_t* header, std::size_t len) {
   namespace L = envelope_layout;
   if (header == nullptr || len != envelope_size) return std::nullopt;
   if (std::memcmp(header + L::magic, envelope_magic, sizeof envelope_magic) != 0) return std::nullopt;

@@ -1,4 +1,7 @@
 // SPDX-License-Identifier: Apache-2.0
+// The exceptions kvkey throws, all derived from kvkey::error, for misuse and
+// environment failures. A header that does not verify is not an exception but
+// a Verdict (kvkey/envelope.hpp).
 #ifndef KVKEY_ERRORS_HPP
 #define KVKEY_ERRORS_HPP
 

@@ -1,4 +1,8 @@
 // SPDX-License-Identifier: Apache-2.0
+// fingerprint() and fingerprint_file(): plain SHA-256 of bytes or of a file,
+// for the identity's weights, adapter weights and static scales (the value
+// `sha256sum` prints). For hashing in general reach for Sha256
+// (kvkey/sha256.hpp).
 #ifndef KVKEY_FINGERPRINT_HPP
 #define KVKEY_FINGERPRINT_HPP
 
@@ -20,7 +24,7 @@ KVKEY_BEGIN_NAMESPACE
 /// Plain SHA-256 of a byte string: the same value `sha256sum` prints, so an
 /// operator can check a fingerprint by hand. Use it for weights, adapter weights
 /// and static quantization scales that are held in memory.
-inline Digest fingerprint(std::string_view bytes) { return Sha256::hash(bytes.data(), bytes.size()); }
+[[nodiscard]] inline Digest fingerprint(std::string_view bytes) { return Sha256::hash(bytes.data(), bytes.size()); }
 
 namespace detail {
 
@@ -61,7 +65,7 @@ Digest sha256_file(const std::string& path, std::size_t chunk, OnChunk&& on_chun
 /// Plain SHA-256 of a file's contents, streamed in 1 MiB chunks so a multi-GB
 /// checkpoint is never held in memory. Equal to `sha256sum PATH`.
 /// Throws io_error naming the path when the file cannot be opened or read.
-inline Digest fingerprint_file(const std::string& path) {
+[[nodiscard]] inline Digest fingerprint_file(const std::string& path) {
   return detail::sha256_file(path, std::size_t{1} << 20, [](std::size_t) { return true; });
 }
 

@@ -4,12 +4,15 @@
 //   fmt::format("{}", dtype)     -> "fp8_e4m3"
 //   fmt::format("{}", verdict)   -> "ok" or "identity_mismatch (kv.dtype)"
 //   fmt::format("{}", slice)     -> "heads [0, 4) layers [0, 28)"
-//   fmt::format("{}", identity)  -> one line naming every salient field
+//   fmt::format("{}", identity)  -> describe(identity): every salient field, then the shard
 #ifndef KVKEY_FMT_HPP
 #define KVKEY_FMT_HPP
 
 #include <fmt/format.h>
 
+#include <cstddef>
+#include <cstdint>
+#include <optional>
 #include <string>
 #include <string_view>
 
@@ -20,30 +23,88 @@
 KVKEY_BEGIN_NAMESPACE
 
 namespace detail {
-inline std::string describe_optional_digest(const std::optional<Digest>& d) {
-  return d ? d->hex() : std::string("none");
+
+// Appends s with every byte that could garble a log line escaped as \xHH: the
+// ASCII and C1 control characters, bytes that are not valid UTF-8, and the
+// backslash itself (so the escaping is unambiguous).
+inline void append_escaped(std::string& out, std::string_view s) {
+  static constexpr char hex[] = "0123456789abcdef";
+  const auto byte = [&](std::size_t i) { return static_cast<unsigned char>(s[i]); };
+  const auto escape = [&](unsigned char c) {
+    out.append("\\x").push_back(hex[c >> 4]);
+    out.push_back(hex[c & 0x0f]);
+  };
+  for (std::size_t i = 0; i < s.size();) {
+    const unsigned char c = byte(i);
+    if (c < 0x80) {
+      if (c < 0x20 || c == 0x7f || c == '\\') {
+        escape(c);
+      } else {
+        out.push_back(static_cast<char>(c));
+      }
+      ++i;
+      continue;
+    }
+    // A UTF-8 sequence (RFC 3629): lead byte, then continuation bytes, no
+    // overlong forms, no surrogates, nothing above U+10FFFF, no C1 controls.
+    const std::size_t n = c >= 0xc2 && c <= 0xdf ? 2 : c >= 0xe0 && c <= 0xef ? 3 : c >= 0xf0 && c <= 0xf4 ? 4 : 0;
+    bool valid = n != 0 && i + n <= s.size();
+    for (std::size_t k = 1; valid && k < n; ++k) valid = (byte(i + k) & 0xc0) == 0x80;
+    if (valid) {
+      const unsigned char c1 = byte(i + 1);
+      valid = !(c == 0xc2 && c1 < 0xa0) && !(c == 0xe0 && c1 < 0xa0) && !(c == 0xed && c1 > 0x9f) &&
+              !(c == 0xf0 && c1 < 0x90) && !(c == 0xf4 && c1 > 0x8f);
+    }
+    if (!valid) {
+      escape(c);
+      ++i;
+      continue;
+    }
+    out.append(s.substr(i, n));
+    i += n;
+  }
 }
+
+// Appends " path=value" for every field it visits.
+struct Describer {
+  std::string& out;
+
+  void operator()(std::string_view path, const std::string& s) const {
+    key(path);
+    append_escaped(out, s);
+  }
+  void operator()(std::string_view path, std::uint32_t v) const { key(path).append(std::to_string(v)); }
+  void operator()(std::string_view path, std::uint64_t v) const { key(path).append(std::to_string(v)); }
+  void operator()(std::string_view path, bool v) const { key(path).append(v ? "true" : "false"); }
+  void operator()(std::string_view path, KvDtype d) const { key(path).append(to_string(d)); }
+  void operator()(std::string_view path, const Digest& d) const { key(path).append(d.hex()); }
+  template <class T>
+  void operator()(std::string_view path, const std::optional<T>& v) const {
+    if (v) return present(path, *v);
+    key(path).append("none");
+  }
+
+ private:
+  std::string& key(std::string_view path) const {
+    if (!out.empty()) out.push_back(' ');
+    return out.append(path).append("=");
+  }
+  void present(std::string_view path, KvDtype d) const { (*this)(path, d); }
+  void present(std::string_view path, const Digest& d) const { (*this)(path, d); }
+  void present(std::string_view, const Adapter& a) const { visit_adapter_fields(a, *this); }
+};
+
 }  // namespace detail
 
-/// One line naming every salient field and the shard, for logs and tools.
-inline std::string describe(const Identity& id) {
-  std::string out = fmt::format(
-      "tenant={} model.name={} model.revision={} model.weights_epoch={} model.weights_fingerprint={} "
-      "kv.dtype={} kv.quant.scheme={} kv.quant.group_size={} kv.quant.scale_dtype={} kv.quant.zero_point={} "
-      "kv.quant.scales_fingerprint={} kv.block_size={} kv.num_layers={} kv.num_kv_heads={} kv.head_dim={} "
-      "kv.layout={} kv.mla={} shard.tp={}/{} shard.pp={}/{}",
-      id.tenant, id.model.name, id.model.revision, id.model.weights_epoch,
-      detail::describe_optional_digest(id.model.weights_fingerprint), to_string(id.kv.dtype), id.kv.quant.scheme,
-      id.kv.quant.group_size, id.kv.quant.scale_dtype ? to_string(*id.kv.quant.scale_dtype) : "none",
-      id.kv.quant.zero_point, detail::describe_optional_digest(id.kv.quant.scales_fingerprint), id.kv.block_size,
-      id.kv.num_layers, id.kv.num_kv_heads, id.kv.head_dim, id.kv.layout, id.kv.mla, id.shard.tp_rank,
-      id.shard.tp_size, id.shard.pp_rank, id.shard.pp_size);
-  if (id.adapter) {
-    out += fmt::format(" adapter.name={} adapter.weights_fingerprint={}", id.adapter->name,
-                       id.adapter->weights_fingerprint.hex());
-  } else {
-    out += " adapter=none";
-  }
+/// One line naming every salient field (visit_identity_fields: "path=value",
+/// absent optionals "none", an absent adapter "adapter=none") and then the
+/// shard, for logs and tools. Strings are printed as they are, except that
+/// control characters, bytes that are not UTF-8 and '\' are escaped as \xHH.
+[[nodiscard]] inline std::string describe(const Identity& id) {
+  std::string out;
+  visit_identity_fields(id, detail::Describer{out});
+  out += fmt::format(" shard.tp={}/{} shard.pp={}/{}", id.shard.tp_rank, id.shard.tp_size, id.shard.pp_rank,
+                     id.shard.pp_size);
   return out;
 }
 

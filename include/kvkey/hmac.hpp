@@ -39,7 +39,7 @@ KVKEY_BEGIN_NAMESPACE
 /// derived from a secret, e.g. a keyed block hash compared with one an attacker
 /// supplied. Digest::operator== is an ordinary early-exit comparison for maps
 /// and tests; KeyNamespace::verify never uses it (docs/security.md).
-inline bool constant_time_equal(const Digest& a, const Digest& b) noexcept {
+[[nodiscard]] inline bool constant_time_equal(const Digest& a, const Digest& b) noexcept {
   return CRYPTO_memcmp(a.data(), b.data(), Digest::size_bytes) == 0;
 }
 
@@ -103,7 +103,7 @@ class TenantSecret {
   /// cannot be opened or read, is not a regular file or has looser permissions;
   /// identity_error ("tenant_secret") when its content is not a valid secret.
   /// No message quotes the content.
-  static TenantSecret from_file(const std::string& path);
+  [[nodiscard]] static TenantSecret from_file(const std::string& path);
 
   /// Reads a secret from an environment variable holding either hex digits
   /// (either case, an even number) or "base64:" followed by standard base64
@@ -112,7 +112,7 @@ class TenantSecret {
   /// empty or malformed; no message quotes the value. The value stays in the
   /// process environment (readable in /proc/PID/environ by the same user):
   /// prefer from_file where the platform can mount secrets as files.
-  static TenantSecret from_env(const std::string& name);
+  [[nodiscard]] static TenantSecret from_env(const std::string& name);
 
  private:
   friend class HmacSha256;
@@ -376,7 +376,7 @@ class HmacSha256 {
   }
 
   /// One-shot HMAC-SHA-256 of a byte range under secret.
-  static Digest mac(const TenantSecret& secret, const void* data, std::size_t size) {
+  [[nodiscard]] static Digest mac(const TenantSecret& secret, const void* data, std::size_t size) {
     HmacSha256 h(secret);
     h.update(data, size);
     return h.result();

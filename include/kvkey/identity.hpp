@@ -1,13 +1,20 @@
 // SPDX-License-Identifier: Apache-2.0
+// kvkey::Identity: everything that changes the meaning or the ownership of
+// stored KV bytes (model lineage, KV format, tenant, adapter, shard), its
+// validation, and visit_identity_fields, the one list of its salient fields.
+// Fill one in and build a KeyNamespace (kvkey/key_namespace.hpp) from it.
 #ifndef KVKEY_IDENTITY_HPP
 #define KVKEY_IDENTITY_HPP
 
+#include <array>
+#include <cstddef>
 #include <cstdint>
 #include <iterator>
 #include <optional>
 #include <string>
 #include <string_view>
 #include <utility>
+#include <vector>
 
 #include "kvkey/config.hpp"
 #include "kvkey/digest.hpp"
@@ -49,9 +56,17 @@ inline constexpr DtypeName dtype_names[] = {
 /// Every KvDtype except `unset`, in code order.
 inline constexpr std::size_t kv_dtype_count = std::size(detail::dtype_names);
 
+/// Every KvDtype except `unset`, in code order: the types an identity can name
+/// (to_string gives each one's name), e.g. for a tool's list of known dtypes.
+[[nodiscard]] constexpr std::array<KvDtype, kv_dtype_count> all_dtypes() noexcept {
+  std::array<KvDtype, kv_dtype_count> out{};
+  for (std::size_t i = 0; i < kv_dtype_count; ++i) out[i] = detail::dtype_names[i].dtype;
+  return out;
+}
+
 /// "fp16", "fp8_e4m3", ...; "unset" for KvDtype::unset; "invalid" for a value
 /// that is not an enumerator.
-constexpr std::string_view to_string(KvDtype d) noexcept {
+[[nodiscard]] constexpr std::string_view to_string(KvDtype d) noexcept {
   if (d == KvDtype::unset) return "unset";
   for (const auto& e : detail::dtype_names) {
     if (e.dtype == d) return e.name;
@@ -60,7 +75,7 @@ constexpr std::string_view to_string(KvDtype d) noexcept {
 }
 
 /// Parses a dtype name as printed by to_string (exact, lowercase).
-constexpr std::optional<KvDtype> kv_dtype_from_string(std::string_view s) noexcept {
+[[nodiscard]] constexpr std::optional<KvDtype> kv_dtype_from_string(std::string_view s) noexcept {
   for (const auto& e : detail::dtype_names) {
     if (e.name == s) return e.dtype;
   }
@@ -69,7 +84,7 @@ constexpr std::optional<KvDtype> kv_dtype_from_string(std::string_view s) noexce
 
 /// True for the enumerators that name a real type (not `unset`, not an
 /// out-of-range value read from the wire).
-constexpr bool is_valid(KvDtype d) noexcept {
+[[nodiscard]] constexpr bool is_valid(KvDtype d) noexcept {
   return d != KvDtype::unset && to_string(d) != "invalid";
 }
 
@@ -245,6 +260,36 @@ void visit_adapter_fields(A& a, Visitor&& v) {
 }
 
 namespace detail {
+struct FieldNameCollector {
+  std::vector<std::string_view>& names;
+  template <class T>
+  void operator()(std::string_view path, const T&) const {
+    names.push_back(path);
+  }
+  void operator()(std::string_view path, const std::optional<Adapter>& a) const {
+    names.push_back(path);
+    visit_adapter_fields(*a, *this);
+  }
+};
+}  // namespace detail
+
+/// The dotted path of every salient field in encoding order, as the visitors
+/// name them: "tenant", "model.name", ..., "kv.mla", "adapter", then the
+/// adapter's members "adapter.name", "adapter.weights_fingerprint". Its size()
+/// is the number of salient fields. A printout of an identity (describe(), the
+/// CLI, the Python repr) is checked against it.
+[[nodiscard]] inline const std::vector<std::string_view>& identity_field_names() {
+  static const std::vector<std::string_view> names = [] {
+    std::vector<std::string_view> out;
+    Identity id;
+    id.adapter.emplace();
+    visit_identity_fields(id, detail::FieldNameCollector{out});
+    return out;
+  }();
+  return names;
+}
+
+namespace detail {
 
 inline bool is_alnum(char c) noexcept {
   return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9');
@@ -344,7 +389,7 @@ inline std::string str(std::uint32_t v) { return std::to_string(v); }
 /// [r*H/tp, (r+1)*H/tp); tp > H needs tp % H == 0 and gives head r/(tp/H)
 /// (replicas); an MLA latent cache is whole on every rank; layers split evenly
 /// across pp stages. Throws identity_error naming the field on bad geometry.
-inline Slice resolve_slice(const Kv& kv, const Shard& shard) {
+[[nodiscard]] inline Slice resolve_slice(const Kv& kv, const Shard& shard) {
   using detail::str;
   detail::check_positive("kv.num_layers", kv.num_layers);
   detail::check_positive("kv.num_kv_heads", kv.num_kv_heads);
@@ -393,7 +438,7 @@ inline Slice resolve_slice(const Kv& kv, const Shard& shard) {
 /// Checks every field and returns the identity as it is encoded: under the
 /// single_tenant policy the (empty) tenant becomes single_tenant_name.
 /// Throws identity_error whose field() names the first invalid field.
-inline Identity validated(Identity id, const Policy& policy = {}) {
+[[nodiscard]] inline Identity validated(Identity id, const Policy& policy = {}) {
   if (policy.tenant == TenantPolicy::single_tenant) {
     if (!id.tenant.empty()) {
       throw identity_error("tenant", "must be empty under the single_tenant policy (got a tenant name; "

@@ -1,4 +1,7 @@
 // SPDX-License-Identifier: Apache-2.0
+// reusable_prefix(): how many leading blocks of a prompt every shard can serve,
+// counted from per-(block, shard) lookups or Verdicts; an unverified block is
+// never counted. KeyNamespace::reusable_prefix passes its block size.
 #ifndef KVKEY_PREFIX_HPP
 #define KVKEY_PREFIX_HPP
 
@@ -40,6 +43,7 @@ inline bool usable(const Verdict& v) noexcept { return v.ok(); }
 /// Throws input_error if shards_per_block is 0, block_size is 0 or the result
 /// count is not a multiple of shards_per_block.
 template <class Results>
+[[nodiscard]]
 ReusablePrefix reusable_prefix(const Results& results, std::size_t shards_per_block, std::size_t block_size,
                                std::size_t max_tokens = std::numeric_limits<std::size_t>::max()) {
   if (shards_per_block == 0) throw input_error("reusable_prefix: shards_per_block must be greater than 0");

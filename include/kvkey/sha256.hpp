@@ -1,4 +1,12 @@
 // SPDX-License-Identifier: Apache-2.0
+// kvkey::Sha256: plain SHA-256 over OpenSSL 3's EVP API, with the Boost.Hash2
+// hasher shape (update(), result()). It is KeyNamespace's default hasher.
+// For a keyed namespace reach for HmacSha256 (kvkey/hmac.hpp); for the
+// fingerprint of weights or a file, fingerprint() (kvkey/fingerprint.hpp).
+//
+// The chain's hot path hashes plain SHA-256 on the CPU's SHA extensions when it
+// can (kvkey/detail/sha256_native.hpp, same digests). Define
+// KVKEY_NO_NATIVE_SHA256 (in every translation unit) to hash through EVP only.
 #ifndef KVKEY_SHA256_HPP
 #define KVKEY_SHA256_HPP
 
@@ -8,17 +16,6 @@
 #include <cstdint>
 #include <cstring>
 #include <utility>
-
-// The chain's hot path can use the CPU's SHA-256 instructions directly (x86
-// SHA extensions, checked at run time); everything else hashes through EVP.
-// Define KVKEY_NO_NATIVE_SHA256 (in every translation unit) to use EVP only.
-#if !defined(KVKEY_NO_NATIVE_SHA256) && defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
-#define KVKEY_SHA256_X86 1
-#include <cpuid.h>
-#include <immintrin.h>
-#else
-#define KVKEY_SHA256_X86 0
-#endif
 
 #include "kvkey/config.hpp"
 #include "kvkey/digest.hpp"
@@ -111,7 +108,7 @@ class Sha256 {
   }
 
   /// One-shot SHA-256 of a byte range.
-  static Digest hash(const void* data, std::size_t size) {
+  [[nodiscard]] static Digest hash(const void* data, std::size_t size) {
     Sha256 h;
     h.update(data, size);
     return h.result();
@@ -128,296 +125,6 @@ class Sha256 {
   }
   EVP_MD_CTX* ctx_;
 };
-
-namespace detail {
-
-// ---- native SHA-256 (FIPS 180-4) for the chain's hot path --------------------------
-//
-// EVP re-creates its provider context on every EVP_DigestInit_ex2 and
-// EVP_MD_CTX_copy_ex (OpenSSL 3.0), which costs a heap allocation and about a
-// quarter of the time of a 64-token block (docs/performance.md). Sha256Native keeps its state on the
-// stack and runs the compression function on the SHA extensions; it exists
-// only where the CPU has them (sha256_native_available()), and produces the
-// same digests as EVP (tests/unit/perf_sha256_native_test.cpp).
-
-inline constexpr std::uint32_t sha256_iv[8] = {0x6a09e667, 0xbb67ae85, 0x3c6ef372, 0xa54ff53a,
-                                               0x510e527f, 0x9b05688c, 0x1f83d9ab, 0x5be0cd19};
-
-#if KVKEY_SHA256_X86
-
-alignas(16) inline constexpr std::uint32_t sha256_k[64] = {
-    0x428a2f98, 0x71374491, 0xb5c0fbcf, 0xe9b5dba5, 0x3956c25b, 0x59f111f1, 0x923f82a4, 0xab1c5ed5,
-    0xd807aa98, 0x12835b01, 0x243185be, 0x550c7dc3, 0x72be5d74, 0x80deb1fe, 0x9bdc06a7, 0xc19bf174,
-    0xe49b69c1, 0xefbe4786, 0x0fc19dc6, 0x240ca1cc, 0x2de92c6f, 0x4a7484aa, 0x5cb0a9dc, 0x76f988da,
-    0x983e5152, 0xa831c66d, 0xb00327c8, 0xbf597fc7, 0xc6e00bf3, 0xd5a79147, 0x06ca6351, 0x14292967,
-    0x27b70a85, 0x2e1b2138, 0x4d2c6dfc, 0x53380d13, 0x650a7354, 0x766a0abb, 0x81c2c92e, 0x92722c85,
-    0xa2bfe8a1, 0xa81a664b, 0xc24b8b70, 0xc76c51a3, 0xd192e819, 0xd6990624, 0xf40e3585, 0x106aa070,
-    0x19a4c116, 0x1e376c08, 0x2748774c, 0x34b0bcb5, 0x391c0cb3, 0x4ed8aa4a, 0x5b9cca4f, 0x682e6ff3,
-    0x748f82ee, 0x78a5636f, 0x84c87814, 0x8cc70208, 0x90befffa, 0xa4506ceb, 0xbef9a3f7, 0xc67178f2};
-
-// pshufb mask: big-endian message words.
-alignas(16) inline constexpr std::uint8_t sha256_bswap_mask[16] = {3, 2, 1, 0, 7, 6, 5, 4, 11, 10, 9, 8, 15, 14, 13, 12};
-
-#define KVKEY_SHA_TARGET __attribute__((target("sha,sse4.1,ssse3")))
-
-// Rounds 4i..4i+3. x[j % 4] holds message words 4j..4j+3; the schedule for
-// group i+1 is finished here (sha256msg2) and the one for group i+3 started
-// (sha256msg1), the usual interleaving for the SHA extensions.
-template <int I>
-KVKEY_SHA_TARGET __attribute__((always_inline)) inline void sha256_x86_group(__m128i& abef, __m128i& cdgh,
-                                                                              __m128i (&x)[4],
-                                                                              const std::uint8_t* block,
-                                                                              __m128i bswap) {
-  if constexpr (I < 4) {
-    x[I] = _mm_shuffle_epi8(_mm_loadu_si128(reinterpret_cast<const __m128i*>(block + 16 * I)), bswap);
-  }
-  __m128i msg = _mm_add_epi32(x[I % 4], _mm_load_si128(reinterpret_cast<const __m128i*>(sha256_k + 4 * I)));
-  cdgh = _mm_sha256rnds2_epu32(cdgh, abef, msg);
-  if constexpr (I >= 3 && I <= 14) {
-    const __m128i carry = _mm_alignr_epi8(x[I % 4], x[(I + 3) % 4], 4);
-    x[(I + 1) % 4] = _mm_sha256msg2_epu32(_mm_add_epi32(x[(I + 1) % 4], carry), x[I % 4]);
-  }
-  msg = _mm_shuffle_epi32(msg, 0x0e);
-  abef = _mm_sha256rnds2_epu32(abef, cdgh, msg);
-  if constexpr (I >= 1 && I <= 12) {
-    x[(I + 3) % 4] = _mm_sha256msg1_epu32(x[(I + 3) % 4], x[I % 4]);
-  }
-}
-
-template <int... I>
-KVKEY_SHA_TARGET __attribute__((always_inline)) inline void sha256_x86_rounds(__m128i& abef, __m128i& cdgh,
-                                                                               const std::uint8_t* block,
-                                                                               __m128i bswap,
-                                                                               std::integer_sequence<int, I...>) {
-  __m128i x[4];
-  (sha256_x86_group<I>(abef, cdgh, x, block, bswap), ...);
-}
-
-// Two messages' rounds interleaved: each stream waits on its own round
-// latency, so the pair takes little longer than one.
-template <int... I>
-KVKEY_SHA_TARGET __attribute__((always_inline)) inline void sha256_x86_rounds2(
-    __m128i& abef1, __m128i& cdgh1, const std::uint8_t* block1, __m128i& abef2, __m128i& cdgh2,
-    const std::uint8_t* block2, __m128i bswap, std::integer_sequence<int, I...>) {
-  __m128i x1[4];
-  __m128i x2[4];
-  ((sha256_x86_group<I>(abef1, cdgh1, x1, block1, bswap), sha256_x86_group<I>(abef2, cdgh2, x2, block2, bswap)),
-   ...);
-}
-
-// (a, b, c, d), (e, f, g, h) <-> (a, b, e, f), (c, d, g, h) as the instructions want them.
-KVKEY_SHA_TARGET __attribute__((always_inline)) inline void sha256_x86_load(const std::uint32_t* state,
-                                                                             __m128i& abef, __m128i& cdgh) {
-  const __m128i dcba = _mm_loadu_si128(reinterpret_cast<const __m128i*>(state));
-  const __m128i hgfe = _mm_loadu_si128(reinterpret_cast<const __m128i*>(state + 4));
-  const __m128i cdab = _mm_shuffle_epi32(dcba, 0xb1);
-  const __m128i efgh = _mm_shuffle_epi32(hgfe, 0x1b);
-  abef = _mm_alignr_epi8(cdab, efgh, 8);
-  cdgh = _mm_blend_epi16(efgh, cdab, 0xf0);
-}
-
-// Stores the state back as (a, ..., h) and, with `digest`, the big-endian digest.
-KVKEY_SHA_TARGET __attribute__((always_inline)) inline void sha256_x86_store(__m128i abef, __m128i cdgh,
-                                                                              std::uint32_t* state,
-                                                                              std::uint8_t* digest, __m128i bswap) {
-  const __m128i feba = _mm_shuffle_epi32(abef, 0x1b);
-  const __m128i dchg = _mm_shuffle_epi32(cdgh, 0xb1);
-  const __m128i dcba = _mm_blend_epi16(feba, dchg, 0xf0);
-  const __m128i hgfe = _mm_alignr_epi8(dchg, feba, 8);
-  if (state != nullptr) {
-    _mm_storeu_si128(reinterpret_cast<__m128i*>(state), dcba);
-    _mm_storeu_si128(reinterpret_cast<__m128i*>(state + 4), hgfe);
-  }
-  if (digest != nullptr) {
-    _mm_storeu_si128(reinterpret_cast<__m128i*>(digest), _mm_shuffle_epi8(dcba, bswap));
-    _mm_storeu_si128(reinterpret_cast<__m128i*>(digest + 16), _mm_shuffle_epi8(hgfe, bswap));
-  }
-}
-
-/// Compresses `blocks` 64-byte blocks into state (a, b, ..., h); with `digest`,
-/// also writes the big-endian digest of the final state there.
-KVKEY_SHA_TARGET inline void sha256_compress_x86(std::uint32_t* state, const std::uint8_t* data, std::size_t blocks,
-                                                 std::uint8_t* digest = nullptr) noexcept {
-  const __m128i bswap = _mm_load_si128(reinterpret_cast<const __m128i*>(sha256_bswap_mask));
-  __m128i abef, cdgh;
-  sha256_x86_load(state, abef, cdgh);
-  for (; blocks != 0; --blocks, data += 64) {
-    const __m128i abef_in = abef;
-    const __m128i cdgh_in = cdgh;
-    sha256_x86_rounds(abef, cdgh, data, bswap, std::make_integer_sequence<int, 16>{});
-    abef = _mm_add_epi32(abef, abef_in);
-    cdgh = _mm_add_epi32(cdgh, cdgh_in);
-  }
-  sha256_x86_store(abef, cdgh, state, digest, bswap);
-}
-
-/// The digests of two padded messages of `blocks` blocks each, computed together.
-KVKEY_SHA_TARGET inline void sha256_digest2_x86(const std::uint8_t* data1, const std::uint8_t* data2,
-                                                std::size_t blocks, std::uint8_t* digest1,
-                                                std::uint8_t* digest2) noexcept {
-  const __m128i bswap = _mm_load_si128(reinterpret_cast<const __m128i*>(sha256_bswap_mask));
-  __m128i abef1, cdgh1;
-  sha256_x86_load(sha256_iv, abef1, cdgh1);
-  __m128i abef2 = abef1, cdgh2 = cdgh1;
-  for (; blocks != 0; --blocks, data1 += 64, data2 += 64) {
-    const __m128i abef1_in = abef1, cdgh1_in = cdgh1, abef2_in = abef2, cdgh2_in = cdgh2;
-    sha256_x86_rounds2(abef1, cdgh1, data1, abef2, cdgh2, data2, bswap, std::make_integer_sequence<int, 16>{});
-    abef1 = _mm_add_epi32(abef1, abef1_in);
-    cdgh1 = _mm_add_epi32(cdgh1, cdgh1_in);
-    abef2 = _mm_add_epi32(abef2, abef2_in);
-    cdgh2 = _mm_add_epi32(cdgh2, cdgh2_in);
-  }
-  sha256_x86_store(abef1, cdgh1, nullptr, digest1, bswap);
-  sha256_x86_store(abef2, cdgh2, nullptr, digest2, bswap);
-}
-
-#undef KVKEY_SHA_TARGET
-
-inline bool cpu_has_sha_extensions() noexcept {
-  unsigned a = 0, b = 0, c = 0, d = 0;
-  if (__get_cpuid(1, &a, &b, &c, &d) == 0) return false;
-  const bool ssse3 = (c & (1u << 9)) != 0;
-  const bool sse41 = (c & (1u << 19)) != 0;
-  if (__get_cpuid_max(0, nullptr) < 7) return false;
-  __cpuid_count(7, 0, a, b, c, d);
-  const bool sha = (b & (1u << 29)) != 0;
-  return ssse3 && sse41 && sha;
-}
-
-#endif  // KVKEY_SHA256_X86
-
-/// True when Sha256Native can run on this CPU (checked once per process).
-inline bool sha256_native_available() noexcept {
-#if KVKEY_SHA256_X86
-  static const bool available = cpu_has_sha_extensions();
-  return available;
-#else
-  return false;
-#endif
-}
-
-/// Plain SHA-256 with the Sha256 hasher shape, its state on the stack: no
-/// allocation, no provider call. Only valid where sha256_native_available().
-class Sha256Native {
- public:
-  using result_type = Digest;
-  static constexpr bool resets_after_result = true;
-
-  Sha256Native() noexcept { reset(); }
-
-  void reset() noexcept {
-    std::memcpy(state_, sha256_iv, sizeof state_);
-    used_ = 0;
-    total_ = 0;
-  }
-
-  void update(const void* data, std::size_t size) noexcept {
-    const auto* p = static_cast<const std::uint8_t*>(data);
-    total_ += size;
-    if (used_ != 0) {
-      const std::size_t take = size < 64 - used_ ? size : 64 - used_;
-      std::memcpy(buf_ + used_, p, take);
-      used_ += take;
-      p += take;
-      size -= take;
-      if (used_ < 64) return;
-      compress(state_, buf_, 1);
-      used_ = 0;
-    }
-    if (size >= 64) {
-      compress(state_, p, size / 64);
-      p += size & ~std::size_t{63};
-      size &= 63;
-    }
-    if (size != 0) std::memcpy(buf_, p, size);
-    used_ = size;
-  }
-
-  /// Finalizes, returns the digest and resets.
-  Digest result() noexcept {
-    const std::uint64_t bits = total_ * 8;
-    buf_[used_++] = 0x80;
-    if (used_ > 56) {
-      std::memset(buf_ + used_, 0, 64 - used_);
-      compress(state_, buf_, 1);
-      used_ = 0;
-    }
-    std::memset(buf_ + used_, 0, 56 - used_);
-    put_length(buf_ + 56, bits);
-    Digest out;
-    compress(state_, buf_, 1, out.data());
-    reset();
-    return out;
-  }
-
-  /// One-shot digest of a byte range.
-  static Digest hash(const void* data, std::size_t size) noexcept {
-    Sha256Native h;
-    h.update(data, size);
-    return h.result();
-  }
-
-  /// Bytes a buffer needs for hash_padded() of a size-byte message.
-  static constexpr std::size_t padded_size(std::size_t size) noexcept { return (size + 9 + 63) / 64 * 64; }
-
-  /// Digest of buf[0, size), padding in place: buf must hold padded_size(size)
-  /// bytes. Saves the copy through the block buffer on the hottest path.
-  static Digest hash_padded(std::uint8_t* buf, std::size_t size) noexcept {
-    const std::size_t total = pad(buf, size);
-    std::uint32_t state[8];
-    std::memcpy(state, sha256_iv, sizeof state);
-    Digest out;
-    compress(state, buf, total / 64, out.data());
-    return out;
-  }
-
-  /// hash_padded() of two equally long messages at once, in about the time of
-  /// one: the SHA instructions' latency, not their throughput, bounds a single
-  /// message.
-  static void hash_padded2(std::uint8_t* buf1, std::uint8_t* buf2, std::size_t size, Digest& out1,
-                           Digest& out2) noexcept {
-    const std::size_t total = pad(buf1, size);
-    pad(buf2, size);
-#if KVKEY_SHA256_X86
-    sha256_digest2_x86(buf1, buf2, total / 64, out1.data(), out2.data());
-#else
-    (void)total;  // unreachable: sha256_native_available() is false
-    (void)out1;
-    (void)out2;
-#endif
-  }
-
- private:
-  // Appends the padding to buf[0, size); returns the padded size.
-  static std::size_t pad(std::uint8_t* buf, std::size_t size) noexcept {
-    const std::size_t total = padded_size(size);
-    buf[size] = 0x80;
-    std::memset(buf + size + 1, 0, total - 8 - size - 1);
-    put_length(buf + total - 8, std::uint64_t{size} * 8);
-    return total;
-  }
-  static void compress(std::uint32_t* state, const std::uint8_t* blocks, std::size_t count,
-                       std::uint8_t* digest = nullptr) noexcept {
-#if KVKEY_SHA256_X86
-    sha256_compress_x86(state, blocks, count, digest);
-#else
-    (void)state;  // unreachable: sha256_native_available() is false
-    (void)blocks;
-    (void)count;
-    (void)digest;
-#endif
-  }
-  static void put_length(std::uint8_t* p, std::uint64_t bits) noexcept {
-    for (int i = 0; i < 8; ++i) p[i] = static_cast<std::uint8_t>(bits >> (56 - 8 * i));
-  }
-
-  std::uint32_t state_[8];
-  std::uint8_t buf_[64];
-  std::size_t used_;
-  std::uint64_t total_;
-};
-
-}  // namespace detail
 
 KVKEY_END_NAMESPACE
 

@@ -2,7 +2,7 @@
 
 import array
 import os
-from typing import Any, Iterable, List, Optional, Sequence, SupportsIndex, Tuple, Union
+from typing import Any, Dict, Iterable, List, Optional, Sequence, SupportsIndex, Tuple, Union
 
 import numpy as np
 import numpy.typing as npt
@@ -65,8 +65,10 @@ class Model:
     revision: str
     weights_epoch: int
     weights_fingerprint: Optional[bytes]
+    positional_fingerprint: Optional[bytes]
     def __init__(self, *, name: str = "", revision: str = "", weights_epoch: SupportsIndex = 0,
-                 weights_fingerprint: Optional[_BytesLike] = None) -> None: ...
+                 weights_fingerprint: Optional[_BytesLike] = None,
+                 positional_fingerprint: Optional[_BytesLike] = None) -> None: ...
     def __copy__(self) -> Model: ...
     def __deepcopy__(self, memo: Any) -> Model: ...
 
@@ -124,6 +126,14 @@ class Identity:
                  adapter: Optional[Adapter] = None) -> None: ...
     def copy(self) -> Identity: ...
     def validated(self, *, single_tenant: bool = False) -> Identity: ...
+    @staticmethod
+    def from_model_dir(path: Union[str, bytes, "os.PathLike[str]", "os.PathLike[bytes]"], *, tenant: str,
+                       kv_dtype: _DtypeLike, block_size: SupportsIndex, layout: str,
+                       tp_size: SupportsIndex = 1, tp_rank: SupportsIndex = 0,
+                       adapter_dir: Union[None, str, bytes, "os.PathLike[str]", "os.PathLike[bytes]"] = None,
+                       revision: Optional[str] = None, name: Optional[str] = None,
+                       adapter_name: Optional[str] = None, weights_epoch: SupportsIndex = 0,
+                       overrides: Optional[Dict[str, Any]] = None, verify: bool = False) -> Identity: ...
     def __copy__(self) -> Identity: ...
     def __deepcopy__(self, memo: Any) -> Identity: ...
 

@@ -15,23 +15,6 @@ namespace py = pybind11;
 
 namespace {
 
-py::object optional_digest_to_py(const std::optional<kvkey::Digest>& d) {
-  if (!d) return py::none();
-  return py::bytes(reinterpret_cast<const char*>(d->data()), d->size());
-}
-
-std::optional<kvkey::Digest> optional_digest_from_py(const py::handle& v) {
-  if (v.is_none()) return std::nullopt;
-  if (!py::isinstance<py::bytes>(v)) {
-    throw kvkey::identity_error("model.positional_fingerprint", "expected 32 bytes or None");
-  }
-  const std::string s = v.cast<std::string>();
-  if (s.size() != kvkey::Digest::size_bytes) {
-    throw kvkey::identity_error("model.positional_fingerprint", "expected 32 bytes, got " + std::to_string(s.size()));
-  }
-  return kvkey::Digest::from_bytes(s);
-}
-
 kvkey::KvDtype dtype_from_py(const py::handle& v) {
   if (py::isinstance<py::str>(v)) {
     const std::string name = v.cast<std::string>();
@@ -46,16 +29,10 @@ std::string path_of(const py::handle& p) { return py::str(py::module_::import("o
 }  // namespace
 
 void bind_model_dir(py::module_& m) {
-  auto model = py::reinterpret_borrow<py::class_<kvkey::Model>>(py::type::of<kvkey::Model>());
-  model.def_property(
-      "positional_fingerprint",
-      [](const kvkey::Model& md) { return optional_digest_to_py(md.positional_fingerprint); },
-      [](kvkey::Model& md, const py::object& v) { md.positional_fingerprint = optional_digest_from_py(v); },
-      "32 bytes or None: SHA-256 of the canonical positional-encoding configuration (docs/format.md)");
-
-  auto identity = py::reinterpret_borrow<py::class_<kvkey::Identity>>(py::type::of<kvkey::Identity>());
-  identity.def_static(
-      "from_model_dir",
+  // kvkey.Identity is the binding's own wrapper class (module.cpp): the result
+  // is built through its constructor from the registered part types.
+  py::object identity = m.attr("Identity");
+  identity.attr("from_model_dir") = py::staticmethod(py::cpp_function(
       [](const py::object& path, const std::string& tenant, const py::object& kv_dtype, std::uint32_t block_size,
          const std::string& layout, std::uint32_t tp_size, std::uint32_t tp_rank, const py::object& adapter_dir,
          const std::optional<std::string>& revision, const std::optional<std::string>& name,
@@ -89,7 +66,10 @@ void bind_model_dir(py::module_& m) {
           if (adapter_path) id.adapter = kvkey::read_adapter_dir(*adapter_path, ao);
         }
         (void)kvkey::validated(id);
-        return id;
+        return py::module_::import("kvkey._kvkey")
+            .attr("Identity")(py::arg("tenant") = id.tenant, py::arg("model") = py::cast(id.model),
+                              py::arg("kv") = py::cast(id.kv), py::arg("shard") = py::cast(id.shard),
+                              py::arg("adapter") = id.adapter ? py::cast(*id.adapter) : py::none());
       },
       py::arg("path"), py::kw_only(), py::arg("tenant"), py::arg("kv_dtype"), py::arg("block_size"),
       py::arg("layout"), py::arg("tp_size") = 1, py::arg("tp_rank") = 0, py::arg("adapter_dir") = py::none(),
@@ -98,6 +78,5 @@ void bind_model_dir(py::module_& m) {
       "The identity of a model directory (plain, a Hugging Face cache repo or snapshot) as an engine loads it: "
       "geometry from config.json (after `overrides`, a dict applied like vLLM's --hf-overrides), name and revision "
       "from the cache, weights, positional and adapter fingerprints. InputError / IoError name what is wrong; "
-      "IdentityError names an invalid field.");
-  (void)m;
+      "IdentityError names an invalid field.", py::name("from_model_dir")));
 }

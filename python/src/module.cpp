@@ -102,7 +102,8 @@ std::string bool_repr(bool b) { return b ? "True" : "False"; }
 std::string model_repr(const kvkey::Model& md) {
   return "Model(name=" + quoted(md.name) + ", revision=" + quoted(md.revision) +
          ", weights_epoch=" + std::to_string(md.weights_epoch) +
-         ", weights_fingerprint=" + digest_repr(md.weights_fingerprint) + ")";
+         ", weights_fingerprint=" + digest_repr(md.weights_fingerprint) +
+         ", positional_fingerprint=" + digest_repr(md.positional_fingerprint) + ")";
 }
 
 std::string quant_repr(const kvkey::Quant& q) {
@@ -240,21 +241,24 @@ void bind_identity(py::module_& m) {
 
   py::class_<kvkey::Model> model(m, "Model", "The model's weights lineage.");
   model.def(py::init([](const py::object& name, const py::object& revision, const py::object& epoch,
-                        const py::object& fp) {
+                        const py::object& fp, const py::object& positional) {
               kvkey::Model md;
               md.name = to_text(name, "model.name");
               md.revision = to_text(revision, "model.revision");
               md.weights_epoch = to_uint<std::uint64_t>(epoch, "model.weights_epoch");
               md.weights_fingerprint = to_optional_digest(fp, "model.weights_fingerprint");
+              md.positional_fingerprint = to_optional_digest(positional, "model.positional_fingerprint");
               return md;
             }),
             py::kw_only(), py::arg("name") = "", py::arg("revision") = "", py::arg("weights_epoch") = 0,
-            py::arg("weights_fingerprint") = py::none());
+            py::arg("weights_fingerprint") = py::none(), py::arg("positional_fingerprint") = py::none());
   text_property(model, "name", &kvkey::Model::name, "model.name");
   text_property(model, "revision", &kvkey::Model::revision, "model.revision");
   uint_property(model, "weights_epoch", &kvkey::Model::weights_epoch, "model.weights_epoch");
   optional_digest_property(model, "weights_fingerprint", &kvkey::Model::weights_fingerprint,
                            "model.weights_fingerprint");
+  optional_digest_property(model, "positional_fingerprint", &kvkey::Model::positional_fingerprint,
+                           "model.positional_fingerprint");
   value_methods<decltype(model), kvkey::Model>(model, &model_repr);
 
   py::class_<kvkey::Quant> quant(m, "Quant", "How KV values are quantized.");

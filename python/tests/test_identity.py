@@ -1,6 +1,7 @@
 """The identity model: attributes mirror the C++ members and assign in place."""
 
 import copy
+import os
 
 import pytest
 
@@ -146,3 +147,19 @@ def test_fingerprints(tmp_path):
         kvkey.fingerprint_file(tmp_path / "missing")
     assert isinstance(e.value, kvkey.IoError) and isinstance(e.value, ValueError)
     assert "cannot open" in str(e.value)
+
+
+def test_repr_names_every_salient_field():
+    # tests/data/identity_fields.txt is the library's field list (kvkey::identity_field_names(),
+    # checked by the C++ tests): a field the visitor gains must show in repr.
+    path = os.path.join(os.path.dirname(__file__), "..", "..", "tests", "data", "identity_fields.txt")
+    with open(path) as f:
+        fields = [line.strip() for line in f if line.strip() and not line.startswith("#")]
+    for adapter in (None, kvkey.Adapter("lora", kvkey.fingerprint(b"w"))):
+        i = make_identity()
+        i.adapter = adapter
+        r = repr(i)
+        assert r.startswith("Identity(") and r.endswith(")")
+        keys = [pair.split("=", 1)[0] for pair in r[len("Identity("):-1].split(" ")]
+        expected = [f for f in fields if (f != "adapter" if adapter else not f.startswith("adapter."))]
+        assert keys == expected + ["shard.tp", "shard.pp"]

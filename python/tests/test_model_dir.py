@@ -94,7 +94,7 @@ def test_positional_fingerprint_is_settable(plain):
     assert i.model.positional_fingerprint is None
     i.model.positional_fingerprint = b"\x01" * 32
     assert i.model.positional_fingerprint == b"\x01" * 32
-    with pytest.raises(kvkey.IdentityError):
+    with pytest.raises(kvkey.InputError, match="model.positional_fingerprint"):
         i.model.positional_fingerprint = b"short"
 
 

@@ -271,6 +271,19 @@ TEST_CASE("KvDtype names and codes", "[identity]") {
   }
 }
 
+TEST_CASE("all_dtypes lists every valid dtype once, in code order", "[identity]") {
+  using kvkey::KvDtype;
+  constexpr auto all = kvkey::all_dtypes();  // usable at compile time
+  static_assert(all.size() == kvkey::kv_dtype_count, "one entry per dtype");
+  std::vector<KvDtype> valid;  // every code of the byte's range that names a type
+  for (int code = 0; code < 256; ++code) {
+    if (kvkey::is_valid(static_cast<KvDtype>(code))) valid.push_back(static_cast<KvDtype>(code));
+  }
+  CHECK(std::vector<KvDtype>(all.begin(), all.end()) == valid);
+  CHECK(all.front() == KvDtype::fp32);
+  CHECK(all.back() == KvDtype::fp4_e2m1);
+}
+
 // ---- shard slices ------------------------------------------------------------------
 
 namespace {

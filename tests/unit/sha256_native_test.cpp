@@ -1,7 +1,7 @@
 // detail::Sha256Native (the SHA-extension compression used by the chain's hot
 // path) against OpenSSL's SHA-256 on many random messages, every length around
 // the padding boundaries, and random splits into update() calls.
-#include <kvkey/sha256.hpp>
+#include <kvkey/detail/sha256_native.hpp>
 
 #include <openssl/evp.h>
 

@@ -124,21 +124,21 @@ TEST_CASE("from_file refuses unsafe or invalid files without quoting them", "[se
   const std::string secret_text = "this-secret-must-never-be-printed";  // 33 bytes
   for (const mode_t mode : {mode_t{0644}, mode_t{0604}, mode_t{0602}, mode_t{0620}, mode_t{0666}}) {
     const std::string p = dir.write("mode" + std::to_string(mode), secret_text, mode);
-    const std::string what = error_of([&] { TenantSecret::from_file(p); });
+    const std::string what = error_of([&] { (void)TenantSecret::from_file(p); });
     CHECK(what.rfind("[kvkey.io_error] ", 0) == 0);
     CHECK(what.find(p) != std::string::npos);
     CHECK(what.find("chmod 600") != std::string::npos);
     CHECK(what.find(secret_text) == std::string::npos);
   }
   CHECK_THROWS_AS(TenantSecret::from_file(dir.path() + "/missing"), kvkey::io_error);
-  CHECK(error_of([&] { TenantSecret::from_file(dir.path() + "/missing"); }).find("/missing") != std::string::npos);
+  CHECK(error_of([&] { (void)TenantSecret::from_file(dir.path() + "/missing"); }).find("/missing") != std::string::npos);
   CHECK_THROWS_AS(TenantSecret::from_file(dir.path()), kvkey::io_error);  // a directory
 
   // Content errors are identity_errors on "tenant_secret".
   const auto content_error = [&](const std::string& name, const std::string& content) {
     const std::string p = dir.write(name, content);
     try {
-      TenantSecret::from_file(p);
+      (void)TenantSecret::from_file(p);
     } catch (const kvkey::identity_error& e) {
       CHECK(e.field() == "tenant_secret");
       CHECK(std::string(e.what()).find(p) != std::string::npos);
@@ -180,7 +180,7 @@ TEST_CASE("from_env refuses unset, empty and malformed values without quoting th
   const auto refused = [](const std::string& value) {
     const EnvVar v("KVKEY_TEST_SECRET", value);
     try {
-      TenantSecret::from_env("KVKEY_TEST_SECRET");
+      (void)TenantSecret::from_env("KVKEY_TEST_SECRET");
     } catch (const kvkey::identity_error& e) {
       CHECK(e.field() == "tenant_secret");
       CHECK(std::string(e.what()).find("KVKEY_TEST_SECRET") != std::string::npos);
@@ -191,7 +191,7 @@ TEST_CASE("from_env refuses unset, empty and malformed values without quoting th
   };
   ::unsetenv("KVKEY_TEST_SECRET");
   CHECK_THROWS_AS(TenantSecret::from_env("KVKEY_TEST_SECRET"), kvkey::identity_error);
-  CHECK(error_of([] { TenantSecret::from_env("KVKEY_TEST_SECRET"); }).find("is not set") != std::string::npos);
+  CHECK(error_of([] { (void)TenantSecret::from_env("KVKEY_TEST_SECRET"); }).find("is not set") != std::string::npos);
   CHECK_THROWS_AS(TenantSecret::from_env(""), kvkey::identity_error);
   CHECK(refused(""));
   CHECK(refused(hex32 + "0"));                            // odd number of hex digits

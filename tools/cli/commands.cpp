@@ -110,12 +110,17 @@ std::string not_envelope_reason(const HeaderFile& file) {
   if (std::memcmp(h.data() + L::magic, kvkey::envelope_magic, sizeof kvkey::envelope_magic) != 0) {
     return "it does not start with the envelope magic \"KVKEYENV\"";
   }
-  const unsigned version = kvkey::detail::load_u16(h.data() + L::version);
+  const auto le = [&h](std::size_t at, std::size_t bytes) {  // the envelope's little-endian fields
+    std::uint32_t v = 0;
+    for (std::size_t i = bytes; i-- > 0;) v = (v << 8) | h[at + i];
+    return v;
+  };
+  const unsigned version = le(L::version, 2);
   if (version != kvkey::format_version) {
     return fmt::format("format version {}, this tool reads version {}", version, kvkey::format_version);
   }
-  if (kvkey::detail::load_u16(h.data() + L::size) != kvkey::envelope_size) return "its size field is not 1024";
-  const std::uint32_t n = kvkey::detail::load_u32(h.data() + L::identity_len);
+  if (le(L::size, 2) != kvkey::envelope_size) return "its size field is not 1024";
+  const std::uint32_t n = le(L::identity_len, 4);
   if (n > kvkey::envelope_size - L::identity || !kvkey::decode_identity(h.data() + L::identity, n)) {
     return "its identity encoding is malformed";
   }

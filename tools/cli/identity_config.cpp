@@ -132,9 +132,9 @@ class Section {
     const std::string name = string(key, v);
     if (const auto d = kvkey::kv_dtype_from_string(name)) return *d;
     std::string known;
-    for (std::size_t code = 1; code <= kvkey::kv_dtype_count; ++code) {
+    for (const kvkey::KvDtype d : kvkey::all_dtypes()) {
       if (!known.empty()) known += ", ";
-      known += kvkey::to_string(static_cast<kvkey::KvDtype>(code));
+      known += kvkey::to_string(d);
     }
     fail("{}: {}: unknown dtype {} (known: {})", file_, field(key), quote(name), known);
   }

@@ -167,7 +167,7 @@ int run_init(const InitOptions& o, std::string& out) {
   const auto dtype = kvkey::kv_dtype_from_string(o.kv_dtype);
   if (!dtype) {
     std::string known;
-    for (const auto& e : kvkey::detail::dtype_names) known += (known.empty() ? "" : ", ") + std::string(e.name);
+    for (const kvkey::KvDtype d : kvkey::all_dtypes()) known += (known.empty() ? "" : ", ") + std::string(kvkey::to_string(d));
     fail("--kv-dtype: unknown dtype {} (known: {})", quote(o.kv_dtype), known);
   }
   id.kv.dtype = *dtype;

@@ -244,6 +244,13 @@ class IdentityTest(ToolTest):
             expected = [f for f in spec.FIELDS if has_adapter or not f.startswith("adapter.")]
             self.assertEqual(printed, expected, name)
 
+    def test_field_list_is_the_librarys(self):
+        # The printouts above are checked against spec.FIELDS; it must be the library's list
+        # (tests/data/identity_fields.txt, checked against kvkey::identity_field_names() by the C++ tests).
+        with open(os.path.join(SOURCE, "tests", "data", "identity_fields.txt")) as f:
+            committed = [line.strip() for line in f if line.strip() and not line.startswith("#")]
+        self.assertEqual(spec.FIELDS, committed)
+
     def test_encoding_and_root_follow_the_format(self):
         for name in ["qwen-fp16", "qwen-fp8", "qwen-int4", "qwen-epoch1", "tenant-b", "lora", "tp4-rank1",
                      "single-tenant"]:

@@ -21,6 +21,7 @@
 #include <vector>
 
 #include "kvkey/config.hpp"
+#include "kvkey/detail/endian.hpp"
 #include "kvkey/digest.hpp"
 #include "kvkey/errors.hpp"
 #include "kvkey/sha256.hpp"
@@ -49,12 +50,8 @@ struct LegacyKey {
 
 namespace detail {
 
-inline void put_be32(std::uint8_t* p, std::uint32_t v) noexcept {
-  for (int i = 0; i < 4; ++i) p[i] = static_cast<std::uint8_t>(v >> (8 * (3 - i)));
-}
-inline void put_be64(std::uint8_t* p, std::uint64_t v) noexcept {
-  for (int i = 0; i < 8; ++i) p[i] = static_cast<std::uint8_t>(v >> (8 * (7 - i)));
-}
+using ::kvkey::detail::store_u32_be;
+using ::kvkey::detail::store_u64_be;
 
 // Token ids are unsigned 64-bit in the legacy scheme: signed inputs must not be negative.
 template <class T>
@@ -146,9 +143,9 @@ void extend_block_hashes(std::vector<Digest>& hashes, const T* tokens, std::size
                       std::to_string(full) + " full blocks in " + std::to_string(count) + " tokens");
   }
   std::uint8_t size_be[4];
-  detail::put_be32(size_be, block_size);
+  detail::store_u32_be(size_be, block_size);
   std::uint8_t extra_len_be[4];
-  detail::put_be32(extra_len_be, static_cast<std::uint32_t>(extra_identity.size()));
+  detail::store_u32_be(extra_len_be, static_cast<std::uint32_t>(extra_identity.size()));
 
   constexpr std::size_t chunk_tokens = 256;
   std::uint8_t buf[8 * chunk_tokens];
@@ -161,7 +158,7 @@ void extend_block_hashes(std::vector<Digest>& hashes, const T* tokens, std::size
     const T* block = tokens + b * bs;
     for (std::size_t i = 0; i < bs;) {
       const std::size_t n = std::min(chunk_tokens, bs - i);
-      for (std::size_t j = 0; j < n; ++j) detail::put_be64(buf + 8 * j, detail::token_value(block[i + j], b * bs + i + j));
+      for (std::size_t j = 0; j < n; ++j) detail::store_u64_be(buf + 8 * j, detail::token_value(block[i + j], b * bs + i + j));
       h.update(buf, 8 * n);
       i += n;
     }
@@ -174,6 +171,7 @@ void extend_block_hashes(std::vector<Digest>& hashes, const T* tokens, std::size
 /// The legacy hashes of every full block of tokens[0, count), continuing from
 /// `previous` (lmdeploy's previous_hashes; empty for a fresh request).
 template <class T>
+[[nodiscard]]
 std::vector<Digest> block_hashes(const T* tokens, std::size_t count, std::uint32_t block_size,
                                  std::string_view extra_identity, const std::vector<Digest>& previous = {}) {
   std::vector<Digest> out = previous;
@@ -184,6 +182,7 @@ std::vector<Digest> block_hashes(const T* tokens, std::size_t count, std::uint32
 /// lmdeploy's build_prefix_block_hashes(tokens, block_size, extra_identity=...):
 /// one hash per full block. The scheduler passes the request's adapter name
 /// (or "") as extra_identity.
+[[nodiscard]]
 inline std::vector<Digest> block_hashes(const std::vector<std::int64_t>& tokens, std::uint32_t block_size,
                                         std::string_view extra_identity = {}) {
   return block_hashes(tokens.data(), tokens.size(), block_size, extra_identity);
@@ -191,6 +190,7 @@ inline std::vector<Digest> block_hashes(const std::vector<std::int64_t>& tokens,
 
 /// As above, continuing from the hashes of the first previous.size() blocks
 /// (lmdeploy's previous_hashes). Equals the full recompute.
+[[nodiscard]]
 inline std::vector<Digest> block_hashes(const std::vector<std::int64_t>& tokens, std::uint32_t block_size,
                                         std::string_view extra_identity, const std::vector<Digest>& previous) {
   return block_hashes(tokens.data(), tokens.size(), block_size, extra_identity, previous);
@@ -237,6 +237,7 @@ inline std::uint32_t shard_key_count(std::uint32_t tp_size, std::uint32_t num_kv
 /// exactly as lmdeploy's build_store_key writes it ('@' is not escaped).
 /// Throws input_error for an empty model_name, which lmdeploy never writes and
 /// parse_key, is_legacy_key and purge_pattern refuse.
+[[nodiscard]]
 inline std::string store_key(std::string_view cache_prefix, std::string_view model_name, std::uint32_t kv_head_rank,
                              const Digest& block_hash) {
   detail::check_model_name(model_name, "store_key");
@@ -249,6 +250,7 @@ inline std::string store_key(std::string_view cache_prefix, std::string_view mod
 /// The keys lmdeploy's worker lookup asks batch_is_exist about, block-major:
 /// for each hash, kv_head_rank 0 .. shard_keys - 1. Throws input_error for an
 /// empty model_name.
+[[nodiscard]]
 inline std::vector<std::string> lookup_keys(std::string_view cache_prefix, std::string_view model_name,
                                             std::uint32_t shard_keys, const std::vector<Digest>& hashes) {
   detail::check_model_name(model_name, "lookup_keys");
@@ -306,7 +308,7 @@ inline std::optional<KeyTail> split_tail(std::string_view key) {
 /// that '@' is all model_name (an empty cache_prefix writes no '@', an empty
 /// model_name is refused), so store_key rebuilds every parsed key. Such keys
 /// have `ambiguous` set: another split wrote the same key.
-inline std::optional<LegacyKey> parse_key(std::string_view key) {
+[[nodiscard]] inline std::optional<LegacyKey> parse_key(std::string_view key) {
   const auto tail = detail::split_tail(key);
   if (!tail) return std::nullopt;
   const std::string_view head = tail->head;
@@ -326,12 +328,13 @@ inline std::optional<LegacyKey> parse_key(std::string_view key) {
 
 /// True when parse_key accepts the key. kvkey keys ("kvk1/...", never an '@')
 /// are never legacy keys.
-inline bool is_legacy_key(std::string_view key) { return detail::split_tail(key).has_value(); }
+[[nodiscard]] inline bool is_legacy_key(std::string_view key) { return detail::split_tail(key).has_value(); }
 
 /// True when key is a legacy key lmdeploy writes for (cache_prefix,
 /// model_name): its head is exactly "[<cache_prefix>@]<model_name>". Because
 /// '@' is not escaped, another pair that joins to the same head matches too
 /// (lmdeploy wrote the same bytes for it). The same set purge_pattern matches.
+[[nodiscard]]
 inline bool is_legacy_key_of(std::string_view key, std::string_view cache_prefix, std::string_view model_name) {
   const auto tail = detail::split_tail(key);
   return tail && !model_name.empty() && tail->head == detail::key_head(cache_prefix, model_name);
@@ -345,7 +348,7 @@ inline bool is_legacy_key_of(std::string_view key, std::string_view cache_prefix
 /// ERE (std::regex::extended, grep -E); anchored, so search and full match
 /// agree. It requires '@', so no kvkey key can match it. Throws input_error for
 /// an empty model_name.
-inline std::string purge_pattern(std::string_view cache_prefix, std::string_view model_name) {
+[[nodiscard]] inline std::string purge_pattern(std::string_view cache_prefix, std::string_view model_name) {
   detail::check_model_name(model_name, "purge_pattern");
   std::string p = "^";
   detail::append_regex_literal(p, detail::key_head(cache_prefix, model_name));
@@ -357,7 +360,7 @@ inline std::string purge_pattern(std::string_view cache_prefix, std::string_view
 /// model_name) matches. A glob cannot express "decimal digits", so it also
 /// matches some non-keys: check each candidate with is_legacy_key_of before
 /// deleting it. Throws input_error for an empty model_name.
-inline std::string purge_glob(std::string_view cache_prefix, std::string_view model_name) {
+[[nodiscard]] inline std::string purge_glob(std::string_view cache_prefix, std::string_view model_name) {
   detail::check_model_name(model_name, "purge_glob");
   std::string g;
   detail::append_glob_literal(g, detail::key_head(cache_prefix, model_name));
