@@ -23,7 +23,7 @@ extension = Pybind11Extension(
     "kvkey._kvkey",
     ["src/module.cpp"],
     include_dirs=[INCLUDE],
-    libraries=["crypto", "fmt"],  # OpenSSL 3 libcrypto (EVP), {fmt} for the reprs
+    libraries=["crypto", "fmt", "xxhash"],  # OpenSSL 3 libcrypto (EVP), {fmt} for the reprs, payload digests
     cxx_std=17,
 )
 

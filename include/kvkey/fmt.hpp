@@ -29,11 +29,12 @@ inline std::string describe_optional_digest(const std::optional<Digest>& d) {
 inline std::string describe(const Identity& id) {
   std::string out = fmt::format(
       "tenant={} model.name={} model.revision={} model.weights_epoch={} model.weights_fingerprint={} "
-      "kv.dtype={} kv.quant.scheme={} kv.quant.group_size={} kv.quant.scale_dtype={} kv.quant.zero_point={} "
+      "model.positional_fingerprint={} kv.dtype={} kv.quant.scheme={} kv.quant.group_size={} kv.quant.scale_dtype={} kv.quant.zero_point={} "
       "kv.quant.scales_fingerprint={} kv.block_size={} kv.num_layers={} kv.num_kv_heads={} kv.head_dim={} "
       "kv.layout={} kv.mla={} shard.tp={}/{} shard.pp={}/{}",
       id.tenant, id.model.name, id.model.revision, id.model.weights_epoch,
-      detail::describe_optional_digest(id.model.weights_fingerprint), to_string(id.kv.dtype), id.kv.quant.scheme,
+      detail::describe_optional_digest(id.model.weights_fingerprint),
+      detail::describe_optional_digest(id.model.positional_fingerprint), to_string(id.kv.dtype), id.kv.quant.scheme,
       id.kv.quant.group_size, id.kv.quant.scale_dtype ? to_string(*id.kv.quant.scale_dtype) : "none",
       id.kv.quant.zero_point, detail::describe_optional_digest(id.kv.quant.scales_fingerprint), id.kv.block_size,
       id.kv.num_layers, id.kv.num_kv_heads, id.kv.head_dim, id.kv.layout, id.kv.mla, id.shard.tp_rank,

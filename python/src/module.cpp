@@ -52,6 +52,27 @@ py::list to_list(const std::vector<kvkey::Digest>& ds) {
   return out;
 }
 
+// A C-contiguous bytes-like object (bytes, bytearray, memoryview, numpy array)
+// borrowed for the duration of a call, without copying.
+class BytesView {
+ public:
+  BytesView(const py::handle& obj, const char* what) {
+    if (!PyObject_CheckBuffer(obj.ptr())) {
+      throw py::type_error(std::string(what) + " must be a bytes-like object or a C-contiguous buffer, not " +
+                           std::string(py::str(py::type::handle_of(obj).attr("__name__"))));
+    }
+    if (PyObject_GetBuffer(obj.ptr(), &view_, PyBUF_C_CONTIGUOUS) != 0) throw py::error_already_set();
+  }
+  BytesView(const BytesView&) = delete;
+  BytesView& operator=(const BytesView&) = delete;
+  ~BytesView() { PyBuffer_Release(&view_); }
+  const std::uint8_t* data() const { return static_cast<const std::uint8_t*>(view_.buf); }
+  std::size_t size() const { return static_cast<std::size_t>(view_.len); }
+
+ private:
+  Py_buffer view_{};
+};
+
 // Any bytes-like object of exactly 32 bytes (bytes, bytearray, memoryview, numpy).
 kvkey::Digest to_digest(const py::handle& obj, const char* what) {
   if (PyUnicode_Check(obj.ptr())) {
@@ -324,16 +345,18 @@ void bind_identity(py::module_& m) {
       py::arg("name"), "Parses 'fp16', 'fp8_e4m3', ...; an unknown name raises InputError.");
 
   py::class_<kvkey::Model>(m, "Model", "The model's weights lineage.")
-      .def(py::init([](std::string name, std::string revision, std::uint64_t epoch, const py::object& fp) {
+      .def(py::init([](std::string name, std::string revision, std::uint64_t epoch, const py::object& fp,
+                       const py::object& positional) {
              kvkey::Model md;
              md.name = std::move(name);
              md.revision = std::move(revision);
              md.weights_epoch = epoch;
              md.weights_fingerprint = to_optional_digest(fp, "model.weights_fingerprint");
+             md.positional_fingerprint = to_optional_digest(positional, "model.positional_fingerprint");
              return md;
            }),
            py::kw_only(), py::arg("name") = "", py::arg("revision") = "", py::arg("weights_epoch") = 0,
-           py::arg("weights_fingerprint") = py::none())
+           py::arg("weights_fingerprint") = py::none(), py::arg("positional_fingerprint") = py::none())
       .def_readwrite("name", &kvkey::Model::name)
       .def_readwrite("revision", &kvkey::Model::revision)
       .def_readwrite("weights_epoch", &kvkey::Model::weights_epoch)
@@ -342,7 +365,14 @@ void bind_identity(py::module_& m) {
           [](kvkey::Model& md, const py::object& v) {
             md.weights_fingerprint = to_optional_digest(v, "model.weights_fingerprint");
           },
-          "32 bytes or None");
+          "32 bytes or None")
+      .def_property(
+          "positional_fingerprint",
+          [](const kvkey::Model& md) { return from_optional_digest(md.positional_fingerprint); },
+          [](kvkey::Model& md, const py::object& v) {
+            md.positional_fingerprint = to_optional_digest(v, "model.positional_fingerprint");
+          },
+          "32 bytes or None: the positional-encoding (RoPE) configuration the engine runs with");
 
   py::class_<kvkey::Quant>(m, "Quant", "How KV values are quantized.")
       .def(py::init([](std::string scheme, std::uint32_t group_size, const py::object& scale_dtype, bool zero_point,
@@ -501,12 +531,19 @@ void bind_namespace(py::module_& m) {
       "block-major; counting stops at the first block any shard misses.");
 
   py::class_<Namespace>(m, "KeyNamespace", "Keys, block hashes and envelopes of one deployment's rank.")
-      .def(py::init([](const kvkey::Identity& id, bool single) {
-             return Namespace(id, single ? kvkey::single_tenant : kvkey::Policy{});
+      .def(py::init([](const kvkey::Identity& id, bool single, const std::string& payload_check) {
+             kvkey::Policy policy = single ? kvkey::single_tenant : kvkey::Policy{};
+             if (payload_check == "size_only") {
+               policy.payload = kvkey::PayloadCheck::size_only;
+             } else if (payload_check != "required") {
+               throw_input_error("payload_check must be 'required' or 'size_only', not '" + payload_check + "'");
+             }
+             return Namespace(id, policy);
            }),
-           py::arg("identity"), py::kw_only(), py::arg("single_tenant") = false,
+           py::arg("identity"), py::kw_only(), py::arg("single_tenant") = false, py::arg("payload_check") = "required",
            "Validates the identity (IdentityError names the bad field). single_tenant=True: a store no one else "
-           "shares; the tenant must then be empty.")
+           "shares; the tenant must then be empty. payload_check='size_only': explicit opt-out of payload digests "
+           "for callers that cannot see the bytes (then seal/verify also take a payload size).")
       .def_property_readonly(
           "identity", [](const Namespace& ns) { return ns.identity(); }, "the validated identity as encoded (a copy)")
       .def_property_readonly("single_tenant",
@@ -557,27 +594,38 @@ void bind_namespace(py::module_& m) {
           py::arg("block_hash"), "\"kvk1/<tenant>/<model>/e<epoch>/<64 hex>\"")
       .def(
           "seal",
-          [](const Namespace& ns, const py::object& h, std::uint64_t payload_size) {
-            const kvkey::Envelope e = ns.seal(to_digest(h, "block hash"), payload_size);
+          [](const Namespace& ns, const py::object& h, const py::object& payload) {
+            const kvkey::Digest block = to_digest(h, "block hash");
+            kvkey::Envelope e;
+            if (PyLong_Check(payload.ptr())) {
+              e = ns.seal(block, payload.cast<std::uint64_t>());  // size only: the policy must opt out
+            } else {
+              const BytesView bytes(payload, "payload");
+              py::gil_scoped_release release;  // the buffer is held; no Python object is touched
+              e = ns.seal(block, kvkey::Payload(bytes.data(), bytes.size()));
+            }
             return py::bytes(reinterpret_cast<const char*>(e.data()), e.size());
           },
-          py::arg("block_hash"), py::arg("payload_size"), "The envelope_size-byte header to store beside the KV bytes.")
+          py::arg("block_hash"), py::arg("payload"),
+          "The envelope_size-byte header to store beside the KV bytes. payload: the KV bytes (any C-contiguous "
+          "bytes-like object or numpy array, read in place with the GIL released); an int payload size only with "
+          "payload_check='size_only'.")
       .def(
           "verify",
-          [](const Namespace& ns, const py::object& header, const py::object& h, std::uint64_t payload_size) {
+          [](const Namespace& ns, const py::object& header, const py::object& h, const py::object& payload) {
             const kvkey::Digest block = to_digest(h, "block hash");
-            if (!PyObject_CheckBuffer(header.ptr())) {
-              throw py::type_error("header must be a bytes-like object");
+            const BytesView head(header, "header");
+            if (PyLong_Check(payload.ptr())) {
+              return PyVerdict{ns.verify(head.data(), head.size(), block, payload.cast<std::uint64_t>())};
             }
-            Py_buffer view;
-            if (PyObject_GetBuffer(header.ptr(), &view, PyBUF_SIMPLE) != 0) throw py::error_already_set();
-            const kvkey::Verdict v = ns.verify(static_cast<const std::uint8_t*>(view.buf),
-                                               static_cast<std::size_t>(view.len), block, payload_size);
-            PyBuffer_Release(&view);
-            return PyVerdict{v};
+            const BytesView bytes(payload, "payload");
+            py::gil_scoped_release release;
+            return PyVerdict{ns.verify(head.data(), head.size(), block, kvkey::Payload(bytes.data(), bytes.size()))};
           },
-          py::arg("header"), py::arg("block_hash"), py::arg("payload_size"),
-          "Checks a header read from the store. Never raises for bad header bytes: returns a Verdict.")
+          py::arg("header"), py::arg("block_hash"), py::arg("payload"),
+          "Checks a header and the payload read with it (bytes-like or numpy, zero-copy, GIL released); an int "
+          "payload size checks everything but the bytes (never ok unless payload_check='size_only'). Never raises "
+          "for bad header or payload bytes: returns a Verdict.")
       .def(
           "reusable_prefix",
           [](const Namespace& ns, const py::object& results, std::size_t shards_per_block,

@@ -112,19 +112,26 @@ def test_store_key_accepts_any_32_bytes(ns):
         ns.store_key(h + b"\0")
 
 
+PAYLOAD = bytes(range(256)) * 16  # 4096 bytes
+
+
 def test_seal_and_verify(ns):
     h = ns.block_hashes(PROBE_PROMPT)
-    header = ns.seal(h[2], 4096)
+    header = ns.seal(h[2], PAYLOAD)
     assert isinstance(header, bytes) and len(header) == kvkey.envelope_size == 1024
-    v = ns.verify(header, h[2], 4096)
+    v = ns.verify(header, h[2], PAYLOAD)
     assert (v.ok, v.reason, v.field, bool(v)) == (True, "ok", "", True)
+    flipped = bytearray(PAYLOAD)
+    flipped[100] ^= 1
     cases = [
-        (ns.verify(header, h[3], 4096), "block_mismatch", "block_hash"),
-        (ns.verify(header, h[2], 4097), "size_mismatch", "payload_size"),
-        (ns.verify(header[:-1], h[2], 4096), "malformed", "envelope.size"),
-        (ns.verify(b"X" + header[1:], h[2], 4096), "malformed", "envelope.magic"),
-        (ns.verify(b"", h[2], 4096), "malformed", "envelope.size"),
-        (ns.verify(bytearray(header), h[2], 4097), "size_mismatch", "payload_size"),
+        (ns.verify(header, h[3], PAYLOAD), "block_mismatch", "block_hash"),
+        (ns.verify(header, h[2], PAYLOAD + b"\0"), "size_mismatch", "payload_size"),
+        (ns.verify(header[:-1], h[2], PAYLOAD), "malformed", "envelope.size"),
+        (ns.verify(b"X" + header[1:], h[2], PAYLOAD), "malformed", "envelope.magic"),
+        (ns.verify(b"", h[2], PAYLOAD), "malformed", "envelope.size"),
+        (ns.verify(bytearray(header), h[2], PAYLOAD[:-1]), "size_mismatch", "payload_size"),
+        (ns.verify(header, h[2], flipped), "payload_mismatch", "payload"),
+        (ns.verify(header, h[2], 4096), "payload_mismatch", "payload"),  # size only: the bytes are required
     ]
     for verdict, reason, field in cases:
         assert (verdict.ok, verdict.reason, verdict.field) == (False, reason, field)
@@ -145,7 +152,7 @@ def test_foreign_headers_name_the_field(ns, path, value, field):
     other = kvkey.KeyNamespace(make_identity(**changes))
     h_writer = other.block_hashes(PROBE_PROMPT)[1]
     h_reader = ns.block_hashes(PROBE_PROMPT)[1]
-    v = ns.verify(other.seal(h_writer, 10), h_reader, 10)
+    v = ns.verify(other.seal(h_writer, b"0123456789"), h_reader, b"0123456789")
     if field == "kv.quant.group_size":
         assert v.reason == "identity_mismatch" and v.field == "kv.quant.scheme"  # first differing field
     else:
@@ -186,8 +193,8 @@ def test_namespace_identity_is_a_copy(ns):
 
 def test_reusable_prefix(ns):
     h = ns.block_hashes(PROBE_PROMPT)
-    ok = ns.verify(ns.seal(h[0], 1), h[0], 1)
-    bad = ns.verify(ns.seal(h[0], 1), h[1], 1)
+    ok = ns.verify(ns.seal(h[0], b"x"), h[0], b"x")
+    bad = ns.verify(ns.seal(h[0], b"x"), h[1], b"x")
     # 2 shards per block, block-major; block 2's second shard fails.
     results = [True, ok, True, True, True, bad, True, True]
     p = ns.reusable_prefix(results, 2)
@@ -275,3 +282,30 @@ def test_gil_is_released_while_hashing(ns):
         sys.setswitchinterval(old_interval)
     assert judged, f"no hashing call of {len(tokens)} tokens lasted {min_call:.3f} s"
     assert in_middle > 0, f"no tick of the other thread in the middle of {len(judged)} hashing calls {judged}"
+
+
+def test_payload_buffers_are_read_in_place(ns):
+    h = ns.block_hashes(PROBE_PROMPT)[0]
+    arr = np.frombuffer(PAYLOAD, dtype=np.uint8).reshape(64, 64)
+    header = ns.seal(h, arr)
+    assert header == ns.seal(h, PAYLOAD) == ns.seal(h, memoryview(PAYLOAD)) == ns.seal(h, bytearray(PAYLOAD))
+    assert ns.verify(header, h, arr.view(np.float16)).ok  # any dtype: the bytes count
+    with pytest.raises(ValueError, match="contiguous"):
+        ns.seal(h, arr[:, ::2])  # not contiguous: refused, never copied
+    with pytest.raises(TypeError, match="bytes-like"):
+        ns.seal(h, "text")
+    with pytest.raises(kvkey.InputError, match="requires one"):
+        ns.seal(h, 4096)  # size only needs the explicit opt-out
+
+
+def test_size_only_opt_out():
+    loose = kvkey.KeyNamespace(make_identity(), payload_check="size_only")
+    h = loose.block_hashes(PROBE_PROMPT)[0]
+    header = loose.seal(h, 4096)
+    assert loose.verify(header, h, 4096).ok
+    assert loose.verify(header, h, PAYLOAD).ok
+    strict = kvkey.KeyNamespace(make_identity())
+    v = strict.verify(header, h, PAYLOAD)
+    assert (v.reason, v.field) == ("payload_mismatch", "envelope.integrity_mode")
+    with pytest.raises(kvkey.InputError, match="payload_check"):
+        kvkey.KeyNamespace(make_identity(), payload_check="sometimes")

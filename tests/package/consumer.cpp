@@ -20,9 +20,11 @@ int main() {
   const std::vector<std::int64_t> tokens(40, 7);
   const auto hashes = ns.block_hashes(tokens);
   if (hashes.size() != 2) return 1;
-  const auto header = ns.seal(hashes[1], 4096);
-  if (!ns.verify(header, hashes[1], 4096).ok()) return 2;
-  if (ns.verify(header, hashes[0], 4096).reason != kvkey::Reason::block_mismatch) return 3;
+  const std::vector<unsigned char> kv(4096, 0x42);
+  const kvkey::Payload payload(kv.data(), kv.size());
+  const auto header = ns.seal(hashes[1], payload);
+  if (!ns.verify(header, hashes[1], payload).ok()) return 2;
+  if (ns.verify(header, hashes[0], payload).reason != kvkey::Reason::block_mismatch) return 3;
   fmt::print("{} -> {}\n", hashes[1], ns.store_key(hashes[1]));
   return 0;
 }

@@ -374,9 +374,9 @@ TEST_CASE("Replicas share keys and object hashes and other slices never do", "[i
     const auto c = ns_for(8, 4);  // head 1
     CHECK(a.store_key(reference[2]) != c.store_key(reference[2]));
     // Replica headers are interchangeable; the other slice is named "shard".
-    const auto header = a.seal(reference[2], 4096);
-    CHECK(b.verify(header, reference[2], 4096).ok());
-    const auto v = c.verify(header, reference[2], 4096);
+    const auto header = a.seal(reference[2], core_test::test_payload(4096));
+    CHECK(b.verify(header, reference[2], core_test::test_payload(4096)).ok());
+    const auto v = c.verify(header, reference[2], core_test::test_payload(4096));
     CHECK(v.reason == kvkey::Reason::identity_mismatch);
     CHECK(v.field == "shard");
   }

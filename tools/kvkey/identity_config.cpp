@@ -164,6 +164,7 @@ void read_model(const Section& s, IdentityConfig& c) {
   m.revision = s.string("revision", s.require("revision"));
   s.read("weights_epoch", m.weights_epoch, &Section::unsigned_int<std::uint64_t>);
   m.weights_fingerprint = read_fingerprint(s, "weights_fingerprint", "weights_file", c);
+  if (const Json* v = s.find("positional_fingerprint")) m.positional_fingerprint = s.digest("positional_fingerprint", *v);
 }
 
 void read_quant(const Section& s, IdentityConfig& c) {
@@ -235,7 +236,9 @@ IdentityConfig load_identity_config(const std::string& path) {
   read_policy(top, c);
   if (const Json* t = top.find("tenant")) c.identity.tenant = top.string("tenant", *t);
   read_model(Section(top.require("model"), "model",
-                     {"name", "revision", "weights_epoch", "weights_fingerprint", "weights_file"}, name),
+                     {"name", "revision", "weights_epoch", "weights_fingerprint", "weights_file",
+                      "positional_fingerprint"},
+                     name),
              c);
   read_kv(Section(top.require("kv"), "kv",
                   {"dtype", "quant", "block_size", "num_layers", "num_kv_heads", "head_dim", "layout", "mla"}, name),
