@@ -81,7 +81,7 @@ TEST_CASE("damaged values are rejected with the right reason, then recomputed", 
   };
   // Payload damage behind a valid header: what only the digest catches.
   std::string torn = good;
-  std::fill(torn.end() - 4096, torn.end(), '\0');  // the tail never written
+  std::fill(torn.end() - static_cast<std::ptrdiff_t>(size / 2), torn.end(), '\0');  // the tail never written
   const std::string transplanted = good.substr(0, kvkey::envelope_size) + other_block.substr(kvkey::envelope_size);
   const std::vector<Fault> faults = {
       {"truncated inside the header", good.substr(0, 700), kvkey::Reason::malformed, "envelope.size"},
