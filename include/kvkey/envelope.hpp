@@ -172,6 +172,21 @@ inline bool all_zero(const std::uint8_t* p, std::size_t n) noexcept {
   return acc == 0;
 }
 
+/// a[0, n) == b[0, n), n a multiple of 8, in time independent of the bytes
+/// (XOR-OR of 8-byte words: several times faster than CRYPTO_memcmp's byte
+/// loop over a whole envelope, and just as free of data-dependent branches).
+inline bool equal_ct(const std::uint8_t* a, const std::uint8_t* b, std::size_t n) noexcept {
+  std::uint64_t diff = 0;
+  for (std::size_t i = 0; i < n; i += 8) {
+    std::uint64_t x;
+    std::uint64_t y;
+    std::memcpy(&x, a + i, 8);
+    std::memcpy(&y, b + i, 8);
+    diff |= x ^ y;
+  }
+  return diff == 0;
+}
+
 /// True when mode is one a namespace of this kind writes.
 constexpr bool integrity_allowed(NamespaceKind kind, std::uint8_t mode) noexcept {
   return mode == static_cast<std::uint8_t>(IntegrityMode::none) ||
@@ -263,12 +278,14 @@ inline Verdict verify_envelope(const std::uint8_t* header, std::size_t len, cons
   namespace L = envelope_layout;
   Verdict pre = envelope_preamble(header, len);
   if (!pre.ok()) return pre;
-  if (CRYPTO_memcmp(header, expected.data(), envelope_size) == 0) return {Reason::ok, {}};
+  static_assert(envelope_size % 8 == 0 && L::payload_digest % 8 == 0 && L::identity % 8 == 0,
+                "equal_ct compares 8-byte words");
+  if (equal_ct(header, expected.data(), envelope_size)) return {Reason::ok, {}};
   // Only the digest differs (the payload was damaged or replaced): say so
   // without parsing, so this common rejection does not allocate either.
   if (expected[L::integrity_mode] != static_cast<std::uint8_t>(IntegrityMode::none) &&
-      CRYPTO_memcmp(header, expected.data(), L::payload_digest) == 0 &&
-      CRYPTO_memcmp(header + L::identity, expected.data() + L::identity, envelope_size - L::identity) == 0) {
+      equal_ct(header, expected.data(), L::payload_digest) &&
+      equal_ct(header + L::identity, expected.data() + L::identity, envelope_size - L::identity)) {
     return {Reason::payload_mismatch, "payload"};
   }
 
