@@ -12,22 +12,9 @@
 #include <vector>
 
 #include "../../bench/alloc_counter.hpp"
+#include "../unit/core_test_support.hpp"
 
 namespace {
-
-kvkey::Identity identity() {
-  kvkey::Identity id;
-  id.tenant = "team-a";
-  id.model.name = "m";
-  id.model.revision = "r";
-  id.kv.dtype = kvkey::KvDtype::fp16;
-  id.kv.block_size = 16;
-  id.kv.num_layers = 2;
-  id.kv.num_kv_heads = 2;
-  id.kv.head_dim = 64;
-  id.kv.layout = "l";
-  return id;
-}
 
 // Allocations made by `rounds` calls of f, after one warm-up call (which may
 // set up the thread's reusable contexts).
@@ -66,11 +53,11 @@ void check_no_allocation(const kvkey::KeyNamespace<Hash>& ns) {
 }  // namespace
 
 TEST_CASE("seal and verify with a payload allocate nothing: plain", "[alloc]") {
-  check_no_allocation(kvkey::KeyNamespace<>(identity()));
+  check_no_allocation(kvkey::KeyNamespace<>(core_test::base_identity()));
 }
 
 TEST_CASE("seal and verify with a payload allocate nothing: keyed", "[alloc]") {
-  check_no_allocation(kvkey::KeyNamespace<kvkey::HmacSha256>(identity(), kvkey::TenantSecret(std::string(32, 's'))));
+  check_no_allocation(kvkey::KeyNamespace<kvkey::HmacSha256>(core_test::base_identity(), kvkey::TenantSecret(std::string(32, 's'))));
 }
 
 int main(int argc, char** argv) {
