@@ -222,8 +222,8 @@ def test_hashing_in_threads_matches_serial(ns):
     assert results == expected
 
 
-def test_gil_is_released_while_hashing(ns):
-    """Another Python thread runs while a long prompt is being hashed.
+def other_thread_runs_during(call, base, scale):
+    """True when another Python thread runs in the middle of call(scale(base, n)).
 
     If the GIL were held for the whole C++ call, the other thread could only run
     at the edges of a call (a thread switch just before or after it, at most a
@@ -231,22 +231,21 @@ def test_gil_is_released_while_hashing(ns):
     many switch intervals.
 
     Nothing here depends on how fast the machine is: the switch interval is
-    lowered for the test, the prompt is sized from a measured call so that each
-    call lasts at least 50 switch intervals, and calls repeat (a bounded number
-    of times) until the other thread is seen in the middle of one. On one
-    loaded core the spinner may miss a given call, never all of them.
+    lowered, the input is scaled from a measured call (scale(base, n): n times
+    the work of base) so that each call lasts at least 50 switch intervals, and
+    calls repeat (a bounded number of times) until the other thread is seen in
+    the middle of one. On one loaded core the spinner may miss a given call,
+    never all of them.
     """
     old_interval = sys.getswitchinterval()
     sys.setswitchinterval(0.001)
     try:
         interval = sys.getswitchinterval()
         min_call = 50 * interval
-        base = np.arange(1 << 18, dtype=np.int32) % 150000  # 4096 blocks of 64
         start = time.perf_counter()
-        ns.block_hashes(base)
+        call(base)
         per_call = max(time.perf_counter() - start, 1e-6)
-        repeat = min(256, max(1, int(2 * min_call / per_call) + 1))  # at most 64 Mtokens
-        tokens = np.tile(base, repeat)
+        work = scale(base, min(256, max(1, int(2 * min_call / per_call) + 1)))
 
         ticks = []
         stop = threading.Event()
@@ -266,7 +265,7 @@ def test_gil_is_released_while_hashing(ns):
         try:
             for _ in range(50):
                 a = time.perf_counter()
-                ns.block_hashes(tokens)
+                call(work)
                 b = time.perf_counter()
                 if b - a < min_call:
                     continue  # too short to tell the middle from the edges
@@ -280,8 +279,29 @@ def test_gil_is_released_while_hashing(ns):
             t.join()
     finally:
         sys.setswitchinterval(old_interval)
-    assert judged, f"no hashing call of {len(tokens)} tokens lasted {min_call:.3f} s"
-    assert in_middle > 0, f"no tick of the other thread in the middle of {len(judged)} hashing calls {judged}"
+    assert judged, f"no call lasted {min_call:.3f} s"
+    return in_middle > 0
+
+
+def test_gil_is_released_while_hashing(ns):
+    base = np.arange(1 << 18, dtype=np.int32) % 150000  # 4096 blocks of 64; at most 64 Mtokens
+    assert other_thread_runs_during(ns.block_hashes, base, np.tile)
+
+
+def test_gil_is_released_while_checking_a_payload(ns):
+    h = ns.block_hashes(PROBE_PROMPT)[0]
+    headers = {}
+
+    def sealed(size):  # sealed before the timed calls, which only verify
+        payload = np.zeros(size, dtype=np.uint8)  # zero pages: no memory used for up to 1 GiB
+        headers[size] = ns.seal(h, payload)
+        return payload
+
+    def verify(payload):
+        assert ns.verify(headers[payload.size], h, payload).ok
+
+    base = sealed(4 << 20)
+    assert other_thread_runs_during(verify, base, lambda b, n: sealed(b.size * n))
 
 
 def test_payload_buffers_are_read_in_place(ns):
