@@ -75,7 +75,7 @@ void redis_get(benchmark::State& state) {
     }
     benchmark::DoNotOptimize(copies.data());
   }
-  state.SetBytesProcessed(static_cast<std::int64_t>(state.iterations() * objects * object_bytes));
+  state.SetBytesProcessed(state.iterations() * static_cast<std::int64_t>(objects * object_bytes));
 }
 void redis_get_raw(benchmark::State& state) { redis_get<false>(state); }
 void redis_get_copy(benchmark::State& state) { redis_get<true>(state); }
@@ -88,7 +88,7 @@ void redis_load_verified(benchmark::State& state) {
       if (l.status != kvkey_redis::LoadStatus::loaded) state.SkipWithError("not loaded");
     }
   }
-  state.SetBytesProcessed(static_cast<std::int64_t>(state.iterations() * objects * object_bytes));
+  state.SetBytesProcessed(state.iterations() * static_cast<std::int64_t>(objects * object_bytes));
 }
 
 BENCHMARK(redis_get_raw)->UseRealTime()->Unit(benchmark::kMillisecond);
