@@ -62,7 +62,10 @@ Probe probe(const kvkey::Identity& id, const std::vector<std::int64_t>& prompt) 
 }
 
 // The reader's verdict on a header the writer sealed for the same prompt block.
-kvkey::Verdict cross_verify(const Probe& writer, const Probe& reader, std::uint64_t payload) {
+// The payload: stand-in KV bytes of the block's size.
+kvkey::Verdict cross_verify(const Probe& writer, const Probe& reader, std::uint64_t payload_size) {
+  const std::vector<std::uint8_t> kv(payload_size, 0x42);
+  const kvkey::Payload payload(kv.data(), kv.size());
   const kvkey::Envelope header = writer.ns.seal(writer.block, payload);
   return reader.ns.verify(header, reader.block, payload);
 }
@@ -153,7 +156,7 @@ int main() {
   print_key("prompt 1", fp16);
   print_key("prompt 2", other);
   expect(fp16.key != other.key, "different tokens give different keys");
-  const auto ve = fp16.ns.verify(fp16.ns.seal(other.block, payload), fp16.block, payload);
+  const auto ve = cross_verify(Probe{other.ns, other.block, other.key}, fp16, payload);
   fmt::print("  reader of prompt 1 on prompt 2's header: {}\n", ve);
   expect(ve.reason == kvkey::Reason::block_mismatch, "rejected as another block");
 

@@ -6,7 +6,7 @@
 set -euo pipefail
 
 profile="${1:-test}"
-example_pkgs=(build-essential cmake pkg-config libssl-dev libfmt-dev)
+example_pkgs=(build-essential cmake pkg-config libssl-dev libfmt-dev libxxhash-dev)
 test_pkgs=("${example_pkgs[@]}" clang libclang-rt-14-dev catch2 nlohmann-json3-dev libcli11-dev libtomlplusplus-dev
   python3-dev python3-pybind11 python3-pytest python3-hypothesis python3-mypy python3-numpy python3-pip
   python3-setuptools python3-wheel python3-venv

@@ -74,7 +74,7 @@ def save(store: DictStore, ranks: Sequence[kvkey.KeyNamespace], hashes: Sequence
         for b, h in enumerate(hashes):
             kv = np.full(size, (b * 7 + ns.identity.shard.tp_rank) % 251, dtype=np.uint8)  # stand-in for GPU KV
             keys.append(ns.store_key(h))
-            bufs.append([ns.seal(h, size), kv])
+            bufs.append([ns.seal(h, kv), kv])  # the header records the bytes' digest
         store.batch_put_from_multi_buffers(keys, bufs)
 
 
@@ -92,9 +92,9 @@ def load(store: DictStore, ranks: Sequence[kvkey.KeyNamespace], hashes: Sequence
             stored = store.get(ns.store_key(h))
             assert stored is not None
             header, kv = stored
-            # The header must describe exactly the bytes received, and they must
-            # be as many as this rank's blocks hold.
-            verdict = ns.verify(header, h, len(kv))
+            # The header must describe exactly the bytes received (size and
+            # digest), and they must be as many as this rank's blocks hold.
+            verdict = ns.verify(header, h, kv)
             results.append(verdict.ok and len(kv) == payload_size(ns))
             if not verdict.ok:
                 print(f"    block {b} rank {r}: {verdict}")
@@ -139,7 +139,7 @@ def main() -> int:
     stored = store.get(key)
     assert stored is not None
     kv = stored[1]
-    store.objects[key] = [foreign.seal(hashes[3], len(kv)), kv]
+    store.objects[key] = [foreign.seal(hashes[3], kv), kv]
     p = load(store, ranks, hashes, len(prompt))
     print(f"  reusable: {p}")
     expect(p.blocks == 3, "blocks 0-2 reused; block 3 fails verification on rank 1, so it is a miss")
@@ -153,6 +153,16 @@ def main() -> int:
     p = load(store, ranks, hashes, len(prompt))
     print(f"  reusable: {p}")
     expect(p.blocks == 1, "only block 0 left: block 1's payload size does not verify")
+
+    print("load: a bit flipped in a stored payload is rejected")
+    key = ranks[1].store_key(hashes[0])
+    header, kv = store.get(key)
+    damaged = bytearray(kv)
+    damaged[5] ^= 0x10
+    store.objects[key] = [header, damaged]
+    p = load(store, ranks, hashes, len(prompt))
+    print(f"  reusable: {p}")
+    expect(p.blocks == 0, "block 0's payload does not match its digest on rank 1: nothing is reused")
 
     if failures:
         print(f"\nconnector_roundtrip.py: {failures} expectation(s) FAILED")

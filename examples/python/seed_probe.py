@@ -54,7 +54,8 @@ class Probe:
 
 def cross_verify(writer: "Probe", reader: "Probe", payload: int) -> kvkey.Verdict:
     """The reader's verdict on a header the writer sealed for the same prompt block."""
-    return reader.ns.verify(writer.ns.seal(writer.block, payload), reader.block, payload)
+    kv = bytes(payload)  # stand-in KV bytes of the block's size
+    return reader.ns.verify(writer.ns.seal(writer.block, kv), reader.block, kv)
 
 
 def print_key(label: str, p: Probe) -> None:
@@ -144,7 +145,7 @@ def main() -> int:
     print_key("prompt 1", fp16)
     print_key("prompt 2", other)
     expect(fp16.key != other.key, "different tokens give different keys")
-    ve = fp16.ns.verify(fp16.ns.seal(other.block, payload), fp16.block, payload)
+    ve = fp16.ns.verify(fp16.ns.seal(other.block, bytes(payload)), fp16.block, bytes(payload))
     print(f"  reader of prompt 1 on prompt 2's header: {ve}")
     expect(ve.reason == "block_mismatch", "rejected as another block")
 

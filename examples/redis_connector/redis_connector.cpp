@@ -135,7 +135,7 @@ void Connector::save(const Namespace& ns, const std::vector<BlockPayload>& block
   keys.reserve(blocks.size());
   values.reserve(blocks.size());
   for (const BlockPayload& b : blocks) {
-    const kvkey::Envelope header = ns.seal(b.block, b.size);
+    const kvkey::Envelope header = ns.seal(b.block, kvkey::Payload(b.data, b.size));  // size and digest
     std::string value(kvkey::envelope_size + b.size, '\0');
     std::memcpy(value.data(), header.data(), header.size());
     if (b.size != 0) std::memcpy(value.data() + header.size(), b.data, b.size);
@@ -198,10 +198,19 @@ std::vector<LoadedBlock> Connector::load(const Namespace& ns, const std::vector<
     expect_type(r, REDIS_REPLY_STRING, "GET");
     const auto* value = reinterpret_cast<const std::uint8_t*>(r.str);
     const std::size_t len = r.len;
+    // The header and the bytes after it, verified in place (size and digest).
     // A value shorter than an envelope is rejected by verify (envelope.size).
-    result.verdict = ns.verify(value, std::min(len, kvkey::envelope_size), blocks[i], payload_size);
-    if (result.verdict.ok() && len != kvkey::envelope_size + payload_size) {
-      result.verdict = {kvkey::Reason::malformed, "value.size"};
+    const std::size_t head = std::min(len, kvkey::envelope_size);
+    result.verdict = ns.verify(value, head, blocks[i], kvkey::Payload(value + head, len - head));
+    if (len != kvkey::envelope_size + payload_size &&
+        (result.verdict.ok() || result.verdict.reason == kvkey::Reason::size_mismatch)) {
+      // Not the size this rank's block has. A header that claims the right size
+      // was cut or padded (value.size); one that claims another size is
+      // another writer's object (payload_size).
+      const auto header = kvkey::decode_envelope(value, head);
+      result.verdict = header && header->payload_size == payload_size
+                           ? kvkey::Verdict{kvkey::Reason::malformed, "value.size"}
+                           : kvkey::Verdict{kvkey::Reason::size_mismatch, "payload_size"};
     }
     if (!result.verdict.ok()) {
       result.status = LoadStatus::rejected;

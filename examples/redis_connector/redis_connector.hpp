@@ -3,7 +3,11 @@
 //
 // Each stored object is one Redis string under ns.store_key(block):
 //
-//     value = ns.seal(block, payload_size)  (1024 bytes)  ||  payload (the KV bytes)
+//     value = ns.seal(block, payload)  (1024 bytes)  ||  payload (the KV bytes)
+//
+// The header records the payload's digest (a MAC in a keyed namespace); load
+// verifies it over the bytes received, so a damaged or replaced payload is a
+// miss (payload_mismatch) and the block is recomputed.
 //
 // written by ONE SET, so a header never exists without its payload. A reader
 // fetches the value, verifies the header against its own namespace and treats
@@ -139,7 +143,7 @@ class Connector {
  public:
   explicit Connector(Options options) : conn_(std::move(options)) {}
 
-  /// Stores each block as seal(block, size) || payload with one SET per block
+  /// Stores each block as seal(block, payload) || payload with one SET per block
   /// (pipelined). Returns when every SET is acknowledged; throws StoreError
   /// otherwise.
   void save(const Namespace& ns, const std::vector<BlockPayload>& blocks);
@@ -160,8 +164,8 @@ class Connector {
     return lookup(ranks, ranks.front()->block_hashes(tokens, options), max_tokens);
   }
 
-  /// Fetches every block (pipelined GET) and verifies its header against ns,
-  /// expecting payload_size KV bytes: the size this rank's block has, never
+  /// Fetches every block (pipelined GET) and verifies its header and the
+  /// payload's digest against ns, expecting payload_size KV bytes: the size this rank's block has, never
   /// the size the stored value claims. A block that does not verify is never
   /// reported loaded.
   std::vector<LoadedBlock> load(const Namespace& ns, const std::vector<kvkey::Digest>& blocks,

@@ -36,6 +36,7 @@ inline constexpr std::size_t max_identity_encoding_size =
     + 4 + limits::model_name                 // model.name
     + 4 + limits::revision                   // model.revision
     + 8 + 1 + 32                             // weights_epoch, weights_fingerprint
+    + 1 + 32                                 // positional_fingerprint
     + 1                                      // kv.dtype
     + 4 + limits::quant_scheme + 4 + 2 + 1 + 1 + 32  // quant
     + 4 * 4                                  // block_size, num_layers, num_kv_heads, head_dim

@@ -1,4 +1,13 @@
 // SPDX-License-Identifier: Apache-2.0
+//
+// File: kvkey/envelope.hpp
+//
+// The envelope: the fixed 1024-byte header stored with every object, its one
+// parser (parse_envelope, used by decode_envelope, verify_envelope and the
+// CLI's inspect), Verdict and Reason. Sealing and verifying go through a
+// KeyNamespace (kvkey/key_namespace.hpp), which knows the identity; payload
+// views and digests are in kvkey/payload.hpp. The bytes are specified in
+// docs/format.md, "Envelope".
 #ifndef KVKEY_ENVELOPE_HPP
 #define KVKEY_ENVELOPE_HPP
 
@@ -8,6 +17,8 @@
 #include <cstddef>
 #include <cstdint>
 #include <cstring>
+#include <optional>
+#include <utility>
 #include <string>
 #include <string_view>
 
@@ -31,24 +42,59 @@ inline constexpr char envelope_magic[8] = {'K', 'V', 'K', 'E', 'Y', 'E', 'N', 'V
 
 /// Byte offsets inside an envelope (docs/format.md, "Envelope").
 namespace envelope_layout {
-inline constexpr std::size_t magic = 0;           // 8 bytes
-inline constexpr std::size_t version = 8;         // u16le
-inline constexpr std::size_t size = 10;           // u16le, == envelope_size
-inline constexpr std::size_t identity_len = 12;   // u32le
-inline constexpr std::size_t block_hash = 16;     // 32 bytes
-inline constexpr std::size_t payload_size = 48;   // u64le
-inline constexpr std::size_t slice = 56;          // 4 x u32le
-inline constexpr std::size_t identity = 72;       // identity_len bytes, then zeros
+inline constexpr std::size_t magic = 0;            // 8 bytes
+inline constexpr std::size_t version = 8;          // u16le
+inline constexpr std::size_t size = 10;            // u16le, == envelope_size
+inline constexpr std::size_t identity_len = 12;    // u32le
+inline constexpr std::size_t block_hash = 16;      // 32 bytes
+inline constexpr std::size_t payload_size = 48;    // u64le
+inline constexpr std::size_t slice = 56;           // 4 x u32le
+inline constexpr std::size_t namespace_kind = 72;  // u8, NamespaceKind
+inline constexpr std::size_t integrity_mode = 73;  // u8, IntegrityMode
+inline constexpr std::size_t reserved = 74;        // 6 zero bytes
+inline constexpr std::size_t nonce = 80;           // 16 bytes, poly1305 mode only
+inline constexpr std::size_t payload_digest = 96;  // 16 bytes: digest or tag, zero in mode none
+inline constexpr std::size_t identity = 112;       // identity_len bytes, then zeros
 }  // namespace envelope_layout
+
+/// Which kind of namespace sealed a header. Codes are part of the byte format.
+enum class NamespaceKind : std::uint8_t {
+  plain = 1,  ///< KeyNamespace<Sha256> (or any unkeyed hasher)
+  keyed = 2,  ///< KeyNamespace<HmacSha256>: hashes and payload tags under a tenant secret
+};
+
+/// How the payload (the KV bytes behind a header) is protected. Codes are part
+/// of the byte format; names (to_string) are stable.
+enum class IntegrityMode : std::uint8_t {
+  none = 0,      ///< size only: sealed without the bytes (PayloadCheck::size_only)
+  xxh3_128 = 1,  ///< plain namespaces: XXH3-128 of the payload
+  poly1305 = 2,  ///< keyed namespaces: Poly1305 tag under a one-time key (docs/security.md)
+};
+
+constexpr std::string_view to_string(NamespaceKind k) noexcept {
+  return k == NamespaceKind::plain ? "plain" : k == NamespaceKind::keyed ? "keyed" : "invalid";
+}
+constexpr std::string_view to_string(IntegrityMode m) noexcept {
+  switch (m) {
+    case IntegrityMode::none: return "none";
+    case IntegrityMode::xxh3_128: return "xxh3_128";
+    case IntegrityMode::poly1305: return "poly1305";
+  }
+  return "invalid";
+}
+
+/// The 16 bytes of a payload digest (XXH3-128, canonical big-endian form) or tag.
+using PayloadDigest = std::array<std::uint8_t, 16>;
 
 /// Why a header was accepted or rejected. Names (to_string) are stable API.
 enum class Reason : std::uint8_t {
   ok = 0,
   malformed,            ///< not a kvkey envelope, truncated, or not parseable
   unsupported_version,  ///< a kvkey envelope of another format version
-  identity_mismatch,    ///< produced under another identity; field names the first difference
+  identity_mismatch,    ///< produced under another identity (or namespace kind); field names the first difference
   block_mismatch,       ///< same identity, another block (or another tenant secret)
   size_mismatch,        ///< the payload size differs from what the reader expects
+  payload_mismatch,     ///< the payload bytes do not match the header's digest/tag, or cannot be checked
 };
 
 [[nodiscard]] constexpr std::string_view to_string(Reason r) noexcept {
@@ -59,6 +105,7 @@ enum class Reason : std::uint8_t {
     case Reason::identity_mismatch: return "identity_mismatch";
     case Reason::block_mismatch: return "block_mismatch";
     case Reason::size_mismatch: return "size_mismatch";
+    case Reason::payload_mismatch: return "payload_mismatch";
   }
   return "invalid";
 }
@@ -69,9 +116,10 @@ struct [[nodiscard]] Verdict {
   Reason reason = Reason::malformed;
   /// Where the difference is: for identity_mismatch the dotted path of the
   /// first differing field ("kv.dtype", "model.weights_epoch", "tenant",
-  /// "adapter.weights_fingerprint", "shard", ...); for the other reasons the
-  /// part of the envelope ("envelope.size", "envelope.magic", "block_hash",
-  /// "payload_size", ...). Empty when ok.
+  /// "adapter.weights_fingerprint", "shard", "envelope.namespace_kind", ...);
+  /// for the other reasons the part of the envelope ("envelope.size",
+  /// "envelope.magic", "block_hash", "payload_size", "payload",
+  /// "envelope.integrity_mode", ...). Empty when ok.
   std::string field;
 
   bool ok() const noexcept { return reason == Reason::ok; }
@@ -84,12 +132,23 @@ struct EnvelopeContents {
   Slice slice;
   Digest block_hash;
   std::uint64_t payload_size = 0;
+  NamespaceKind namespace_kind = NamespaceKind::plain;
+  IntegrityMode integrity = IntegrityMode::none;
+  std::array<std::uint8_t, 16> nonce{};  ///< poly1305 mode only; zero otherwise
+  PayloadDigest payload_digest{};        ///< XXH3-128 digest or Poly1305 tag; zero in mode none
+};
+
+/// The result of parse_envelope: the contents, or the Verdict saying why not
+/// (malformed or unsupported_version, naming the field).
+struct ParsedEnvelope {
+  std::optional<EnvelopeContents> contents;
+  Verdict verdict;  ///< ok exactly when contents holds a value
 };
 
 namespace detail {
 
 /// Writes the parts of an envelope that do not depend on the block.
-inline Envelope envelope_template(const Bytes& identity_encoding, const Slice& s) {
+inline Envelope envelope_template(const Bytes& identity_encoding, const Slice& s, NamespaceKind kind) {
   static_assert(envelope_layout::identity + max_identity_encoding_size <= envelope_size,
                 "every valid identity must fit in an envelope");
   Envelope e{};
@@ -101,6 +160,7 @@ inline Envelope envelope_template(const Bytes& identity_encoding, const Slice& s
   store_u32(e.data() + envelope_layout::slice + 4, s.kv_head_end);
   store_u32(e.data() + envelope_layout::slice + 8, s.layer_begin);
   store_u32(e.data() + envelope_layout::slice + 12, s.layer_end);
+  e[envelope_layout::namespace_kind] = static_cast<std::uint8_t>(kind);
   std::memcpy(e.data() + envelope_layout::identity, identity_encoding.data(), identity_encoding.size());
   return e;
 }
@@ -114,40 +174,37 @@ inline Slice load_slice(const std::uint8_t* p) noexcept {
   return Slice{load_u32(p), load_u32(p + 4), load_u32(p + 8), load_u32(p + 12)};
 }
 
-}  // namespace detail
-
-/// Parses an envelope's fields without judging them against any identity.
-/// Returns nullopt (never undefined behaviour) when the bytes are not a
-/// well-formed envelope of the current format version.
-[[nodiscard]] inline std::optional<EnvelopeContents> decode_envelope(const std::uint8_t* header, std::size_t len) {
-  namespace L = envelope_layout;
-  if (header == nullptr || len != envelope_size) return std::nullopt;
-  if (std::memcmp(header + L::magic, envelope_magic, sizeof envelope_magic) != 0) return std::nullopt;
-  EnvelopeContents c;
-  c.version = detail::load_u16(header + L::version);
-  if (c.version != format_version || detail::load_u16(header + L::size) != envelope_size) return std::nullopt;
-  const std::uint32_t n = detail::load_u32(header + L::identity_len);
-  if (n > envelope_size - L::identity) return std::nullopt;
-  auto id = decode_identity(header + L::identity, n);
-  if (!id) return std::nullopt;
-  for (std::size_t i = L::identity + n; i < envelope_size; ++i) {
-    if (header[i] != 0) return std::nullopt;
-  }
-  c.identity = std::move(*id);
-  c.slice = detail::load_slice(header + L::slice);
-  std::memcpy(c.block_hash.data(), header + L::block_hash, Digest::size_bytes);
-  c.payload_size = detail::load_u64(header + L::payload_size);
-  return c;
+inline bool all_zero(const std::uint8_t* p, std::size_t n) noexcept {
+  std::uint8_t acc = 0;
+  for (std::size_t i = 0; i < n; ++i) acc = static_cast<std::uint8_t>(acc | p[i]);
+  return acc == 0;
 }
 
-namespace detail {
+/// a[0, n) == b[0, n), n a multiple of 8, in time independent of the bytes
+/// (XOR-OR of 8-byte words: several times faster than CRYPTO_memcmp's byte
+/// loop over a whole envelope, and just as free of data-dependent branches).
+inline bool equal_ct(const std::uint8_t* a, const std::uint8_t* b, std::size_t n) noexcept {
+  std::uint64_t diff = 0;
+  for (std::size_t i = 0; i < n; i += 8) {
+    std::uint64_t x;
+    std::uint64_t y;
+    std::memcpy(&x, a + i, 8);
+    std::memcpy(&y, b + i, 8);
+    diff |= x ^ y;
+  }
+  return diff == 0;
+}
 
-/// Verifies header against the envelope the reader would have written
-/// (`expected`, built from its own identity, block hash and payload size).
-/// The accept path is one constant-time comparison of all envelope_size bytes;
-/// only a rejected header is parsed, to name the reason.
-inline Verdict verify_envelope(const std::uint8_t* header, std::size_t len, const Envelope& expected,
-                               const Identity& own) {
+/// True when mode is one a namespace of this kind writes.
+constexpr bool integrity_allowed(NamespaceKind kind, std::uint8_t mode) noexcept {
+  return mode == static_cast<std::uint8_t>(IntegrityMode::none) ||
+         (kind == NamespaceKind::plain && mode == static_cast<std::uint8_t>(IntegrityMode::xxh3_128)) ||
+         (kind == NamespaceKind::keyed && mode == static_cast<std::uint8_t>(IntegrityMode::poly1305));
+}
+
+/// The parser's first stage, shared with verify's constant-time accept path:
+/// length, magic, format version. Empty field when they are right.
+inline Verdict envelope_preamble(const std::uint8_t* header, std::size_t len) {
   namespace L = envelope_layout;
   if (header == nullptr || len != envelope_size) return {Reason::malformed, "envelope.size"};
   if (std::memcmp(header + L::magic, envelope_magic, sizeof envelope_magic) != 0) {
@@ -156,17 +213,96 @@ inline Verdict verify_envelope(const std::uint8_t* header, std::size_t len, cons
   if (load_u16(header + L::version) != format_version) {
     return {Reason::unsupported_version, "envelope.format_version"};
   }
-  if (CRYPTO_memcmp(header, expected.data(), envelope_size) == 0) return {Reason::ok, {}};
+  return {Reason::ok, {}};
+}
 
-  if (load_u16(header + L::size) != envelope_size) return {Reason::malformed, "envelope.size"};
-  const std::uint32_t n = load_u32(header + L::identity_len);
-  if (n > envelope_size - L::identity) return {Reason::malformed, "envelope.identity"};
-  const auto theirs = decode_identity(header + L::identity, n);
-  if (!theirs) return {Reason::malformed, "envelope.identity"};
-  for (std::size_t i = L::identity + n; i < envelope_size; ++i) {
-    if (header[i] != 0) return {Reason::malformed, "envelope.padding"};
+}  // namespace detail
+
+/// The one envelope parser: decodes every field of a header without judging it
+/// against any identity, or says why the bytes are not a well-formed envelope
+/// of the current format version (malformed / unsupported_version and the
+/// field, in the order of docs/format.md). Never reads outside
+/// [header, header + len), never throws for any input bytes.
+[[nodiscard]] inline ParsedEnvelope parse_envelope(const std::uint8_t* header, std::size_t len) {
+  namespace L = envelope_layout;
+  ParsedEnvelope out;
+  const auto fail = [&out](Reason r, const char* field) {
+    out.verdict = {r, field};
+    return std::move(out);
+  };
+  out.verdict = detail::envelope_preamble(header, len);
+  if (!out.verdict.ok()) return out;
+  if (detail::load_u16(header + L::size) != envelope_size) return fail(Reason::malformed, "envelope.size");
+  const std::uint32_t n = detail::load_u32(header + L::identity_len);
+  if (n > envelope_size - L::identity) return fail(Reason::malformed, "envelope.identity");
+  auto id = decode_identity(header + L::identity, n);
+  if (!id) return fail(Reason::malformed, "envelope.identity");
+  if (!detail::all_zero(header + L::identity + n, envelope_size - L::identity - n) ||
+      !detail::all_zero(header + L::reserved, L::nonce - L::reserved)) {
+    return fail(Reason::malformed, "envelope.padding");
   }
-  const std::string_view field = first_difference(*theirs, own);
+  const std::uint8_t kind = header[L::namespace_kind];
+  const std::uint8_t mode = header[L::integrity_mode];
+  if (kind != static_cast<std::uint8_t>(NamespaceKind::plain) && kind != static_cast<std::uint8_t>(NamespaceKind::keyed)) {
+    return fail(Reason::malformed, "envelope.namespace_kind");
+  }
+  if (!detail::integrity_allowed(static_cast<NamespaceKind>(kind), mode)) {
+    return fail(Reason::malformed, "envelope.integrity_mode");
+  }
+  if (mode != static_cast<std::uint8_t>(IntegrityMode::poly1305) && !detail::all_zero(header + L::nonce, 16)) {
+    return fail(Reason::malformed, "envelope.nonce");
+  }
+  if (mode == static_cast<std::uint8_t>(IntegrityMode::none) && !detail::all_zero(header + L::payload_digest, 16)) {
+    return fail(Reason::malformed, "envelope.payload_digest");
+  }
+  EnvelopeContents& c = out.contents.emplace();
+  c.version = format_version;
+  c.identity = std::move(*id);
+  c.slice = detail::load_slice(header + L::slice);
+  std::memcpy(c.block_hash.data(), header + L::block_hash, Digest::size_bytes);
+  c.payload_size = detail::load_u64(header + L::payload_size);
+  c.namespace_kind = static_cast<NamespaceKind>(kind);
+  c.integrity = static_cast<IntegrityMode>(mode);
+  std::memcpy(c.nonce.data(), header + L::nonce, c.nonce.size());
+  std::memcpy(c.payload_digest.data(), header + L::payload_digest, c.payload_digest.size());
+  return out;
+}
+
+/// parse_envelope's contents alone: nullopt (never undefined behaviour) when
+/// the bytes are not a well-formed envelope of the current format version.
+[[nodiscard]] inline std::optional<EnvelopeContents> decode_envelope(const std::uint8_t* header, std::size_t len) {
+  return parse_envelope(header, len).contents;
+}
+
+namespace detail {
+
+/// Verifies header against the envelope the reader would have written
+/// (`expected`: its own identity, kind, block hash, payload size and the
+/// payload digest or tag it computed). The accept path is one constant-time
+/// comparison of all envelope_size bytes, without allocation; only a rejected
+/// header is parsed (parse_envelope), to name the reason.
+[[nodiscard]] inline Verdict verify_envelope(const std::uint8_t* header, std::size_t len, const Envelope& expected,
+                               const Identity& own) {
+  namespace L = envelope_layout;
+  Verdict pre = envelope_preamble(header, len);
+  if (!pre.ok()) return pre;
+  static_assert(envelope_size % 8 == 0 && L::payload_digest % 8 == 0 && L::identity % 8 == 0,
+                "equal_ct compares 8-byte words");
+  if (equal_ct(header, expected.data(), envelope_size)) return {Reason::ok, {}};
+  // Only the digest differs (the payload was damaged or replaced): say so
+  // without parsing, so this common rejection does not allocate either.
+  if (expected[L::integrity_mode] != static_cast<std::uint8_t>(IntegrityMode::none) &&
+      equal_ct(header, expected.data(), L::payload_digest) &&
+      equal_ct(header + L::identity, expected.data() + L::identity, envelope_size - L::identity)) {
+    return {Reason::payload_mismatch, "payload"};
+  }
+
+  ParsedEnvelope parsed = parse_envelope(header, len);
+  if (!parsed.contents) return std::move(parsed.verdict);
+  if (header[L::namespace_kind] != expected[L::namespace_kind]) {
+    return {Reason::identity_mismatch, "envelope.namespace_kind"};
+  }
+  const std::string_view field = first_difference(parsed.contents->identity, own);
   if (!field.empty()) return {Reason::identity_mismatch, std::string(field)};
   if (std::memcmp(header + L::slice, expected.data() + L::slice, 16) != 0) {
     return {Reason::identity_mismatch, "shard"};
@@ -177,7 +313,10 @@ inline Verdict verify_envelope(const std::uint8_t* header, std::size_t len, cons
   if (std::memcmp(header + L::payload_size, expected.data() + L::payload_size, 8) != 0) {
     return {Reason::size_mismatch, "payload_size"};
   }
-  return {Reason::malformed, "envelope"};  // unreachable: some byte differed
+  if (header[L::integrity_mode] != expected[L::integrity_mode]) {
+    return {Reason::payload_mismatch, "envelope.integrity_mode"};
+  }
+  return {Reason::payload_mismatch, "payload"};  // the nonce or the digest/tag differs
 }
 
 }  // namespace detail

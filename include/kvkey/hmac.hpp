@@ -319,6 +319,9 @@ class HmacSha256 {
   static constexpr std::size_t block_size = 64;
   /// result() leaves the object keyed and ready for the next message.
   static constexpr bool resets_after_result = true;
+  /// Keyed by a tenant secret: a KeyNamespace over it is NamespaceKind::keyed
+  /// and authenticates payloads (docs/security.md).
+  static constexpr bool keyed = true;
 
   /// Keys a new HMAC-SHA-256 context. An empty (moved-from) secret is an
   /// identity_error ("tenant_secret").

@@ -94,6 +94,8 @@ struct Model {
   std::string revision;      ///< immutable checkpoint id (hub commit, content hash); required
   std::uint64_t weights_epoch = 0;  ///< bumped by the deployment on every accepted weight update
   std::optional<Digest> weights_fingerprint;  ///< optional fingerprint of the live weights
+  /// Optional fingerprint of the positional-encoding configuration the engine
+  /// runs with (RoPE settings after overrides): cached K is stored after RoPE.
   std::optional<Digest> positional_fingerprint;
 };
 
@@ -151,7 +153,7 @@ struct Identity {
 /// the same deployment rank. Validation plays no part; see docs/api.md.
 inline bool operator==(const Model& a, const Model& b) {
   return a.name == b.name && a.revision == b.revision && a.weights_epoch == b.weights_epoch &&
-         a.weights_fingerprint == b.weights_fingerprint;
+         a.weights_fingerprint == b.weights_fingerprint && a.positional_fingerprint == b.positional_fingerprint;
 }
 inline bool operator==(const Quant& a, const Quant& b) {
   return a.scheme == b.scheme && a.group_size == b.group_size && a.scale_dtype == b.scale_dtype &&
@@ -198,9 +200,22 @@ enum class TenantPolicy : std::uint8_t {
   single_tenant,  ///< the store is not shared: tenant must be empty and is encoded as `single_tenant_name`
 };
 
+/// What a namespace demands of the payload (the KV bytes behind a header).
+enum class PayloadCheck : std::uint8_t {
+  /// default: seal and verify take the bytes; every header carries a payload
+  /// digest (or, keyed, a MAC) and verify checks it. A header sealed without
+  /// one is rejected (payload_mismatch, "envelope.integrity_mode").
+  required,
+  /// explicit opt-out for callers that cannot see the bytes (GPU-direct
+  /// transfers): the size-only seal/verify are allowed, headers without a
+  /// digest are accepted, and a digest is checked only where the bytes are given.
+  size_only,
+};
+
 /// Options of a KeyNamespace beyond the identity.
 struct Policy {
   TenantPolicy tenant = TenantPolicy::required;
+  PayloadCheck payload = PayloadCheck::required;
 };
 
 /// The policy for a store that is not shared between tenants, chosen by name:
@@ -237,6 +252,7 @@ void visit_identity_fields(Id& id, Visitor&& v) {
   v("model.revision", id.model.revision);
   v("model.weights_epoch", id.model.weights_epoch);
   v("model.weights_fingerprint", id.model.weights_fingerprint);
+  v("model.positional_fingerprint", id.model.positional_fingerprint);
   v("kv.dtype", id.kv.dtype);
   v("kv.quant.scheme", id.kv.quant.scheme);
   v("kv.quant.group_size", id.kv.quant.group_size);

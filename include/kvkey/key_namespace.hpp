@@ -20,6 +20,7 @@
 
 #include "kvkey/config.hpp"
 #include "kvkey/detail/chain.hpp"
+#include "kvkey/detail/key_segment.hpp"
 #include "kvkey/detail/endian.hpp"
 #include "kvkey/digest.hpp"
 #include "kvkey/encode.hpp"
@@ -27,6 +28,7 @@
 #include "kvkey/errors.hpp"
 #include "kvkey/hash_options.hpp"
 #include "kvkey/identity.hpp"
+#include "kvkey/payload.hpp"
 #include "kvkey/prefix.hpp"
 #include "kvkey/sha256.hpp"
 
@@ -47,33 +49,6 @@ inline constexpr std::size_t max_store_key_size = 256;
   return p;
 }
 
-namespace detail {
-
-/// The readable model segment of a store key: bytes outside [A-Za-z0-9._-] are
-/// percent-encoded (so '/', '@' and spaces cannot create ambiguity), cut to at
-/// most 96 characters without splitting an escape. Readability only: the object
-/// hash in the key carries the full identity.
-inline std::string model_key_segment(std::string_view name) {
-  static constexpr char hex[] = "0123456789ABCDEF";
-  static constexpr std::size_t max_len = 96;
-  std::string out;
-  for (char ch : name) {
-    const auto c = static_cast<unsigned char>(ch);
-    const bool plain = is_alnum(ch) || ch == '.' || ch == '_' || ch == '-';
-    const std::size_t need = plain ? 1 : 3;
-    if (out.size() + need > max_len) break;
-    if (plain) {
-      out.push_back(ch);
-    } else {
-      out.push_back('%');
-      out.push_back(hex[c >> 4]);
-      out.push_back(hex[c & 0x0f]);
-    }
-  }
-  return out;
-}
-
-}  // namespace detail
 
 /// Keys, block hashes and envelopes of one deployment's rank.
 ///
@@ -187,36 +162,77 @@ class KeyNamespace {
   // ---- envelopes ----------------------------------------------------------------
 
   /// The header to store with this rank's object for block_hash, whose KV bytes
-  /// are payload_size long. Always envelope_size bytes.
-  [[nodiscard]] Envelope seal(const Digest& block_hash, std::uint64_t payload_size) const noexcept {
-    Envelope e = envelope_;
-    detail::envelope_fill(e, block_hash, payload_size);
-    return e;
+  /// are payload: it records their size and digest (keyed: a Poly1305 tag under
+  /// a fresh random nonce). No heap allocation.
+  [[nodiscard]] Envelope seal(const Digest& block_hash, Payload payload) const {
+    PayloadSealer s(header_for(block_hash, 0), scheme(), false);
+    for (const ConstBuffer& b : payload) s.update(b.data, b.size);
+    return s.finish();
   }
 
-  /// Checks a header read from the store against what this namespace would have
-  /// sealed for block_hash and payload_size. Fail closed: anything but ok()
-  /// means the object is a miss. Never reads outside [header, header +
-  /// header_len). Whatever the header's bytes, the outcome is a Verdict, never
-  /// a kvkey::error; the only exception is std::bad_alloc, when naming the
-  /// reason for a rejected header (decoding its identity) runs out of memory.
-  /// Accepting a header allocates nothing.
+  /// Checks a header and the payload read with it. Fail closed: anything but
+  /// ok() is a miss; bytes that do not match the header's digest or tag are
+  /// payload_mismatch ("payload"). Never reads outside [header, header +
+  /// header_len); whatever the bytes, the outcome is a Verdict, never a
+  /// kvkey::error (std::bad_alloc can escape only while naming the reason for a
+  /// rejected header). No heap allocation when it accepts.
+  Verdict verify(const std::uint8_t* header, std::size_t header_len, const Digest& block_hash,
+                 Payload payload) const {
+    PayloadVerifier v(header, header_len, header_for(block_hash, 0), id_, scheme(), false);
+    for (const ConstBuffer& b : payload) v.update(b.data, b.size);
+    return v.finish();
+  }
+  Verdict verify(const Envelope& header, const Digest& block_hash, Payload payload) const {
+    return verify(header.data(), header.size(), block_hash, payload);
+  }
+
+  /// Streaming forms for bytes that arrive in pieces (update, then finish).
+  [[nodiscard]] PayloadSealer sealer(const Digest& block_hash) const {
+    return PayloadSealer(header_for(block_hash, 0), scheme(), true);
+  }
+  [[nodiscard]] PayloadVerifier verifier(const std::uint8_t* header, std::size_t header_len,
+                                         const Digest& block_hash) const {
+    return PayloadVerifier(header, header_len, header_for(block_hash, 0), id_, scheme(), true);
+  }
+
+  /// plain, or keyed when Hash declares `keyed` (HmacSha256).
+  static constexpr NamespaceKind namespace_kind =
+      detail::is_keyed_hash<Hash>::value ? NamespaceKind::keyed : NamespaceKind::plain;
+  /// What seal(block_hash, Payload) stores: xxh3_128 (plain) or poly1305 (keyed).
+  IntegrityMode integrity_mode() const noexcept { return scheme().mode; }
+
+  /// Size-only header (IntegrityMode::none) for callers that cannot see the
+  /// bytes (GPU-direct transfers). Only under PayloadCheck::size_only;
+  /// otherwise throws input_error.
+  [[nodiscard]] Envelope seal(const Digest& block_hash, std::uint64_t payload_size) const {
+    if (policy_.payload == PayloadCheck::required) {
+      throw input_error("seal(block_hash, payload_size) writes no payload digest, and this namespace's Policy "
+                        "requires one: pass the bytes as a kvkey::Payload, or opt out with "
+                        "Policy::payload = PayloadCheck::size_only");
+    }
+    return header_for(block_hash, payload_size);
+  }
+
+  /// Size-only check of a header against what this namespace would have sealed
+  /// for block_hash and payload_size. A digest in the header is not checked
+  /// (the bytes are not here): under PayloadCheck::required the result is never
+  /// ok (payload_mismatch). Otherwise as the payload form above.
   Verdict verify(const std::uint8_t* header, std::size_t header_len, const Digest& block_hash,
                  std::uint64_t payload_size) const {
-    if (header != nullptr && header_len == envelope_size) {
-      // One constant-time pass against what seal() would write, without
-      // building it. It settles the common outcomes; any other difference is
-      // diagnosed (field by field) by verify_envelope.
-      const auto diff = compare_sealed(header, block_hash, payload_size);
-      if (diff.rest == 0) {
-        if (diff.block == 0 && diff.payload == 0) return {Reason::ok, {}};
-        // Same identity and slice: what verify_envelope would conclude too.
-        return diff.block != 0 ? Verdict{Reason::block_mismatch, "block_hash"}
-                               : Verdict{Reason::size_mismatch, "payload_size"};
-      }
+    namespace L = envelope_layout;
+    Envelope expected = header_for(block_hash, payload_size);
+    const bool sized = header != nullptr && header_len == envelope_size;
+    const std::uint8_t mode = sized ? header[L::integrity_mode] : 0;
+    if (sized && detail::integrity_allowed(namespace_kind, mode)) {  // take the header's digest as it is
+      expected[L::integrity_mode] = mode;
+      if (mode == static_cast<std::uint8_t>(IntegrityMode::poly1305)) std::memcpy(&expected[L::nonce], header + L::nonce, 16);
+      if (mode != 0) std::memcpy(&expected[L::payload_digest], header + L::payload_digest, 16);
     }
-    const Envelope expected = seal(block_hash, payload_size);
-    return detail::verify_envelope(header, header_len, expected, id_);
+    Verdict v = detail::verify_envelope(header, header_len, expected, id_);
+    if (v.ok() && policy_.payload == PayloadCheck::required) {
+      return {Reason::payload_mismatch, mode == 0 ? "envelope.integrity_mode" : "payload"};
+    }
+    return v;
   }
   Verdict verify(const Envelope& header, const Digest& block_hash, std::uint64_t payload_size) const {
     return verify(header.data(), header.size(), block_hash, payload_size);
@@ -242,36 +258,23 @@ class KeyNamespace {
     key_prefix_ = tenant_key_prefix(id_.tenant);
     key_prefix_.append(detail::model_key_segment(id_.model.name));
     key_prefix_.append("/e").append(std::to_string(id_.model.weights_epoch)).push_back('/');
-    envelope_ = detail::envelope_template(encoding_, slice_);
+    envelope_ = detail::envelope_template(encoding_, slice_, namespace_kind);
+    if constexpr (namespace_kind == NamespaceKind::keyed) {  // docs/security.md, "Payload MAC"
+      std::uint8_t m[1 + Digest::size_bytes] = {detail::domain_payload};
+      std::memcpy(m + 1, chain_.root().data(), Digest::size_bytes);
+      const Digest k = chain_.hash_message(m, sizeof m);
+      std::memcpy(payload_key_.bytes.data(), k.data(), k.size());
+    }
   }
 
-  // XOR-OR of header against seal(block_hash, payload_size), split by region:
-  // the block hash, the payload size and everything else. No data-dependent
-  // branch, like CRYPTO_memcmp.
-  struct SealedDiff {
-    std::uint64_t block, payload, rest;
-  };
-  SealedDiff compare_sealed(const std::uint8_t* header, const Digest& block_hash,
-                            std::uint64_t payload_size) const noexcept {
-    namespace L = envelope_layout;
-    static_assert(L::block_hash % 8 == 0 && L::payload_size == L::block_hash + Digest::size_bytes &&
-                      L::slice == L::payload_size + 8 && envelope_size % 8 == 0,
-                  "compare_sealed assumes 8-byte aligned fields");
-    const auto word = [](const std::uint8_t* p) noexcept {
-      std::uint64_t w;
-      std::memcpy(&w, p, sizeof w);
-      return w;
-    };
-    SealedDiff d{0, 0, 0};
-    for (std::size_t i = 0; i < L::block_hash; i += 8) d.rest |= word(header + i) ^ word(envelope_.data() + i);
-    for (std::size_t i = 0; i < Digest::size_bytes; i += 8) {
-      d.block |= word(header + L::block_hash + i) ^ word(block_hash.data() + i);
-    }
-    std::uint8_t size_le[8];
-    detail::store_u64(size_le, payload_size);
-    d.payload = word(header + L::payload_size) ^ word(size_le);
-    for (std::size_t i = L::slice; i < envelope_size; i += 8) d.rest |= word(header + i) ^ word(envelope_.data() + i);
-    return d;
+  Envelope header_for(const Digest& block_hash, std::uint64_t payload_size) const noexcept {
+    Envelope e = envelope_;
+    detail::envelope_fill(e, block_hash, payload_size);
+    return e;
+  }
+  detail::PayloadScheme scheme() const noexcept {
+    return {namespace_kind == NamespaceKind::keyed ? IntegrityMode::poly1305 : IntegrityMode::xxh3_128, &payload_key_,
+            policy_.payload};
   }
 
   Identity id_;
@@ -281,6 +284,7 @@ class KeyNamespace {
   detail::Chain<Hash> chain_;
   std::string key_prefix_;
   Envelope envelope_;
+  detail::PayloadKey payload_key_;  // keyed namespaces only
 };
 
 KVKEY_END_NAMESPACE

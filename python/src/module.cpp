@@ -464,7 +464,14 @@ class Namespace {
   }
   kvkey::Verdict verify(const std::uint8_t* header, std::size_t len, const kvkey::Digest& h, std::uint64_t size) const {
     return visit([&](const auto& n) { return n.verify(header, len, h, size); });
+  }  kvkey::Envelope seal(const kvkey::Digest& h, kvkey::Payload payload) const {
+    return visit([&](const auto& n) { return n.seal(h, payload); });
   }
+  kvkey::Verdict verify(const std::uint8_t* header, std::size_t len, const kvkey::Digest& h,
+                        kvkey::Payload payload) const {
+    return visit([&](const auto& n) { return n.verify(header, len, h, payload); });
+  }
+
   kvkey::ReusablePrefix reusable_prefix(const std::vector<bool>& results, std::size_t shards,
                                         std::size_t max_tokens) const {
     return visit([&](const auto& n) { return n.reusable_prefix(results, shards, max_tokens); });
@@ -579,12 +586,17 @@ std::size_t to_max_tokens(const py::handle& max_tokens) {
 }
 
 // A header argument: any bytes-like object (strides included); verify never raises on its contents.
+// An int is a payload size (size-only check); anything else is the payload's bytes.
+bool is_payload_size(const py::handle& payload) { return PyLong_Check(payload.ptr()) != 0; }
+
 kvkey::Verdict verify_header(const Namespace& ns, const py::handle& header, const py::handle& block_hash,
-                             const py::handle& payload_size) {
+                             const py::handle& payload) {
   const kvkey::Digest block = to_digest(block_hash, "block_hash");
-  const auto size = to_uint<std::uint64_t>(payload_size, "payload_size");
   const ByteString bytes(header, "header", ByteString::Str::refuse);
-  return ns.verify(bytes.data(), bytes.size(), block, size);
+  if (is_payload_size(payload)) return ns.verify(bytes.data(), bytes.size(), block, to_uint<std::uint64_t>(payload, "payload"));
+  const ByteString kv(payload, "payload", ByteString::Str::refuse);
+  py::gil_scoped_release release;  // both buffers are held; no Python object is touched
+  return ns.verify(bytes.data(), bytes.size(), block, kvkey::Payload(kv.data(), kv.size()));
 }
 
 void bind_namespace(py::module_& m) {
@@ -657,16 +669,26 @@ void bind_namespace(py::module_& m) {
       });
 
   py::class_<Namespace>(m, "KeyNamespace", "Keys, block hashes and envelopes of one deployment's rank.")
-      .def(py::init([](const py::object& id, const py::object& single, const py::object& secret) {
+      .def(py::init([](const py::object& id, const py::object& single, const py::object& secret,
+                       const py::object& payload_check) {
              const kvkey::Identity identity = to_instance<PyIdentity>(id, "identity").value();
-             const kvkey::Policy policy = to_bool(single, "single_tenant") ? kvkey::single_tenant : kvkey::Policy{};
+             kvkey::Policy policy = to_bool(single, "single_tenant") ? kvkey::single_tenant : kvkey::Policy{};
+             const std::string check = to_text(payload_check, "payload_check");
+             if (check == "size_only") {
+               policy.payload = kvkey::PayloadCheck::size_only;
+             } else if (check != "required") {
+               throw_input_error("payload_check must be 'required' or 'size_only', not " + quoted(check));
+             }
              if (secret.is_none()) return Namespace(identity, policy);
              return Namespace(identity, to_instance<kvkey::TenantSecret>(secret, "secret"), policy);
            }),
            py::arg("identity"), py::kw_only(), py::arg("single_tenant") = false, py::arg("secret") = py::none(),
+           py::arg("payload_check") = "required",
            "Validates the identity (IdentityError names the bad field). single_tenant=True: a store no one else "
            "shares; the tenant must then be empty. secret: a kvkey.TenantSecret keys every hash with "
-           "HMAC-SHA-256, as the C++ KeyNamespace<HmacSha256> (docs/security.md).")
+           "HMAC-SHA-256 and authenticates payloads with Poly1305, as the C++ KeyNamespace<HmacSha256> "
+           "(docs/security.md). payload_check='size_only': explicit opt-out of payload digests for callers that "
+           "cannot see the bytes (then seal/verify take a payload size).")
       .def_property_readonly("keyed", &Namespace::keyed, "True when built with a TenantSecret")
       .def_property_readonly(
           "identity", [](const Namespace& ns) { return PyIdentity(ns.identity()); },
@@ -733,20 +755,33 @@ void bind_namespace(py::module_& m) {
           py::arg("block_hash"), "\"kvk1/<tenant>/<model>/e<epoch>/<64 hex>\"")
       .def(
           "seal",
-          [](const Namespace& ns, const py::object& h, const py::object& payload_size) {
-            const kvkey::Envelope e =
-                ns.seal(to_digest(h, "block_hash"), to_uint<std::uint64_t>(payload_size, "payload_size"));
+          [](const Namespace& ns, const py::object& h, const py::object& payload) {
+            const kvkey::Digest block = to_digest(h, "block_hash");
+            if (is_payload_size(payload)) {  // size only: the policy must opt out
+              const kvkey::Envelope e = ns.seal(block, to_uint<std::uint64_t>(payload, "payload"));
+              return py::bytes(reinterpret_cast<const char*>(e.data()), e.size());
+            }
+            const ByteString bytes(payload, "payload", ByteString::Str::refuse);
+            kvkey::Envelope e;
+            {
+              py::gil_scoped_release release;  // the buffer is held; no Python object is touched
+              e = ns.seal(block, kvkey::Payload(bytes.data(), bytes.size()));
+            }
             return py::bytes(reinterpret_cast<const char*>(e.data()), e.size());
           },
-          py::arg("block_hash"), py::arg("payload_size"), "The envelope_size-byte header to store beside the KV bytes.")
+          py::arg("block_hash"), py::arg("payload"),
+          "The envelope_size-byte header to store beside the KV bytes. payload: the KV bytes (any C-contiguous "
+          "bytes-like object or numpy array, read in place with the GIL released); an int payload size only with "
+          "payload_check='size_only'.")
       .def(
           "verify",
-          [](const Namespace& ns, const py::object& header, const py::object& h, const py::object& payload_size) {
-            return PyVerdict{verify_header(ns, header, h, payload_size)};
+          [](const Namespace& ns, const py::object& header, const py::object& h, const py::object& payload) {
+            return PyVerdict{verify_header(ns, header, h, payload)};
           },
-          py::arg("header"), py::arg("block_hash"), py::arg("payload_size"),
-          "Checks a header read from the store (any bytes-like object). Never raises for bad header bytes: "
-          "returns a Verdict.")
+          py::arg("header"), py::arg("block_hash"), py::arg("payload"),
+          "Checks a header and the payload read with it (bytes-like or numpy, zero-copy when contiguous, GIL "
+          "released); an int payload size checks everything but the bytes (never ok unless "
+          "payload_check='size_only'). Never raises for bad header or payload bytes: returns a Verdict.")
       .def(
           "reusable_prefix",
           [](const Namespace& ns, const py::object& results, const py::object& shards_per_block,

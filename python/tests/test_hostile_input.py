@@ -128,11 +128,13 @@ def test_digest_parameters_read_the_logical_bytes(ns):
 
 def test_verify_and_store_key_take_strided_memoryviews(ns):
     h = ns.block_hashes(PROBE_PROMPT)[0]
-    header = ns.seal(h, 100)
+    kv = bytes(range(100))
+    header = ns.seal(h, kv)
     spread = bytes(b for x in header for b in (x, 0))
-    assert ns.verify(memoryview(spread)[::2], h, 100).ok
+    assert ns.verify(memoryview(spread)[::2], h, kv).ok
+    assert ns.verify(header, h, memoryview(bytes(b for x in kv for b in (x, 0)))[::2]).ok  # a strided payload
     assert ns.store_key(memoryview(bytes(b for x in h for b in (x, 0)))[::2]) == ns.store_key(h)
-    v = ns.verify(memoryview(spread)[1::2], h, 100)  # all zeros: a bad header is a verdict
+    v = ns.verify(memoryview(spread)[1::2], h, kv)  # all zeros: a bad header is a verdict
     assert (v.ok, v.reason) == (False, "malformed")
 
 
@@ -158,7 +160,7 @@ def test_reusable_prefix_refuses_anything_but_bools_and_verdicts(ns, bad):
 
 def test_reusable_prefix_takes_bools_numpy_bools_and_verdicts(ns):
     h = ns.block_hashes(PROBE_PROMPT)[0]
-    ok = ns.verify(ns.seal(h, 1), h, 1)
+    ok = ns.verify(ns.seal(h, b"x"), h, b"x")
     assert ns.reusable_prefix([True, ok, np.bool_(True), False], 1).blocks == 3
     assert ns.reusable_prefix(np.array([True, True, False]), 1).blocks == 2
 
@@ -215,8 +217,8 @@ def test_max_tokens_is_checked_with_its_name(ns, value, exc):
 
 
 @pytest.mark.parametrize("call,field", [
-    (lambda ns: ns.seal(b"\0" * 32, -1), "payload_size"),
-    (lambda ns: ns.verify(b"", b"\0" * 32, 2**64), "payload_size"),
+    (lambda ns: ns.seal(b"\0" * 32, -1), "payload"),
+    (lambda ns: ns.verify(b"", b"\0" * 32, 2**64), "payload"),
     (lambda ns: ns.reusable_prefix([True], -2), "shards_per_block"),
     (lambda ns: kvkey.reusable_prefix([True], 1, 2**32), "block_size"),
     (lambda ns: kvkey.Shard(tp_size=-1), "shard.tp_size"),

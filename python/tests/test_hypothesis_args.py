@@ -26,6 +26,7 @@ SETTINGS = settings(max_examples=40, deadline=None, derandomize=True, database=N
                     suppress_health_check=list(HealthCheck))
 U32, U64 = 2**32, 2**64
 NS = kvkey.KeyNamespace(make_identity())
+SIZE_NS = kvkey.KeyNamespace(make_identity(), payload_check="size_only")  # seal/verify by payload size
 H = NS.block_hashes(PROBE_PROMPT)
 TOKENS = PROBE_PROMPT[:130]  # two full blocks and a tail
 DTYPES = {d.name for d in kvkey.KvDtype.__members__.values()} - {"unset"}
@@ -66,6 +67,13 @@ def _has_buffer(x):
         return False
     except (ValueError, NotImplementedError):
         return True
+
+
+def payload_bytes(x):
+    # An int is a payload size: refused (InputError) by a namespace that requires payload digests.
+    if isinstance(x, int):
+        raise Refused(ValueError)
+    return logical_bytes(x)
 
 
 def text_or_bytes(x):
@@ -177,6 +185,8 @@ def tokens(limit, block=64):
         if isinstance(x, np.ndarray):
             if x.ndim != 1:
                 raise Refused(ValueError)
+        elif isinstance(x, np.generic):  # a numpy scalar is a buffer of 0 dimensions
+            raise Refused(ValueError)
         if isinstance(x, (str, dict, set)) or not hasattr(type(x), "__getitem__") and not isinstance(x, np.ndarray):
             raise Refused(TypeError)
         try:
@@ -236,7 +246,7 @@ scalars = st.one_of(
     st.sampled_from([np.int64(5), np.uint32(7), np.float64(1.0), np.bool_(True), np.bool_(False), np.int8(-1),
                      np.zeros((2, 2), np.uint8), np.array(3), np.array(["a"], dtype=object), kvkey.KvDtype.fp16,
                      kvkey.Model(), kvkey.Kv(), kvkey.Quant(), kvkey.Shard(), kvkey.Identity(),
-                     kvkey.Adapter("a", bytes(32)), NS.verify(b"", H[0], 1), NS.verify(NS.seal(H[0], 1), H[0], 1),
+                     kvkey.Adapter("a", bytes(32)), NS.verify(b"", H[0], 1), NS.verify(NS.seal(H[0], b"x"), H[0], b"x"),
                      H[0], "fp16", "unset", "fp8_e4m3"]),
 )
 objects = st.recursive(scalars, lambda inner: st.one_of(
@@ -297,11 +307,12 @@ PARAMS = [
     ("token", tokens(U64), "tokens", _lm_tokens),
     ("block_hash", digest, "digest", NS.store_key),
     ("block_hash", digest, "digest", NS.object_hash),
-    ("block_hash", digest, "digest", lambda x: NS.seal(x, 10)),
-    ("payload_size", uint(64), "uint", lambda x: NS.seal(H[0], x)),
-    ("block_hash", digest, "digest", lambda x: NS.verify(NS.seal(H[0], 10), x, 10).reason),
-    ("payload_size", uint(64), "uint", lambda x: NS.verify(NS.seal(H[0], 10), H[0], x).reason),
-    ("header", logical_bytes, "bytes", lambda x: (lambda v: (v.ok, v.reason, v.field))(NS.verify(x, H[0], 10))),
+    ("block_hash", digest, "digest", lambda x: NS.seal(x, b"kv")),
+    ("payload", payload_bytes, "bytes", lambda x: NS.verify(NS.seal(H[0], x), H[0], x).reason),
+    ("payload", uint(64), "uint", lambda x: SIZE_NS.seal(H[0], x)),
+    ("block_hash", digest, "digest", lambda x: NS.verify(NS.seal(H[0], b"kv"), x, b"kv").reason),
+    ("payload", uint(64), "uint", lambda x: SIZE_NS.verify(SIZE_NS.seal(H[0], 10), H[0], x).reason),
+    ("header", logical_bytes, "bytes", lambda x: (lambda v: (v.ok, v.reason, v.field))(NS.verify(x, H[0], b"kv"))),
     ("results", iterable(result_entry), "list", lambda x: NS.reusable_prefix(x, 1)),
     ("results", iterable(result_entry), "list", lambda x: kvkey.reusable_prefix(x, 1, 16)),
     ("shards_per_block", uint(64), "uint", lambda x: NS.reusable_prefix([True] * 6, x)),

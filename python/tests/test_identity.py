@@ -149,17 +149,43 @@ def test_fingerprints(tmp_path):
     assert "cannot open" in str(e.value)
 
 
-def test_repr_names_every_salient_field():
+def _changed(value, leaf):
+    """A value of the same kind as `value` (the field `leaf`) that differs from it."""
+    if leaf.endswith("dtype") and value is None:
+        return kvkey.KvDtype.fp16
+    if isinstance(value, bool):
+        return not value
+    if isinstance(value, kvkey.KvDtype):
+        return kvkey.KvDtype.bf16 if value != kvkey.KvDtype.bf16 else kvkey.KvDtype.fp16
+    if isinstance(value, int):
+        return value + 1
+    if isinstance(value, str):
+        return value + "-x"
+    if value is None or isinstance(value, bytes):
+        return bytes([0x5A]) * 32 if value != bytes([0x5A]) * 32 else bytes(32)
+    raise AssertionError(f"no changed value for {value!r}")
+
+
+def test_repr_shows_every_salient_field():
     # tests/data/identity_fields.txt is the library's field list (kvkey::identity_field_names(),
-    # checked by the C++ tests): a field the visitor gains must show in repr.
+    # checked by the C++ tests): a field the visitor gains must show in repr. Changing any one
+    # field changes the repr, and the repr evaluates back to an equal identity.
     path = os.path.join(os.path.dirname(__file__), "..", "..", "tests", "data", "identity_fields.txt")
     with open(path) as f:
         fields = [line.strip() for line in f if line.strip() and not line.startswith("#")]
-    for adapter in (None, kvkey.Adapter("lora", kvkey.fingerprint(b"w"))):
-        i = make_identity()
-        i.adapter = adapter
-        r = repr(i)
-        assert r.startswith("Identity(") and r.endswith(")")
-        keys = [pair.split("=", 1)[0] for pair in r[len("Identity("):-1].split(" ")]
-        expected = [f for f in fields if (f != "adapter" if adapter else not f.startswith("adapter."))]
-        assert keys == expected + ["shard.tp", "shard.pp"]
+    ns = {name: getattr(kvkey, name) for name in ("Identity", "Model", "Kv", "Quant", "Shard", "Adapter", "KvDtype")}
+    for field in fields:
+        base = make_identity()
+        base.adapter = kvkey.Adapter("lora", kvkey.fingerprint(b"w")) if field.startswith("adapter.") else None
+        changed = base.copy()
+        if field == "adapter":
+            changed.adapter = kvkey.Adapter("lora", kvkey.fingerprint(b"w"))
+        else:
+            *parents, leaf = field.split(".")
+            owner = changed
+            for p in parents:
+                owner = getattr(owner, p)
+            setattr(owner, leaf, _changed(getattr(owner, leaf), leaf))
+        assert changed != base, field
+        assert repr(changed) != repr(base), f"repr(Identity) does not show {field}"
+        assert eval(repr(changed), {"bytes": bytes}, ns) == changed, field

@@ -58,9 +58,10 @@ def test_keyed_namespaces_work_everywhere_the_plain_one_does():
     chain = ns.chain()
     assert chain.append(PROBE_PROMPT[:100]) + chain.append(PROBE_PROMPT[100:]) == h
     assert ns.block_hashes_batch([PROBE_PROMPT, PROBE_PROMPT[:128]], threads=2) == [h, h[:2]]
-    header = ns.seal(h[1], 10)
-    assert ns.verify(header, h[1], 10).ok
-    assert not ns.verify(header, other.block_hashes(PROBE_PROMPT)[1], 10).ok
+    header = ns.seal(h[1], b"0123456789")
+    assert ns.verify(header, h[1], b"0123456789").ok
+    assert not ns.verify(header, h[1], b"0123456788").ok  # the payload's MAC
+    assert not ns.verify(header, other.block_hashes(PROBE_PROMPT)[1], b"0123456789").ok
     assert ns.store_key(h[1]) != plain.store_key(plain.block_hashes(PROBE_PROMPT)[1])
     assert other.block_hashes(PROBE_PROMPT) != h
     assert ns.store_key(h[1]).startswith(ns.key_prefix)

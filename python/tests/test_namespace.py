@@ -112,19 +112,26 @@ def test_store_key_accepts_any_32_bytes(ns):
         ns.store_key(h + b"\0")
 
 
+PAYLOAD = bytes(range(256)) * 16  # 4096 bytes
+
+
 def test_seal_and_verify(ns):
     h = ns.block_hashes(PROBE_PROMPT)
-    header = ns.seal(h[2], 4096)
+    header = ns.seal(h[2], PAYLOAD)
     assert isinstance(header, bytes) and len(header) == kvkey.envelope_size == 1024
-    v = ns.verify(header, h[2], 4096)
+    v = ns.verify(header, h[2], PAYLOAD)
     assert (v.ok, v.reason, v.field, bool(v)) == (True, "ok", "", True)
+    flipped = bytearray(PAYLOAD)
+    flipped[100] ^= 1
     cases = [
-        (ns.verify(header, h[3], 4096), "block_mismatch", "block_hash"),
-        (ns.verify(header, h[2], 4097), "size_mismatch", "payload_size"),
-        (ns.verify(header[:-1], h[2], 4096), "malformed", "envelope.size"),
-        (ns.verify(b"X" + header[1:], h[2], 4096), "malformed", "envelope.magic"),
-        (ns.verify(b"", h[2], 4096), "malformed", "envelope.size"),
-        (ns.verify(bytearray(header), h[2], 4097), "size_mismatch", "payload_size"),
+        (ns.verify(header, h[3], PAYLOAD), "block_mismatch", "block_hash"),
+        (ns.verify(header, h[2], PAYLOAD + b"\0"), "size_mismatch", "payload_size"),
+        (ns.verify(header[:-1], h[2], PAYLOAD), "malformed", "envelope.size"),
+        (ns.verify(b"X" + header[1:], h[2], PAYLOAD), "malformed", "envelope.magic"),
+        (ns.verify(b"", h[2], PAYLOAD), "malformed", "envelope.size"),
+        (ns.verify(bytearray(header), h[2], PAYLOAD[:-1]), "size_mismatch", "payload_size"),
+        (ns.verify(header, h[2], flipped), "payload_mismatch", "payload"),
+        (ns.verify(header, h[2], 4096), "payload_mismatch", "payload"),  # size only: the bytes are required
     ]
     for verdict, reason, field in cases:
         assert (verdict.ok, verdict.reason, verdict.field) == (False, reason, field)
@@ -145,7 +152,7 @@ def test_foreign_headers_name_the_field(ns, path, value, field):
     other = kvkey.KeyNamespace(make_identity(**changes))
     h_writer = other.block_hashes(PROBE_PROMPT)[1]
     h_reader = ns.block_hashes(PROBE_PROMPT)[1]
-    v = ns.verify(other.seal(h_writer, 10), h_reader, 10)
+    v = ns.verify(other.seal(h_writer, b"0123456789"), h_reader, b"0123456789")
     if field == "kv.quant.group_size":
         assert v.reason == "identity_mismatch" and v.field == "kv.quant.scheme"  # first differing field
     else:
@@ -186,8 +193,8 @@ def test_namespace_identity_is_a_copy(ns):
 
 def test_reusable_prefix(ns):
     h = ns.block_hashes(PROBE_PROMPT)
-    ok = ns.verify(ns.seal(h[0], 1), h[0], 1)
-    bad = ns.verify(ns.seal(h[0], 1), h[1], 1)
+    ok = ns.verify(ns.seal(h[0], b"x"), h[0], b"x")
+    bad = ns.verify(ns.seal(h[0], b"x"), h[1], b"x")
     # 2 shards per block, block-major; block 2's second shard fails.
     results = [True, ok, True, True, True, bad, True, True]
     p = ns.reusable_prefix(results, 2)
@@ -215,8 +222,8 @@ def test_hashing_in_threads_matches_serial(ns):
     assert results == expected
 
 
-def test_gil_is_released_while_hashing(ns):
-    """Another Python thread runs while a long prompt is being hashed.
+def other_thread_runs_during(call, base, scale, interval=0.001):
+    """True when another Python thread runs in the middle of call(scale(base, n)).
 
     If the GIL were held for the whole C++ call, the other thread could only run
     at the edges of a call (a thread switch just before or after it, at most a
@@ -224,22 +231,22 @@ def test_gil_is_released_while_hashing(ns):
     many switch intervals.
 
     Nothing here depends on how fast the machine is: the switch interval is
-    lowered for the test, the prompt is sized from a measured call so that each
-    call lasts at least 50 switch intervals, and calls repeat (a bounded number
-    of times) until the other thread is seen in the middle of one. On one
-    loaded core the spinner may miss a given call, never all of them.
+    lowered, the input is scaled from a measured call (scale(base, n): n times
+    the work of base) so that each call lasts at least 50 switch intervals, and
+    calls repeat (a bounded number of times) until the other thread is seen in
+    the middle of one. On one loaded core the spinner may miss a given call,
+    never all of them. `interval` is the switch interval used: a shorter one
+    for calls that cannot be made long (a 1 GiB payload is checked in tens of ms).
     """
     old_interval = sys.getswitchinterval()
-    sys.setswitchinterval(0.001)
+    sys.setswitchinterval(interval)
     try:
         interval = sys.getswitchinterval()
         min_call = 50 * interval
-        base = np.arange(1 << 18, dtype=np.int32) % 150000  # 4096 blocks of 64
         start = time.perf_counter()
-        ns.block_hashes(base)
+        call(base)
         per_call = max(time.perf_counter() - start, 1e-6)
-        repeat = min(256, max(1, int(2 * min_call / per_call) + 1))  # at most 64 Mtokens
-        tokens = np.tile(base, repeat)
+        work = scale(base, min(256, max(1, int(2 * min_call / per_call) + 1)))
 
         ticks = []
         stop = threading.Event()
@@ -259,7 +266,7 @@ def test_gil_is_released_while_hashing(ns):
         try:
             for _ in range(50):
                 a = time.perf_counter()
-                ns.block_hashes(tokens)
+                call(work)
                 b = time.perf_counter()
                 if b - a < min_call:
                     continue  # too short to tell the middle from the edges
@@ -273,5 +280,54 @@ def test_gil_is_released_while_hashing(ns):
             t.join()
     finally:
         sys.setswitchinterval(old_interval)
-    assert judged, f"no hashing call of {len(tokens)} tokens lasted {min_call:.3f} s"
-    assert in_middle > 0, f"no tick of the other thread in the middle of {len(judged)} hashing calls {judged}"
+    assert judged, f"no call lasted {min_call:.3f} s"
+    return in_middle > 0
+
+
+def test_gil_is_released_while_hashing(ns):
+    base = np.arange(1 << 18, dtype=np.int32) % 150000  # 4096 blocks of 64; at most 64 Mtokens
+    assert other_thread_runs_during(ns.block_hashes, base, np.tile)
+
+
+def test_gil_is_released_while_checking_a_payload(ns):
+    h = ns.block_hashes(PROBE_PROMPT)[0]
+    headers = {}
+
+    def sealed(size):  # sealed before the timed calls, which only verify
+        payload = np.zeros(size, dtype=np.uint8)  # zero pages: no memory used for up to 1 GiB
+        headers[size] = ns.seal(h, payload)
+        return payload
+
+    def verify(payload):
+        assert ns.verify(headers[payload.size], h, payload).ok
+
+    base = sealed(4 << 20)
+    assert other_thread_runs_during(verify, base, lambda b, n: sealed(b.size * n), interval=0.0001)
+
+
+def test_payload_buffers_are_read_in_place(ns):
+    h = ns.block_hashes(PROBE_PROMPT)[0]
+    arr = np.frombuffer(PAYLOAD, dtype=np.uint8).reshape(64, 64)
+    header = ns.seal(h, arr)
+    assert header == ns.seal(h, PAYLOAD) == ns.seal(h, memoryview(PAYLOAD)) == ns.seal(h, bytearray(PAYLOAD))
+    assert ns.verify(header, h, arr.view(np.float16)).ok  # any dtype: the bytes count
+    strided = arr[:, ::2]  # not contiguous: read through one copy of its logical bytes
+    assert ns.verify(ns.seal(h, np.ascontiguousarray(strided)), h, strided).ok
+    assert not ns.verify(ns.seal(h, np.ascontiguousarray(arr[:, 1::2])), h, strided).ok
+    with pytest.raises(TypeError, match="bytes-like"):
+        ns.seal(h, "text")
+    with pytest.raises(kvkey.InputError, match="requires one"):
+        ns.seal(h, 4096)  # size only needs the explicit opt-out
+
+
+def test_size_only_opt_out():
+    loose = kvkey.KeyNamespace(make_identity(), payload_check="size_only")
+    h = loose.block_hashes(PROBE_PROMPT)[0]
+    header = loose.seal(h, 4096)
+    assert loose.verify(header, h, 4096).ok
+    assert loose.verify(header, h, PAYLOAD).ok
+    strict = kvkey.KeyNamespace(make_identity())
+    v = strict.verify(header, h, PAYLOAD)
+    assert (v.reason, v.field) == ("payload_mismatch", "envelope.integrity_mode")
+    with pytest.raises(kvkey.InputError, match="payload_check"):
+        kvkey.KeyNamespace(make_identity(), payload_check="sometimes")

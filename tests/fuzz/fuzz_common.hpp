@@ -42,6 +42,16 @@ inline kvkey::Identity fixture_identity() {
 }
 inline const char* fixture_secret() { return "fuzz-secret-0123456789abcdef0123456789"; }
 inline constexpr std::uint64_t fixture_payload = 4096;
+
+/// The fixture_payload bytes every envelope seed and check uses.
+inline kvkey::Payload fixture_payload_bytes() {
+  static const std::vector<std::uint8_t> bytes = [] {
+    std::vector<std::uint8_t> b(fixture_payload);
+    for (std::size_t i = 0; i < b.size(); ++i) b[i] = static_cast<std::uint8_t>(i * 7 + 1);
+    return b;
+  }();
+  return {bytes.data(), bytes.size()};
+}
 inline const std::vector<std::uint32_t>& fixture_tokens() {
   static const std::vector<std::uint32_t> t{1, 2, 3, 4, 5, 6, 7, 8};
   return t;

@@ -44,8 +44,9 @@ void check_valid(const kvkey::Identity& input, const kvkey::Policy& policy, cons
   for (char c : key) require(c > 0x20 && c < 0x7f, "store key is printable ASCII without spaces");
   require(key.compare(0, ns.tenant_prefix().size(), ns.tenant_prefix()) == 0, "key_prefix starts with tenant_prefix");
 
-  const kvkey::Envelope header = ns.seal(ns.root(), 1);
-  require(ns.verify(header, ns.root(), 1).ok(), "own header verifies");
+  const std::uint8_t byte = 0x42;
+  const kvkey::Envelope header = ns.seal(ns.root(), kvkey::Payload(&byte, 1));
+  require(ns.verify(header, ns.root(), kvkey::Payload(&byte, 1)).ok(), "own header verifies");
   const auto contents = kvkey::decode_envelope(header.data(), header.size());
   require(contents && kvkey::encode_identity(contents->identity) == encoding && contents->slice == ns.slice(),
           "own header decodes to the identity and slice");

@@ -42,11 +42,15 @@ kvkey::Identity plain_identity() {
 void envelope_seeds() {
   const kvkey::KeyNamespace<> ns{kvkey_fuzz::fixture_identity()};
   const auto blocks = ns.block_hashes(kvkey_fuzz::fixture_tokens());
-  const std::uint64_t payload = kvkey_fuzz::fixture_payload;
+  const kvkey::Payload payload = kvkey_fuzz::fixture_payload_bytes();
   const auto raw = [](const kvkey::Envelope& e) { return with_mode(1, e.data(), e.size()); };
   write("envelope", "valid", raw(ns.seal(blocks.at(1), payload)));
   write("envelope", "other_block", raw(ns.seal(blocks.at(0), payload)));
-  write("envelope", "other_payload", raw(ns.seal(blocks.at(1), payload + 1)));
+  std::vector<std::uint8_t> longer(kvkey_fuzz::fixture_payload + 1, 0x11);
+  write("envelope", "other_payload", raw(ns.seal(blocks.at(1), kvkey::Payload(longer.data(), longer.size()))));
+  const kvkey::KeyNamespace<> size_only{kvkey_fuzz::fixture_identity(),
+                                        kvkey::Policy{kvkey::TenantPolicy::required, kvkey::PayloadCheck::size_only}};
+  write("envelope", "size_only", raw(size_only.seal(blocks.at(1), kvkey_fuzz::fixture_payload)));
   const kvkey::KeyNamespace<kvkey::HmacSha256> keyed{kvkey_fuzz::fixture_identity(),
                                                      kvkey::TenantSecret{std::string(kvkey_fuzz::fixture_secret())}};
   write("envelope", "keyed_valid", raw(keyed.seal(keyed.block_hashes(kvkey_fuzz::fixture_tokens()).at(1), payload)));

@@ -11,6 +11,7 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
 #include <atomic>
 #include <cstring>
@@ -43,8 +44,9 @@ std::size_t epoch_offset(const kvkey::Identity& id) {
   auto other = id;
   other.model.weights_epoch ^= 1;
   const kvkey::Digest block;
-  const auto a = it::Deployment("a", id).rank(0).seal(block, 0);
-  const auto b = it::Deployment("b", other).rank(0).seal(block, 0);
+  const std::uint8_t none = 0;
+  const auto a = it::Deployment("a", id).rank(0).seal(block, kvkey::Payload(&none, 0));
+  const auto b = it::Deployment("b", other).rank(0).seal(block, kvkey::Payload(&none, 0));
   std::size_t diffs = 0;
   std::size_t at = 0;
   for (std::size_t i = 0; i < a.size(); ++i) {
@@ -73,9 +75,14 @@ TEST_CASE("damaged values are rejected with the right reason, then recomputed", 
   REQUIRE(good.size() == kvkey::envelope_size + size);
 
   auto sealed_for = [&](std::size_t payload_size) {
-    const auto header = d.rank(0).seal(blocks[1], payload_size);
-    return std::string(header.begin(), header.end()) + std::string(payload_size, 'x');
+    const std::string bytes(payload_size, 'x');
+    const auto header = d.rank(0).seal(blocks[1], kvkey::Payload(bytes.data(), bytes.size()));
+    return std::string(header.begin(), header.end()) + bytes;
   };
+  // Payload damage behind a valid header: what only the digest catches.
+  std::string torn = good;
+  std::fill(torn.end() - static_cast<std::ptrdiff_t>(size / 2), torn.end(), '\0');  // the tail never written
+  const std::string transplanted = good.substr(0, kvkey::envelope_size) + other_block.substr(kvkey::envelope_size);
   const std::vector<Fault> faults = {
       {"truncated inside the header", good.substr(0, 700), kvkey::Reason::malformed, "envelope.size"},
       {"empty value", std::string(), kvkey::Reason::malformed, "envelope.size"},
@@ -92,6 +99,11 @@ TEST_CASE("damaged values are rejected with the right reason, then recomputed", 
       {"another block's header and payload", other_block, kvkey::Reason::block_mismatch, "block_hash"},
       {"sealed for a smaller payload", sealed_for(size / 2), kvkey::Reason::size_mismatch, "payload_size"},
       {"sealed for a larger payload", sealed_for(size * 2), kvkey::Reason::size_mismatch, "payload_size"},
+      {"flipped payload bit", flip_bit(good, kvkey::envelope_size + size / 2), kvkey::Reason::payload_mismatch,
+       "payload"},
+      {"flipped digest bit", flip_bit(good, L::payload_digest + 3), kvkey::Reason::payload_mismatch, "payload"},
+      {"torn payload of the right length", torn, kvkey::Reason::payload_mismatch, "payload"},
+      {"this header on another block's payload", transplanted, kvkey::Reason::payload_mismatch, "payload"},
   };
   for (const Fault& f : faults) {
     INFO("fault: " << f.name);
@@ -199,7 +211,8 @@ TEST_CASE("broken replies, silence and refused connections are errors, never loa
     CHECK_FALSE(store.connection().connected());
   }
   SECTION("a value that stops part-way") {
-    const auto header = d.rank(0).seal(blocks[0], size);
+    const std::string bytes(size, 'k');
+    const auto header = d.rank(0).seal(blocks[0], kvkey::Payload(bytes.data(), bytes.size()));
     std::string reply = "$" + std::to_string(kvkey::envelope_size + size) + "\r\n";
     reply.append(header.begin(), header.end());  // the header, then nothing
     FakeServer server(reply, true);

@@ -19,9 +19,11 @@ int main() {
   const auto batch = pool.block_hashes(ns, prompts);
   if (batch.size() != 4 || batch[3] != ns.block_hashes(prompts[3])) return 1;
   const auto& hashes = batch[0];
-  const auto header = ns.seal(hashes[1], 4096);
-  if (!ns.verify(header, hashes[1], 4096).ok()) return 2;
-  if (ns.verify(header, hashes[0], 4096).reason != kvkey::Reason::block_mismatch) return 3;
+  const std::vector<unsigned char> kv(4096, 0x42);  // payload digests: libxxhash
+  const kvkey::Payload payload(kv.data(), kv.size());
+  const auto header = ns.seal(hashes[1], payload);
+  if (!ns.verify(header, hashes[1], payload).ok()) return 2;
+  if (ns.verify(header, hashes[0], payload).reason != kvkey::Reason::block_mismatch) return 3;
   std::printf("%s -> %s\n", hashes[1].hex().c_str(), ns.store_key(hashes[1]).c_str());
   return 0;
 }

@@ -96,6 +96,7 @@ inline kvkey::Identity rich_identity() {
   kvkey::Identity id =
       with_optionals(base_identity(), {kvkey::KvDtype::int8, "weights v7", "scales v1", "sql-lora", "sql-lora weights"});
   id.model.weights_epoch = 7;
+  id.model.positional_fingerprint = kvkey::fingerprint("rope_theta 1000000");
   id.shard.tp_size = 2;
   id.shard.tp_rank = 1;
   return id;
@@ -135,6 +136,7 @@ inline bool same_salient_fields(const kvkey::Identity& a, const kvkey::Identity&
                       a.adapter->weights_fingerprint == b.adapter->weights_fingerprint));
   return a.tenant == b.tenant && a.model.name == b.model.name && a.model.revision == b.model.revision &&
          a.model.weights_epoch == b.model.weights_epoch && a.model.weights_fingerprint == b.model.weights_fingerprint &&
+         a.model.positional_fingerprint == b.model.positional_fingerprint &&
          a.kv.dtype == b.kv.dtype && a.kv.quant.scheme == b.kv.quant.scheme &&
          a.kv.quant.group_size == b.kv.quant.group_size && a.kv.quant.scale_dtype == b.kv.quant.scale_dtype &&
          a.kv.quant.zero_point == b.kv.quant.zero_point &&
@@ -215,6 +217,18 @@ bool contains_bytes(const Haystack& haystack, std::string_view needle) {
   const auto* begin = reinterpret_cast<const char*>(haystack.data());
   const auto* end = begin + haystack.size();
   return std::search(begin, end, needle.begin(), needle.end()) != end;
+}
+
+/// A view of the first n bytes (at most 4 MiB) of a fixed byte pattern: the
+/// payload the tests seal and verify.
+inline kvkey::Payload test_payload(std::size_t n) {
+  static const std::vector<std::uint8_t> bytes = [] {
+    std::vector<std::uint8_t> b(std::size_t{4} << 20);
+    for (std::size_t i = 0; i < b.size(); ++i) b[i] = static_cast<std::uint8_t>((i * 131 + 7) >> 3);
+    return b;
+  }();
+  if (n > bytes.size()) throw std::invalid_argument("test_payload: at most 4 MiB");
+  return {bytes.data(), n};
 }
 
 }  // namespace kvkey_test

@@ -9,6 +9,10 @@
 #include <kvkey/kvkey.hpp>
 
 #include <openssl/evp.h>
+#include <xxhash.h>
+// The reference hashes payloads with libxxhash's portable XXH3_128bits, not
+// the runtime-dispatched entry point kvkey uses.
+#undef XXH3_128bits
 
 #include <algorithm>
 #include <cstddef>
@@ -69,17 +73,18 @@ inline void opt_digest(ByteVec& m, const std::optional<kvkey::Digest>& d) {
 }
 inline void dtype(ByteVec& m, kvkey::KvDtype d) { u8(m, static_cast<std::uint8_t>(d)); }
 
-/// The identity encoding: "kvkey.id", u16le version 1, the fields in order.
+/// The identity encoding: "kvkey.id", u16le version 2, the fields in order.
 /// `id` must already carry the encoded tenant ("_single" under single_tenant).
 inline ByteVec identity_encoding(const kvkey::Identity& id) {
   ByteVec m;
   raw(m, "kvkey.id", 8);
-  u16le(m, 1);
+  u16le(m, 2);
   str(m, id.tenant);
   str(m, id.model.name);
   str(m, id.model.revision);
   u64le(m, id.model.weights_epoch);
   opt_digest(m, id.model.weights_fingerprint);
+  opt_digest(m, id.model.positional_fingerprint);
   dtype(m, id.kv.dtype);
   str(m, id.kv.quant.scheme);
   u32le(m, id.kv.quant.group_size);
@@ -182,12 +187,30 @@ inline std::string store_key(const std::string& tenant, const std::string& model
          to_hex(object_hash);
 }
 
+/// XXH3-128 of the bytes, canonical (big-endian high64 then low64).
+inline ByteVec xxh3_128(const ByteVec& payload) {
+  const XXH128_hash_t h = XXH3_128bits(payload.data(), payload.size());
+  ByteVec out;
+  for (int i = 7; i >= 0; --i) out.push_back(static_cast<std::uint8_t>(h.high64 >> (8 * i)));
+  for (int i = 7; i >= 0; --i) out.push_back(static_cast<std::uint8_t>(h.low64 >> (8 * i)));
+  return out;
+}
+
+/// Integrity fields of an envelope: kind (1 plain, 2 keyed), mode (0 none,
+/// 1 xxh3_128, 2 poly1305), nonce and digest/tag (16 bytes each).
+struct Integrity {
+  std::uint8_t kind = 1;
+  std::uint8_t mode = 1;
+  ByteVec nonce = ByteVec(16, 0);
+  ByteVec digest = ByteVec(16, 0);
+};
+
 /// The 1024-byte envelope.
 inline ByteVec envelope(const ByteVec& identity_encoding, const ByteVec& block_hash, std::uint64_t payload_size,
-                        const kvkey::Slice& s) {
+                        const kvkey::Slice& s, const Integrity& in) {
   ByteVec m;
   raw(m, "KVKEYENV", 8);
-  u16le(m, 1);
+  u16le(m, 2);
   u16le(m, 1024);
   u32le(m, static_cast<std::uint32_t>(identity_encoding.size()));
   raw(m, block_hash);
@@ -196,10 +219,54 @@ inline ByteVec envelope(const ByteVec& identity_encoding, const ByteVec& block_h
   u32le(m, s.kv_head_end);
   u32le(m, s.layer_begin);
   u32le(m, s.layer_end);
-  if (m.size() != 72) throw std::logic_error("envelope fixed part is not 72 bytes");
+  u8(m, in.kind);
+  u8(m, in.mode);
+  m.resize(80, 0);  // 6 reserved bytes
+  raw(m, in.nonce);
+  raw(m, in.digest);
+  if (m.size() != 112) throw std::logic_error("envelope fixed part is not 112 bytes");
   raw(m, identity_encoding);
   m.resize(1024, 0);
   return m;
+}
+
+/// HMAC-SHA-256 straight from OpenSSL's one-shot EVP_Q_mac.
+inline ByteVec hmac_sha256(const ByteVec& key, const ByteVec& m) {
+  ByteVec out(32);
+  std::size_t len = 0;
+  if (EVP_Q_mac(nullptr, "HMAC", nullptr, "SHA256", nullptr, key.data(), key.size(), m.data(), m.size(), out.data(),
+                out.size(), &len) == nullptr || len != 32) {
+    throw std::runtime_error("EVP_Q_mac(HMAC) failed");
+  }
+  return out;
+}
+
+/// The keyed payload tag (docs/format.md): K_p = HMAC(secret, 'P' || root);
+/// one-time key = ChaCha20(K_p, IV = nonce) applied to 32 zero bytes;
+/// tag = Poly1305(one-time key, payload || header with the tag field zeroed).
+inline ByteVec keyed_tag(const ByteVec& secret, const ByteVec& root, const ByteVec& nonce, const ByteVec& payload,
+                         ByteVec header) {
+  ByteVec pm{'P'};
+  raw(pm, root);
+  const ByteVec kp = hmac_sha256(secret, pm);
+  ByteVec otk(32);
+  EVP_CIPHER_CTX* c = EVP_CIPHER_CTX_new();
+  int len = 0;
+  const ByteVec zeros(32, 0);
+  const bool ok = c != nullptr && EVP_EncryptInit_ex2(c, EVP_chacha20(), kp.data(), nonce.data(), nullptr) == 1 &&
+                  EVP_EncryptUpdate(c, otk.data(), &len, zeros.data(), 32) == 1 && len == 32;
+  EVP_CIPHER_CTX_free(c);
+  if (!ok) throw std::runtime_error("ChaCha20 failed");
+  std::fill(header.begin() + 96, header.begin() + 112, std::uint8_t{0});
+  ByteVec msg = payload;
+  raw(msg, header);
+  ByteVec tag(16);
+  std::size_t tlen = 0;
+  if (EVP_Q_mac(nullptr, "POLY1305", nullptr, nullptr, nullptr, otk.data(), otk.size(), msg.data(), msg.size(),
+                tag.data(), tag.size(), &tlen) == nullptr || tlen != 16) {
+    throw std::runtime_error("EVP_Q_mac(POLY1305) failed");
+  }
+  return tag;
 }
 
 }  // namespace ref

@@ -77,7 +77,7 @@ TEST_CASE("encode_identity follows the specification byte for byte", "[encode]")
   const auto enc = kvkey::encode_identity(base_identity());
   REQUIRE(enc.size() > 16);
   CHECK(std::string(enc.begin(), enc.begin() + 8) == "kvkey.id");
-  CHECK(enc[8] == 1);   // format_version, u16le
+  CHECK(enc[8] == 2);   // format_version, u16le
   CHECK(enc[9] == 0);
   CHECK(enc[10] == 6);  // len("team-a"), u32le
   CHECK(enc[11] == 0);
@@ -240,9 +240,12 @@ TEST_CASE("decode_identity rejects malformed input", "[encode]") {
       bad[i] ^= 0x01;
       CHECK_FALSE(decode(bad).has_value());
     }
-    ByteVec v2 = enc;
-    v2[8] = 2;
-    CHECK_FALSE(decode(v2).has_value());
+    ByteVec v1 = enc;  // version 1 encodings are not read (docs/format.md)
+    v1[8] = 1;
+    CHECK_FALSE(decode(v1).has_value());
+    ByteVec v3 = enc;
+    v3[8] = 3;
+    CHECK_FALSE(decode(v3).has_value());
     ByteVec v0 = enc;
     v0[8] = 0;
     CHECK_FALSE(decode(v0).has_value());
@@ -273,7 +276,7 @@ TEST_CASE("decode_identity rejects malformed input", "[encode]") {
         CHECK_FALSE(decode(bad).has_value());
       }
     }
-    CHECK(optionals == 4);  // weights_fingerprint, scale_dtype, scales_fingerprint, adapter
+    CHECK(optionals == 5);  // weights and positional fingerprints, scale_dtype, scales_fingerprint, adapter
     CHECK(bools == 2);      // zero_point, mla
     CHECK(dtypes == 1);     // kv.dtype (the optional scale dtype's code is checked below)
     const std::size_t scale = at.at("kv.quant.scale_dtype") + 1;
@@ -299,15 +302,15 @@ TEST_CASE("The largest valid identity encodes to exactly max_identity_encoding_s
   REQUIRE_NOTHROW(kvkey::validated(id));
   const auto enc = kvkey::encode_identity(id);
   CHECK(enc.size() == kvkey::max_identity_encoding_size);
-  CHECK(kvkey::max_identity_encoding_size == 710);  // docs/format.md, section 1
+  CHECK(kvkey::max_identity_encoding_size == 743);  // docs/format.md, section 1
   CHECK(kvkey::envelope_layout::identity + kvkey::max_identity_encoding_size <= kvkey::envelope_size);
 
   // It fits the envelope and survives the trip through it.
   const kvkey::KeyNamespace<> ns(id);
   const auto block = ns.block_hashes(kvkey_test::tokens(ns.block_size()));
   REQUIRE(block.size() == 1);
-  const auto header = ns.seal(block[0], 123);
-  CHECK(ns.verify(header, block[0], 123).ok());
+  const auto header = ns.seal(block[0], kvkey_test::test_payload(123));
+  CHECK(ns.verify(header, block[0], kvkey_test::test_payload(123)).ok());
   const auto contents = kvkey::decode_envelope(header.data(), header.size());
   REQUIRE(contents.has_value());
   CHECK(kvkey_test::same_salient_fields(contents->identity, id));

@@ -23,14 +23,16 @@ struct Fixture {
   kvkey::Digest block;
   kvkey::Digest other_block;
   std::uint64_t payload = 28 * 2 * 2 * 128 * 16 * 1;  // layers * K,V * heads * dim * tokens * int8
+  std::vector<std::uint8_t> bytes = std::vector<std::uint8_t>(static_cast<std::size_t>(payload), 0x5a);
   Envelope header;
 
   explicit Fixture(const kvkey::Identity& id) : ns(id) {
     const auto hashes = ns.block_hashes(kvkey_test::tokens(2 * ns.block_size()));
     block = hashes.at(0);
     other_block = hashes.at(1);
-    header = ns.seal(block, payload);
+    header = ns.seal(block, view());
   }
+  kvkey::Payload view() const { return {bytes.data(), bytes.size()}; }
 };
 
 bool rejected_with_known_reason(const kvkey::Verdict& v) {
@@ -40,6 +42,7 @@ bool rejected_with_known_reason(const kvkey::Verdict& v) {
     case Reason::identity_mismatch:
     case Reason::block_mismatch:
     case Reason::size_mismatch:
+    case Reason::payload_mismatch:
       return true;
     case Reason::ok:
       return false;
@@ -61,8 +64,10 @@ TEST_CASE("seal writes the documented layout for identities of very different si
     CAPTURE(enc.size());
     STATIC_REQUIRE(std::tuple_size<Envelope>::value == kvkey::envelope_size);
     CHECK(kvkey::envelope_size == 1024);
+    kvkey_test::ref::Integrity in;
+    in.digest = kvkey_test::ref::xxh3_128(f.bytes);
     const auto expected = kvkey_test::ref::envelope(kvkey_test::ByteVec(enc.begin(), enc.end()),
-                                                   kvkey_test::bytes_of(f.block), f.payload, f.ns.slice());
+                                                   kvkey_test::bytes_of(f.block), f.payload, f.ns.slice(), in);
     CHECK(kvkey_test::to_hex(f.header) == kvkey_test::to_hex(expected));
     CHECK(std::memcmp(f.header.data() + L::magic, "KVKEYENV", 8) == 0);
     CHECK(std::memcmp(f.header.data() + L::identity, enc.data(), enc.size()) == 0);
@@ -75,36 +80,43 @@ TEST_CASE("seal writes the documented layout for identities of very different si
   CHECK(L::block_hash == 16);
   CHECK(L::payload_size == 48);
   CHECK(L::slice == 56);
-  CHECK(L::identity == 72);
+  CHECK(L::namespace_kind == 72);
+  CHECK(L::integrity_mode == 73);
+  CHECK(L::reserved == 74);
+  CHECK(L::nonce == 80);
+  CHECK(L::payload_digest == 96);
+  CHECK(L::identity == 112);
 }
 
 TEST_CASE("verify: ok and block_mismatch and size_mismatch", "[envelope]") {
   const Fixture f(rich_identity());
-  CHECK(f.ns.verify(f.header, f.block, f.payload).ok());
-  CHECK(f.ns.verify(f.header, f.block, f.payload).field.empty());
-  CHECK(f.ns.verify(f.header.data(), f.header.size(), f.block, f.payload).ok());
+  CHECK(f.ns.verify(f.header, f.block, f.view()).ok());
+  CHECK(f.ns.verify(f.header, f.block, f.view()).field.empty());
+  CHECK(f.ns.verify(f.header.data(), f.header.size(), f.block, f.view()).ok());
 
-  const auto b = f.ns.verify(f.header, f.other_block, f.payload);
+  const auto b = f.ns.verify(f.header, f.other_block, f.view());
   CHECK(b.reason == Reason::block_mismatch);
   CHECK(b.field == "block_hash");
-  for (std::uint64_t size : {std::uint64_t{0}, f.payload - 1, f.payload + 1, f.payload << 32}) {
+  for (std::size_t size : {std::size_t{0}, f.bytes.size() - 1, f.bytes.size() + 1, 2 * f.bytes.size()}) {
     CAPTURE(size);
-    const auto v = f.ns.verify(f.header, f.block, size);
+    std::vector<std::uint8_t> other = f.bytes;
+    other.resize(size, 0x5a);
+    const auto v = f.ns.verify(f.header, f.block, kvkey::Payload(other.data(), other.size()));
     CHECK(v.reason == Reason::size_mismatch);
     CHECK(v.field == "payload_size");
   }
   // A namespace built from an equal identity accepts the header.
   const kvkey::KeyNamespace<> again(rich_identity());
-  CHECK(again.verify(f.header, f.block, f.payload).ok());
+  CHECK(again.verify(f.header, f.block, f.view()).ok());
 }
 
 TEST_CASE("verify: damaged headers are malformed or unsupported and never ok", "[envelope]") {
   const Fixture f(rich_identity());
-  auto verdict = [&](const Envelope& e) { return f.ns.verify(e, f.block, f.payload); };
+  auto verdict = [&](const Envelope& e) { return f.ns.verify(e, f.block, f.view()); };
 
   SECTION("nullptr") {
-    CHECK(f.ns.verify(nullptr, 0, f.block, f.payload).reason == Reason::malformed);
-    CHECK(f.ns.verify(nullptr, kvkey::envelope_size, f.block, f.payload).reason == Reason::malformed);
+    CHECK(f.ns.verify(nullptr, 0, f.block, f.view()).reason == Reason::malformed);
+    CHECK(f.ns.verify(nullptr, kvkey::envelope_size, f.block, f.view()).reason == Reason::malformed);
   }
   SECTION("magic changed") {
     for (std::size_t i = 0; i < 8; ++i) {
@@ -116,7 +128,7 @@ TEST_CASE("verify: damaged headers are malformed or unsupported and never ok", "
     }
   }
   SECTION("format version changed") {
-    for (std::uint16_t version : {0, 2, 0x0100, 0xffff}) {
+    for (std::uint16_t version : {0, 1, 3, 0x0200, 0xffff}) {  // 1: nothing reads version 1 any more
       CAPTURE(version);
       Envelope e = f.header;
       e[L::version] = static_cast<std::uint8_t>(version);
@@ -137,7 +149,7 @@ TEST_CASE("verify: damaged headers are malformed or unsupported and never ok", "
   }
   SECTION("identity length out of range or wrong") {
     const std::uint32_t n = static_cast<std::uint32_t>(f.ns.encoding().size());
-    for (std::uint32_t len : {0u, 1u, n - 1, n + 1, 1024u - 72u, 1024u - 71u, 0xffffffffu}) {
+    for (std::uint32_t len : {0u, 1u, n - 1, n + 1, 1024u - 112u, 1024u - 111u, 0xffffffffu}) {
       CAPTURE(len);
       Envelope e = f.header;
       for (int i = 0; i < 4; ++i) e[L::identity_len + i] = static_cast<std::uint8_t>(len >> (8 * i));
@@ -147,7 +159,7 @@ TEST_CASE("verify: damaged headers are malformed or unsupported and never ok", "
   }
   SECTION("nonzero padding") {
     const std::size_t end = L::identity + f.ns.encoding().size();
-    for (std::size_t i : {end, end + 1, std::size_t{1000}, kvkey::envelope_size - 1}) {
+    for (std::size_t i : {end, end + 1, std::size_t{1000}, kvkey::envelope_size - 1, L::reserved, L::nonce - 1}) {
       CAPTURE(i);
       Envelope e = f.header;
       e[i] = 1;
@@ -161,7 +173,7 @@ TEST_CASE("verify: damaged headers are malformed or unsupported and never ok", "
       CAPTURE(len);
       // A copy of exactly len bytes, so reading past it would be caught by sanitizers.
       std::vector<std::uint8_t> part(f.header.begin(), f.header.begin() + static_cast<std::ptrdiff_t>(len));
-      const auto v = f.ns.verify(part.data(), part.size(), f.block, f.payload);
+      const auto v = f.ns.verify(part.data(), part.size(), f.block, f.view());
       CHECK(v.reason == Reason::malformed);
       CHECK(v.field == "envelope.size");
       CHECK_FALSE(kvkey::decode_envelope(part.data(), part.size()).has_value());
@@ -171,7 +183,7 @@ TEST_CASE("verify: damaged headers are malformed or unsupported and never ok", "
     for (std::size_t extra : {1, 7, 1024}) {
       std::vector<std::uint8_t> longer(f.header.begin(), f.header.end());
       longer.resize(longer.size() + extra, 0);
-      const auto v = f.ns.verify(longer.data(), longer.size(), f.block, f.payload);
+      const auto v = f.ns.verify(longer.data(), longer.size(), f.block, f.view());
       CHECK(v.reason == Reason::malformed);
       CHECK_FALSE(kvkey::decode_envelope(longer.data(), longer.size()).has_value());
     }
@@ -181,11 +193,11 @@ TEST_CASE("verify: damaged headers are malformed or unsupported and never ok", "
 TEST_CASE("verify: every single bit flip is rejected", "[envelope]") {
   for (const kvkey::Identity& id : {base_identity(), rich_identity()}) {
     const Fixture f(id);
-    std::size_t by_reason[6] = {};
+    std::size_t by_reason[7] = {};
     for (std::size_t bit = 0; bit < 8 * kvkey::envelope_size; ++bit) {
       Envelope e = f.header;
       e[bit / 8] = static_cast<std::uint8_t>(e[bit / 8] ^ (1u << (bit % 8)));
-      const auto v = f.ns.verify(e, f.block, f.payload);
+      const auto v = f.ns.verify(e, f.block, f.view());
       if (!rejected_with_known_reason(v)) {
         FAIL_CHECK("bit " << bit << " (byte " << bit / 8 << ") flipped gives reason " << kvkey::to_string(v.reason));
       }
@@ -195,6 +207,7 @@ TEST_CASE("verify: every single bit flip is rejected", "[envelope]") {
     CHECK(by_reason[static_cast<int>(Reason::ok)] == 0);
     CHECK(by_reason[static_cast<int>(Reason::block_mismatch)] == 8 * 32);
     CHECK(by_reason[static_cast<int>(Reason::size_mismatch)] == 8 * 8);
+    CHECK(by_reason[static_cast<int>(Reason::payload_mismatch)] == 8 * 16);  // the digest
     CHECK(by_reason[static_cast<int>(Reason::unsupported_version)] == 16);
     CHECK(by_reason[static_cast<int>(Reason::identity_mismatch)] > 8 * 16);  // slice bits and identity bytes
     CHECK(by_reason[static_cast<int>(Reason::malformed)] > 8 * 8);
@@ -231,14 +244,14 @@ TEST_CASE("verify: random and random-but-plausible headers never verify", "[enve
         fill_random(e.data() + L::identity, f.ns.encoding().size());
         break;
     }
-    const auto v = f.ns.verify(e, f.block, f.payload);
+    const auto v = f.ns.verify(e, f.block, f.view());
     CHECK(rejected_with_known_reason(v));
     // Random lengths too, reading only the first len bytes.
     const std::size_t len = rng() % (2 * kvkey::envelope_size);
     std::vector<std::uint8_t> buf(len);
     fill_random(buf.data(), len);
     if (len >= 8) std::memcpy(buf.data(), "KVKEYENV", 8);
-    CHECK(rejected_with_known_reason(f.ns.verify(buf.data(), buf.size(), f.block, f.payload)));
+    CHECK(rejected_with_known_reason(f.ns.verify(buf.data(), buf.size(), f.block, f.view())));
   }
 }
 
@@ -248,17 +261,20 @@ TEST_CASE("decode_envelope round-trips the contents", "[envelope]") {
   const Fixture f(id);
   const auto c = kvkey::decode_envelope(f.header.data(), f.header.size());
   REQUIRE(c.has_value());
-  CHECK(c->version == 1);
+  CHECK(c->version == 2);
   CHECK(kvkey_test::same_salient_fields(c->identity, id));
   CHECK(c->slice == kvkey::Slice{3, 4, 14, 28});
   CHECK(c->block_hash == f.block);
   CHECK(c->payload_size == f.payload);
+  CHECK(c->namespace_kind == kvkey::NamespaceKind::plain);
+  CHECK(c->integrity == kvkey::IntegrityMode::xxh3_128);
+  CHECK(c->payload_digest == kvkey::xxh3_128_digest(f.view()));
 
   Envelope e = f.header;
   e[L::magic] = 'X';
   CHECK_FALSE(kvkey::decode_envelope(e.data(), e.size()).has_value());
   e = f.header;
-  e[L::version] = 2;
+  e[L::version] = 1;
   CHECK_FALSE(kvkey::decode_envelope(e.data(), e.size()).has_value());
   e = f.header;
   e[kvkey::envelope_size - 1] = 1;
@@ -273,5 +289,6 @@ TEST_CASE("Reason names are stable", "[envelope]") {
   CHECK(kvkey::to_string(Reason::identity_mismatch) == "identity_mismatch");
   CHECK(kvkey::to_string(Reason::block_mismatch) == "block_mismatch");
   CHECK(kvkey::to_string(Reason::size_mismatch) == "size_mismatch");
+  CHECK(kvkey::to_string(Reason::payload_mismatch) == "payload_mismatch");
   CHECK_FALSE(kvkey::Verdict{}.ok());  // a default verdict is a miss
 }

@@ -46,6 +46,12 @@ const std::vector<Mutation>& mutations() {
        [](Identity& i) { i.model.weights_fingerprint = kvkey::Digest(); }},
       {"model.weights_fingerprint", "another fingerprint", rich_identity,
        [](Identity& i) { i.model.weights_fingerprint = kvkey::fingerprint("weights v8"); }},
+      {"model.positional_fingerprint", "absent -> present", base_identity,
+       [](Identity& i) { i.model.positional_fingerprint = kvkey::fingerprint("rope_theta 500000"); }},
+      {"model.positional_fingerprint", "another RoPE configuration", rich_identity,
+       [](Identity& i) { i.model.positional_fingerprint = kvkey::fingerprint("rope_scaling yarn x4"); }},
+      {"model.positional_fingerprint", "present -> absent", rich_identity,
+       [](Identity& i) { i.model.positional_fingerprint.reset(); }},
       {"kv.dtype", "fp16 -> bf16", base_identity, [](Identity& i) { i.kv.dtype = KvDtype::bf16; }},
       {"kv.dtype", "fp16 -> fp8_e4m3", base_identity, [](Identity& i) { i.kv.dtype = KvDtype::fp8_e4m3; }},
       {"kv.dtype", "int8 -> int4", rich_identity, [](Identity& i) { i.kv.dtype = KvDtype::int4; }},
@@ -87,7 +93,7 @@ struct Observed {
   kvkey::Envelope header;  // for blocks[0]
 };
 
-constexpr std::uint64_t payload = 65536;
+const kvkey::Payload payload = kvkey_test::test_payload(65536);
 
 Observed observe(const Identity& id, const std::vector<std::int32_t>& toks) {
   kvkey::KeyNamespace<> ns(id);

@@ -1,6 +1,6 @@
 // Golden vectors: the committed bytes of tests/data/golden/*.txt pin the
 // identity encoding, root, chain, object hashes, store keys and envelopes of
-// format version 1. Any change to those bytes fails here, visibly in review.
+// format version 2. Any change to those bytes fails here, visibly in review.
 //
 // The files were generated once by kvkey (the hidden test case
 // "[.golden-generate]", run only after a deliberate, documented format change)
@@ -12,12 +12,15 @@
 #include "support/reference.hpp"
 
 #include <catch2/catch.hpp>
+#include <nlohmann/json.hpp>
 
 #include <cstdint>
 #include <cstdio>
 #include <fstream>
 #include <sstream>
 #include <string>
+#include <string_view>
+#include <type_traits>
 #include <utility>
 #include <vector>
 
@@ -49,6 +52,13 @@ kvkey::Digest digest_of_bytes(std::uint8_t first, int step) {
   kvkey::Digest d;
   for (std::size_t i = 0; i < 32; ++i) d[i] = static_cast<std::uint8_t>(first + step * static_cast<int>(i));
   return d;
+}
+
+// The payload stored with block i of a case: byte j = (j + 31 * i) mod 251.
+ByteVec golden_payload(std::size_t block, std::uint64_t size) {
+  ByteVec p(static_cast<std::size_t>(size));
+  for (std::size_t j = 0; j < p.size(); ++j) p[j] = static_cast<std::uint8_t>((j + 31 * block) % 251);
+  return p;
 }
 
 std::vector<GoldenCase> golden_cases() {
@@ -126,7 +136,8 @@ Entries with_kvkey(const GoldenCase& c) {
   }
   for (std::size_t i = 0; i < blocks.size(); ++i) e.emplace_back("key." + std::to_string(i), ns.store_key(blocks[i]));
   for (std::size_t i = 0; i < blocks.size(); ++i) {
-    e.emplace_back("envelope." + std::to_string(i), to_hex(ns.seal(blocks[i], c.payload_size)));
+    const ByteVec payload = golden_payload(i, c.payload_size);
+    e.emplace_back("envelope." + std::to_string(i), to_hex(ns.seal(blocks[i], kvkey::Payload(payload.data(), payload.size()))));
   }
   return e;
 }
@@ -152,7 +163,9 @@ Entries with_reference(const GoldenCase& c) {
                    ref::store_key(id.tenant, id.model.name, id.model.weights_epoch, objects[i]));
   }
   for (std::size_t i = 0; i < blocks.size(); ++i) {
-    e.emplace_back("envelope." + std::to_string(i), to_hex(ref::envelope(encoding, blocks[i], c.payload_size, c.slice)));
+    ref::Integrity in;
+    in.digest = ref::xxh3_128(golden_payload(i, c.payload_size));
+    e.emplace_back("envelope." + std::to_string(i), to_hex(ref::envelope(encoding, blocks[i], c.payload_size, c.slice, in)));
   }
   return e;
 }
@@ -216,7 +229,8 @@ TEST_CASE("Golden vectors: committed envelopes still verify and decode", "[golde
       const ByteVec header = kvkey_test::bytes_from_hex(hex);
       REQUIRE(header.size() == kvkey::envelope_size);
       const auto block = kvkey::Digest::from_hex(block_hex);
-      CHECK(ns.verify(header.data(), header.size(), block, c.payload_size).ok());
+      const ByteVec payload = golden_payload(i, c.payload_size);
+      CHECK(ns.verify(header.data(), header.size(), block, kvkey::Payload(payload.data(), payload.size())).ok());
       const auto contents = kvkey::decode_envelope(header.data(), header.size());
       REQUIRE(contents.has_value());
       CHECK(contents->identity.tenant == ns.identity().tenant);
@@ -224,6 +238,8 @@ TEST_CASE("Golden vectors: committed envelopes still verify and decode", "[golde
       CHECK(contents->slice == c.slice);
       CHECK(contents->block_hash == block);
       CHECK(contents->payload_size == c.payload_size);
+      CHECK(contents->integrity == kvkey::IntegrityMode::xxh3_128);
+      CHECK(contents->payload_digest == kvkey::xxh3_128_digest(kvkey::Payload(payload.data(), payload.size())));
     }
   }
 }
@@ -234,12 +250,13 @@ TEST_CASE("Golden vectors: the minimal case spelled out byte by byte", "[golden]
   // docs/format.md, "Identity encoding", for the minimal identity.
   const std::string encoding_hex = std::string() +
                                    "6b766b65792e6964"    // "kvkey.id"
-                                   "0100"                // format version 1, u16le
+                                   "0200"                // format version 2, u16le
                                    "02000000" "7430"     // tenant: len 2, "t0"
                                    "01000000" "6d"       // model.name: len 1, "m"
                                    "01000000" "72"       // model.revision: len 1, "r"
                                    "0000000000000000"    // model.weights_epoch 0, u64le
                                    "00"                  // model.weights_fingerprint absent
+                                   "00"                  // model.positional_fingerprint absent
                                    "02"                  // kv.dtype fp16 = 2
                                    "04000000" "6e6f6e65" // kv.quant.scheme: len 4, "none"
                                    "00000000"            // kv.quant.group_size 0
@@ -281,18 +298,24 @@ TEST_CASE("Golden vectors: the minimal case spelled out byte by byte", "[golden]
   CHECK(ns.object_hash(blocks[0]).hex() == to_hex(object0));
   CHECK(ns.store_key(blocks[0]) == "kvk1/t0/m/e0/" + to_hex(object0));
 
-  // Envelope of block 0: fixed part, then the encoding at 72, zeros to 1024.
-  CHECK(encoding_hex.size() == 2 * 74);
+  // Envelope of block 0: fixed part, then the encoding at 112, zeros to 1024.
+  CHECK(encoding_hex.size() == 2 * 75);
   std::string envelope_hex = "4b564b4559454e56";               // "KVKEYENV"
-  envelope_hex += "0100";                                       // version 1, u16le
+  envelope_hex += "0200";                                       // version 2, u16le
   envelope_hex += "0004";                                       // size 1024, u16le
-  envelope_hex += "4a000000";                                   // identity length 74, u32le
+  envelope_hex += "4b000000";                                   // identity length 75, u32le
   envelope_hex += to_hex(block0);                               // block hash
   envelope_hex += "0001000000000000";                           // payload size 256, u64le
   envelope_hex += "00000000" "01000000" "00000000" "01000000";  // slice: heads [0,1), layers [0,1)
-  envelope_hex += encoding_hex;                                 // at offset 72
+  envelope_hex += "01";                                         // namespace kind: plain
+  envelope_hex += "01";                                         // integrity mode: xxh3_128
+  envelope_hex += "000000000000";                               // reserved
+  envelope_hex += std::string(32, '0');                         // nonce (keyed only)
+  const ByteVec payload0 = golden_payload(0, c.payload_size);   // 256 bytes: 00 01 .. fa, then 00 .. 04
+  envelope_hex += to_hex(kvkey_test::ref::xxh3_128(payload0));   // payload digest
+  envelope_hex += encoding_hex;                                 // at offset 112
   envelope_hex.resize(2 * 1024, '0');
-  CHECK(to_hex(ns.seal(blocks[0], c.payload_size)) == envelope_hex);
+  CHECK(to_hex(ns.seal(blocks[0], kvkey::Payload(payload0.data(), payload0.size()))) == envelope_hex);
 }
 
 // Writes tests/data/golden/*.txt from kvkey. Hidden: run it by name only after a
@@ -306,10 +329,206 @@ TEST_CASE("Generate the golden vector files", "[.golden-generate]") {
         << "# Inputs: tests/unit/golden_test.cpp, golden_cases(); prompt t_i = (2654435761 * i + 12345) mod 2^32,\n"
         << "# i = 0..199, block size " << c.id.kv.block_size << ", payload size " << c.payload_size
         << ", salt \"" << c.options.salt << "\", " << c.options.extras.size() << " extra keys.\n"
+        << "# The payload of block i: byte j = (j + 31 * i) mod 251 (its XXH3-128 is in the envelope).\n"
         << "# Generated by kvkey_tests \"[.golden-generate]\"; checked against an independent reference.\n";
     for (const auto& [name, value] : with_kvkey(c)) out << name << ' ' << value << '\n';
     std::ofstream file(golden_path(c));
     file << out.str();
     REQUIRE(file.good());
+  }
+}
+
+// ---- tests/vectors/format-v2.json: the same vectors, machine-readable ---------------
+//
+// Identities, roots, block hashes, object hashes, keys, payload digests and
+// envelopes of the golden cases, a keyed namespace's (tenant secret included)
+// and payload digests, for kvkey's C++, Python and CLI tests and for
+// implementations in other languages. Written by "[.golden-generate]".
+
+namespace {
+
+using nlohmann::json;
+
+std::string vectors_path() { return std::string(KVKEY_TEST_VECTORS_DIR) + "/format-v2.json"; }
+
+// The identity's fields under their visit_identity_fields paths.
+json identity_json(const kvkey::Identity& id) {
+  json j = json::object();
+  const auto digest = [](const std::optional<kvkey::Digest>& d) { return d ? json(d->hex()) : json(nullptr); };
+  kvkey::visit_identity_fields(id, [&](std::string_view path, const auto& v) {
+    using T = std::decay_t<decltype(v)>;
+    const std::string key(path);
+    if constexpr (std::is_same_v<T, kvkey::KvDtype>) {
+      j[key] = std::string(kvkey::to_string(v));
+    } else if constexpr (std::is_same_v<T, std::optional<kvkey::KvDtype>>) {
+      j[key] = v ? json(std::string(kvkey::to_string(*v))) : json(nullptr);
+    } else if constexpr (std::is_same_v<T, std::optional<kvkey::Digest>>) {
+      j[key] = digest(v);
+    } else if constexpr (std::is_same_v<T, std::optional<kvkey::Adapter>>) {
+      j[key] = v ? json{{"name", v->name}, {"weights_fingerprint", v->weights_fingerprint.hex()}} : json(nullptr);
+    } else {
+      j[key] = v;
+    }
+  });
+  return j;
+}
+
+kvkey::Identity identity_from_json(const json& j) {
+  kvkey::Identity id;
+  kvkey::visit_identity_fields(id, [&](std::string_view path, auto& v) {
+    using T = std::decay_t<decltype(v)>;
+    const json& x = j.at(std::string(path));
+    if constexpr (std::is_same_v<T, kvkey::KvDtype>) {
+      v = kvkey::kv_dtype_from_string(x.get<std::string>()).value();
+    } else if constexpr (std::is_same_v<T, std::optional<kvkey::KvDtype>>) {
+      if (!x.is_null()) v = kvkey::kv_dtype_from_string(x.get<std::string>()).value();
+    } else if constexpr (std::is_same_v<T, std::optional<kvkey::Digest>>) {
+      if (!x.is_null()) v = kvkey::Digest::from_hex(x.get<std::string>());
+    } else if constexpr (std::is_same_v<T, std::optional<kvkey::Adapter>>) {
+      if (!x.is_null()) v = kvkey::Adapter(x.at("name"), kvkey::Digest::from_hex(x.at("weights_fingerprint").get<std::string>()));
+    } else {
+      v = x.get<T>();
+    }
+  });
+  return id;
+}
+
+json entries_json(const Entries& entries) {
+  json j = json::object();
+  for (const auto& [name, value] : entries) {
+    const auto dot = name.find('.');
+    if (dot == std::string::npos) {
+      j[name] = value;
+    } else {
+      j[name.substr(0, dot) + "s"].push_back(value);  // block.0 -> blocks[0]
+    }
+  }
+  return j;
+}
+
+Entries entries_from_json(const json& j) {
+  Entries e;
+  for (const char* name : {"encoding", "root", "first_parent"}) e.emplace_back(name, j.at(name).get<std::string>());
+  for (const char* name : {"block", "object", "key", "envelope"}) {
+    const json& list = j.at(std::string(name) + "s");
+    for (std::size_t i = 0; i < list.size(); ++i) e.emplace_back(name + ("." + std::to_string(i)), list[i].get<std::string>());
+  }
+  return e;
+}
+
+const std::string keyed_secret = "kvkey format-v2 test vector key!";  // 32 bytes
+
+}  // namespace
+
+TEST_CASE("Generate tests/vectors/format-v2.json", "[.golden-generate]") {
+  json doc;
+  doc["format_version"] = kvkey::format_version;
+  doc["spec"] = "docs/format.md";
+  doc["tokens"] = {{"rule", "t_i = (2654435761 * i + 12345) mod 2^32, i = 0..199"}, {"values", golden_tokens()}};
+  doc["payload_rule"] = "the payload of block i is payload_size bytes, byte j = (j + 31 * i) mod 251";
+  for (const auto& c : golden_cases()) {
+    json jc = entries_json(with_kvkey(c));
+    jc["name"] = c.name;
+    jc["description"] = c.description;
+    jc["namespace"] = "plain";
+    jc["tenant_policy"] = c.policy.tenant == kvkey::TenantPolicy::single_tenant ? "single_tenant" : "required";
+    jc["identity"] = identity_json(c.id);
+    jc["shard"] = {{"tp_size", c.id.shard.tp_size}, {"tp_rank", c.id.shard.tp_rank}, {"pp_size", c.id.shard.pp_size},
+                   {"pp_rank", c.id.shard.pp_rank}};
+    jc["slice"] = {c.slice.kv_head_begin, c.slice.kv_head_end, c.slice.layer_begin, c.slice.layer_end};
+    jc["salt"] = c.options.salt;
+    jc["extras"] = json::array();
+    for (const auto& x : c.options.extras) {
+      jc["extras"].push_back({{"token_begin", x.token_begin}, {"token_end", x.token_end}, {"key", x.key}});
+    }
+    jc["payload_size"] = c.payload_size;
+    for (std::size_t i = 0; i < 3; ++i) {
+      const ByteVec p = golden_payload(i, c.payload_size);
+      jc["payload_digests"].push_back(to_hex(kvkey::xxh3_128_digest(kvkey::Payload(p.data(), p.size()))));
+    }
+    doc["cases"].push_back(jc);
+  }
+  {  // The minimal case in a keyed namespace. Its envelopes carry random nonces.
+    const GoldenCase c = golden_cases().at(0);
+    const kvkey::KeyNamespace<kvkey::HmacSha256> ns(c.id, kvkey::TenantSecret(keyed_secret), c.policy);
+    const auto blocks = ns.block_hashes(golden_tokens());
+    json k;
+    k["case"] = c.name;
+    k["namespace"] = "keyed";
+    k["secret_hex"] = to_hex(reinterpret_cast<const std::uint8_t*>(keyed_secret.data()), keyed_secret.size());
+    k["root"] = ns.root().hex();
+    for (std::size_t i = 0; i < blocks.size(); ++i) {
+      const ByteVec p = golden_payload(i, c.payload_size);
+      k["blocks"].push_back(blocks[i].hex());
+      k["keys"].push_back(ns.store_key(blocks[i]));
+      k["envelopes"].push_back(to_hex(ns.seal(blocks[i], kvkey::Payload(p.data(), p.size()))));
+    }
+    doc["keyed"] = k;
+  }
+  for (const std::string& text : {std::string(), std::string("abc"), std::string(300, 'x')}) {
+    const kvkey::Payload p(text.data(), text.size());
+    doc["payloads"].push_back({{"hex", to_hex(reinterpret_cast<const std::uint8_t*>(text.data()), text.size())},
+                               {"xxh3_128", to_hex(kvkey::xxh3_128_digest(p))}});
+  }
+  std::ofstream out(vectors_path());
+  out << doc.dump(1) << '\n';
+  REQUIRE(out.good());
+}
+
+TEST_CASE("tests/vectors/format-v2.json: kvkey and the reference reproduce it", "[golden][vectors]") {
+  std::ifstream file(vectors_path());
+  REQUIRE(file.good());
+  const json doc = json::parse(file);
+  CHECK(doc.at("format_version") == kvkey::format_version);
+  CHECK(doc.at("tokens").at("values").get<std::vector<std::uint32_t>>() == golden_tokens());
+  const auto cases = golden_cases();
+  REQUIRE(doc.at("cases").size() == cases.size());
+  for (std::size_t n = 0; n < cases.size(); ++n) {
+    const json& jc = doc["cases"][n];
+    const GoldenCase& c = cases[n];
+    CAPTURE(c.name);
+    REQUIRE(jc.at("name") == c.name);
+    const kvkey::Identity id = identity_from_json(jc.at("identity"));
+    CHECK(kvkey_test::same_salient_fields(id, c.id));
+    CHECK(identity_json(id) == jc.at("identity"));
+    const Entries want = entries_from_json(jc);
+    compare(with_kvkey(c), want);
+    compare(with_reference(c), want);
+    for (std::size_t i = 0; i < 3; ++i) {
+      const ByteVec p = golden_payload(i, c.payload_size);
+      CHECK(jc.at("payload_digests")[i] == to_hex(kvkey_test::ref::xxh3_128(p)));
+    }
+  }
+  const json& k = doc.at("keyed");
+  const GoldenCase c = cases.at(0);
+  const ByteVec secret = kvkey_test::bytes_from_hex(k.at("secret_hex").get<std::string>());
+  const kvkey::KeyNamespace<kvkey::HmacSha256> ns(c.id, kvkey::TenantSecret(secret.data(), secret.size()), c.policy);
+  const ByteVec encoding(ns.encoding().begin(), ns.encoding().end());
+  const ByteVec root = kvkey_test::ref::hmac_sha256(secret, encoding);
+  CHECK(k.at("root") == to_hex(root));
+  CHECK(ns.root().hex() == to_hex(root));
+  ByteVec parent = root;
+  const auto toks = golden_tokens();
+  for (std::size_t i = 0; i < 3; ++i) {
+    CAPTURE(i);
+    parent = kvkey_test::ref::hmac_sha256(secret, kvkey_test::ref::block_message(parent, toks.data() + 64 * i, 64, i, {}));
+    CHECK(k.at("blocks")[i] == to_hex(parent));
+    const auto block = kvkey::Digest::from_hex(k.at("blocks")[i].get<std::string>());
+    CHECK(k.at("keys")[i] == ns.store_key(block));
+    const ByteVec header = kvkey_test::bytes_from_hex(k.at("envelopes")[i].get<std::string>());
+    const ByteVec p = golden_payload(i, c.payload_size);
+    REQUIRE(header.size() == kvkey::envelope_size);
+    CHECK(ns.verify(header.data(), header.size(), block, kvkey::Payload(p.data(), p.size())).ok());
+    kvkey_test::ref::Integrity in;
+    in.kind = 2;
+    in.mode = 2;
+    in.nonce.assign(header.begin() + 80, header.begin() + 96);
+    in.digest = kvkey_test::ref::keyed_tag(secret, root, in.nonce, p, header);
+    CHECK(to_hex(kvkey_test::ref::envelope(encoding, parent, c.payload_size, c.slice, in)) == to_hex(header));
+  }
+  for (const json& p : doc.at("payloads")) {
+    const ByteVec b = kvkey_test::bytes_from_hex(p.at("hex").get<std::string>());
+    CHECK(p.at("xxh3_128") == to_hex(kvkey_test::ref::xxh3_128(b)));
+    CHECK(p.at("xxh3_128") == to_hex(kvkey::xxh3_128_digest(kvkey::Payload(b.data(), b.size()))));
   }
 }

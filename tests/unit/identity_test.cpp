@@ -423,9 +423,9 @@ TEST_CASE("Replicas share keys and object hashes and other slices never do", "[i
     const auto c = ns_for(8, 4);  // head 1
     CHECK(a.store_key(reference[2]) != c.store_key(reference[2]));
     // Replica headers are interchangeable; the other slice is named "shard".
-    const auto header = a.seal(reference[2], 4096);
-    CHECK(b.verify(header, reference[2], 4096).ok());
-    const auto v = c.verify(header, reference[2], 4096);
+    const auto header = a.seal(reference[2], kvkey_test::test_payload(4096));
+    CHECK(b.verify(header, reference[2], kvkey_test::test_payload(4096)).ok());
+    const auto v = c.verify(header, reference[2], kvkey_test::test_payload(4096));
     CHECK(v.reason == kvkey::Reason::identity_mismatch);
     CHECK(v.field == "shard");
   }
@@ -443,6 +443,7 @@ TEST_CASE("Identities compare member by member", "[identity]") {
       [](Identity& i) { i.model.revision += "x"; },
       [](Identity& i) { ++i.model.weights_epoch; },
       [](Identity& i) { i.model.weights_fingerprint.reset(); },
+      [](Identity& i) { i.model.positional_fingerprint = kvkey::fingerprint("rope_theta 10000"); },
       [](Identity& i) { i.kv.dtype = kvkey::KvDtype::fp32; },
       [](Identity& i) { i.kv.quant.scheme += "x"; },
       [](Identity& i) { ++i.kv.quant.group_size; },
@@ -463,6 +464,9 @@ TEST_CASE("Identities compare member by member", "[identity]") {
       [](Identity& i) { i.adapter->weights_fingerprint = kvkey::fingerprint("other"); },
       [](Identity& i) { i.adapter.reset(); },
   };
+  // One change per salient field (the visitor's list) and per shard member: a
+  // field added to the identity fails here until == compares it.
+  CHECK(changes.size() == kvkey::identity_field_names().size() + 4);
   for (std::size_t k = 0; k < changes.size(); ++k) {
     INFO("change " << k);
     b = a;

@@ -101,7 +101,7 @@ TEST_CASE("KeyNamespace::reusable_prefix uses the namespace's block size", "[pre
     for (int s = 0; s < 2; ++s) {
       // Shard 1's block 2 holds a header of another block: it must stop the count.
       const auto& sealed_for = (b == 2 && s == 1) ? blocks[3] : blocks[b];
-      results.push_back(ns.verify(ns.seal(sealed_for, 100), blocks[b], 100));
+      results.push_back(ns.verify(ns.seal(sealed_for, kvkey_test::test_payload(100)), blocks[b], kvkey_test::test_payload(100)));
     }
   }
   CHECK(results[5].reason == Reason::block_mismatch);

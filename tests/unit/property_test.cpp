@@ -111,6 +111,7 @@ class Gen {
     id.model.revision = printable(kvkey::limits::revision);
     id.model.weights_epoch = coin() ? uniform(0, 5) : uniform(0, ~std::uint64_t{0});
     id.model.weights_fingerprint = maybe_digest();
+    id.model.positional_fingerprint = maybe_digest();
     id.kv.dtype = dtype();
     if (coin()) {
       id.kv.quant.scheme = scheme();
@@ -142,6 +143,7 @@ bool same_identity(const Identity& a, const Identity& b) {
   const auto& qb = b.kv.quant;
   return a.tenant == b.tenant && a.model.name == b.model.name && a.model.revision == b.model.revision &&
          a.model.weights_epoch == b.model.weights_epoch && a.model.weights_fingerprint == b.model.weights_fingerprint &&
+         a.model.positional_fingerprint == b.model.positional_fingerprint &&
          a.kv.dtype == b.kv.dtype && qa.scheme == qb.scheme && qa.group_size == qb.group_size &&
          qa.scale_dtype == qb.scale_dtype && qa.zero_point == qb.zero_point &&
          qa.scales_fingerprint == qb.scales_fingerprint && a.kv.block_size == b.kv.block_size &&
@@ -185,6 +187,8 @@ void mutate(Gen& g, Identity& id, std::string_view path) {
     id.model.revision = other_string(g, id.model.revision, kvkey::limits::revision, [&] { return g.printable(8); });
   } else if (path == "model.weights_epoch") {
     id.model.weights_epoch = g.coin() ? id.model.weights_epoch + 1 : g.uniform(0, ~std::uint64_t{0});
+  } else if (path == "model.positional_fingerprint") {
+    id.model.positional_fingerprint = g.coin() || !id.model.positional_fingerprint ? g.maybe_digest() : std::nullopt;
   } else if (path == "model.weights_fingerprint") {
     id.model.weights_fingerprint = g.coin() || !id.model.weights_fingerprint ? g.maybe_digest() : std::nullopt;
   } else if (path == "kv.dtype") {
@@ -268,7 +272,8 @@ std::vector<Identity> population(Gen& g, std::size_t bases) {
   return out;
 }
 
-constexpr std::uint64_t payload = 1 << 20;
+const std::vector<std::uint8_t> payload_bytes(std::size_t{1} << 20, 0x69);
+const kvkey::Payload payload(payload_bytes.data(), payload_bytes.size());
 
 }  // namespace
 

@@ -100,32 +100,26 @@ HeaderFile read_header(const std::string& path) {
   return h;
 }
 
-// Why bytes are not a decodable envelope, in one phrase.
-std::string not_envelope_reason(const HeaderFile& file) {
-  namespace L = kvkey::envelope_layout;
+// Why bytes are not a decodable envelope (parse_envelope's verdict), in one phrase.
+std::string not_envelope_reason(const HeaderFile& file, const kvkey::Verdict& why) {
   const std::vector<std::uint8_t>& h = file.bytes;
-  if (h.size() != kvkey::envelope_size) {
+  const std::string& f = why.field;
+  if (f == "envelope.size" && h.size() != kvkey::envelope_size) {
     return fmt::format("it is {} bytes, an envelope is exactly {}", file.size, kvkey::envelope_size);
   }
-  if (std::memcmp(h.data() + L::magic, kvkey::envelope_magic, sizeof kvkey::envelope_magic) != 0) {
-    return "it does not start with the envelope magic \"KVKEYENV\"";
-  }
-  const auto le = [&h](std::size_t at, std::size_t bytes) {  // the envelope's little-endian fields
-    std::uint32_t v = 0;
-    for (std::size_t i = bytes; i-- > 0;) v = (v << 8) | h[at + i];
-    return v;
-  };
-  const unsigned version = le(L::version, 2);
-  if (version != kvkey::format_version) {
+  if (f == "envelope.magic") return "it does not start with the envelope magic \"KVKEYENV\"";
+  if (f == "envelope.format_version") {
+    const unsigned version = unsigned{h[8]} | unsigned{h[9]} << 8;  // u16le at offset 8
     return fmt::format("format version {}, this tool reads version {}", version, kvkey::format_version);
   }
-  if (le(L::size, 2) != kvkey::envelope_size) return "its size field is not 1024";
-  const std::uint32_t n = le(L::identity_len, 4);
-  if (n > kvkey::envelope_size - L::identity || !kvkey::decode_identity(h.data() + L::identity, n)) {
-    return "its identity encoding is malformed";
-  }
-  return "the bytes after the identity encoding are not all zero";
+  if (f == "envelope.size") return "its size field is not 1024";
+  if (f == "envelope.identity") return "its identity encoding is malformed";
+  if (f == "envelope.padding") return "a reserved byte or a byte after the identity encoding is not zero";
+  return fmt::format("its {} field is malformed", f.substr(f.find('.') + 1));
 }
+
+// The payload file's bytes (read whole).
+std::string read_payload(const std::string& path) { return read_limited(path, max_payload_size, "a payload file"); }
 
 // The shard that gives `slice` under kv, when there is one (the envelope keeps
 // the slice, not the shard): lets inspect show the producer's store key.
@@ -237,10 +231,22 @@ int run_keys(const KeysOptions& o, std::string& out) {
 // ---- seal -----------------------------------------------------------------------
 
 int run_seal(const SealOptions& o, std::string& out) {
-  const kvkey::KeyNamespace<> ns = load_namespace(o.config);
+  IdentityConfig config = load_identity_config(o.config);
+  // --size seals without the bytes: an explicit opt-out of the payload digest.
+  if (o.payload.empty()) config.policy.payload = kvkey::PayloadCheck::size_only;
+  const kvkey::KeyNamespace<> ns = namespace_for(config);
   const kvkey::Digest block = parse_digest(o.block, "--block");
-  const std::uint64_t size = parse_uint_option(o.size, 64, "--size");
-  const kvkey::Envelope e = ns.seal(block, size);
+  kvkey::Envelope e{};
+  std::uint64_t size = 0;
+  if (!o.payload.empty()) {
+    if (o.config == "-" && o.payload == "-") fail("CONFIG and --payload cannot both be stdin");
+    const std::string bytes = read_payload(o.payload);
+    size = bytes.size();
+    e = ns.seal(block, kvkey::Payload(bytes.data(), bytes.size()));
+  } else {
+    size = parse_uint_option(o.size, 64, "--size");
+    e = ns.seal(block, size);
+  }
   if (o.output == "-") {  // stdout: the envelope's bytes and nothing else
     out.append(reinterpret_cast<const char*>(e.data()), e.size());
     return exit_ok;
@@ -249,6 +255,9 @@ int run_seal(const SealOptions& o, std::string& out) {
   print(out, "wrote {}: a {}-byte envelope\n", display_name(o.output), e.size());
   append_row(out, "block hash", block.hex(), 14);
   append_row(out, "payload size", std::to_string(size), 14);
+  const auto digest = e.begin() + kvkey::envelope_layout::payload_digest;
+  append_row(out, "integrity",
+             o.payload.empty() ? std::string("none (size only)") : "xxh3_128 " + to_hex({digest, digest + 16}), 14);
   append_row(out, "slice", fmt::format("{}", ns.slice()), 14);
   append_row(out, "store key", ns.store_key(block), 14);
   return exit_ok;
@@ -259,8 +268,9 @@ int run_seal(const SealOptions& o, std::string& out) {
 int run_inspect(const std::string& header_path, std::string& out) {
   const HeaderFile file = read_header(header_path);
   const std::vector<std::uint8_t>& h = file.bytes;
-  const auto c = kvkey::decode_envelope(h.data(), h.size());
-  if (!c) fail("{}: not a kvkey envelope: {}", display_name(header_path), not_envelope_reason(file));
+  const kvkey::ParsedEnvelope parsed = kvkey::parse_envelope(h.data(), h.size());
+  const auto& c = parsed.contents;
+  if (!c) fail("{}: not a kvkey envelope: {}", display_name(header_path), not_envelope_reason(file, parsed.verdict));
 
   print(out, "header: {} ({}-byte kvkey envelope, format version {})\n", display_name(header_path), h.size(),
         c->version);
@@ -270,6 +280,19 @@ int run_inspect(const std::string& header_path, std::string& out) {
   append_row(out, "slice", fmt::format("{}", c->slice), label_width);
   append_row(out, "block hash", c->block_hash.hex(), label_width);
   append_row(out, "payload size", fmt::format("{} bytes", c->payload_size), label_width);
+  append_row(out, "namespace", std::string(kvkey::to_string(c->namespace_kind)), label_width);
+  append_row(out, "integrity", std::string(kvkey::to_string(c->integrity)), label_width);
+  if (c->integrity == kvkey::IntegrityMode::poly1305) {
+    append_row(out, "nonce", to_hex({c->nonce.begin(), c->nonce.end()}), label_width);
+  }
+  if (c->integrity != kvkey::IntegrityMode::none) {
+    append_row(out, c->integrity == kvkey::IntegrityMode::poly1305 ? "payload tag" : "payload digest",
+               to_hex({c->payload_digest.begin(), c->payload_digest.end()}), label_width);
+  }
+  if (c->namespace_kind == kvkey::NamespaceKind::keyed) {
+    print(out, "producer namespace: keyed (its root and keys need the tenant secret)\n");
+    return exit_ok;
+  }
 
   // The producer's root and store key, as an unkeyed (SHA-256) namespace would
   // compute them, when the identity validates and the slice fits a shard.
@@ -296,20 +319,34 @@ int run_inspect(const std::string& header_path, std::string& out) {
 // ---- verify ---------------------------------------------------------------------
 
 int run_verify(const VerifyOptions& o, std::string& out) {
-  const kvkey::KeyNamespace<> ns = load_namespace(o.config);
+  IdentityConfig config = load_identity_config(o.config);
+  // --size checks everything but the bytes: an explicit opt-out of the digest check.
+  if (o.payload.empty()) config.policy.payload = kvkey::PayloadCheck::size_only;
+  const kvkey::KeyNamespace<> ns = namespace_for(config);
   if (o.config == "-" && o.header == "-") fail("CONFIG and HEADER_FILE cannot both be stdin");
   const HeaderFile file = read_header(o.header);
   const std::vector<std::uint8_t>& h = file.bytes;
   const kvkey::Digest block = parse_digest(o.block, "--block");
-  const std::uint64_t size = parse_uint_option(o.size, 64, "--size");
-  const kvkey::Verdict v = ns.verify(h.data(), h.size(), block, size);
+  std::uint64_t size = 0;
+  kvkey::Verdict v;
+  if (!o.payload.empty()) {
+    if (o.payload == "-" && (o.config == "-" || o.header == "-")) fail("--payload cannot be stdin with another input");
+    const std::string bytes = read_payload(o.payload);
+    size = bytes.size();
+    v = ns.verify(h.data(), h.size(), block, kvkey::Payload(bytes.data(), bytes.size()));
+  } else {
+    size = parse_uint_option(o.size, 64, "--size");
+    v = ns.verify(h.data(), h.size(), block, size);
+  }
 
   print(out, "verdict: {}\n", v);
   if (v.ok()) {
-    print(out, "accepted: the header matches the reader's identity, slice, block hash and payload size\n");
+    print(out, "accepted: the header matches the reader's identity, slice, block hash, payload size{}\n",
+          o.payload.empty() ? " (size only: the payload bytes were not checked)" : " and the payload's digest");
     return exit_ok;
   }
-  const auto theirs = kvkey::decode_envelope(h.data(), h.size());
+  const kvkey::ParsedEnvelope parsed = kvkey::parse_envelope(h.data(), h.size());
+  const auto& theirs = parsed.contents;
   if (theirs && v.reason == kvkey::Reason::identity_mismatch && v.field != "shard") {
     append_row(out, "header has", value_of(field_values(theirs->identity), v.field), 14);
     append_row(out, "reader has", value_of(field_values(ns.identity()), v.field), 14);
@@ -322,8 +359,12 @@ int run_verify(const VerifyOptions& o, std::string& out) {
   } else if (theirs && v.reason == kvkey::Reason::size_mismatch) {
     append_row(out, "header size", std::to_string(theirs->payload_size), 14);
     append_row(out, "reader size", std::to_string(size), 14);
+  } else if (theirs && v.reason == kvkey::Reason::payload_mismatch) {
+    append_row(out, "header has", fmt::format("{} {}", kvkey::to_string(theirs->integrity),
+                                              to_hex({theirs->payload_digest.begin(), theirs->payload_digest.end()})),
+               14);
   } else if (!theirs) {
-    append_row(out, "header", fmt::format("not a kvkey envelope: {}", not_envelope_reason(file)), 14);
+    append_row(out, "header", fmt::format("not a kvkey envelope: {}", not_envelope_reason(file, parsed.verdict)), 14);
   }
   print(out, "rejected: the object must be treated as a miss\n");
   return exit_rejected;

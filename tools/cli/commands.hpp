@@ -21,7 +21,8 @@ struct KeysOptions {
 struct SealOptions {
   std::string config;
   std::string block;  ///< 64 hex
-  std::string size;  ///< payload size in bytes, decimal
+  std::string size;     ///< payload size in bytes, decimal (size-only envelope), or
+  std::string payload;  ///< the payload file (an envelope with its digest)
   std::string output;
 };
 
@@ -29,7 +30,8 @@ struct VerifyOptions {
   std::string config;
   std::string header;
   std::string block;  ///< 64 hex
-  std::string size;  ///< payload size in bytes, decimal
+  std::string size;  ///< payload size in bytes, decimal (size-only check), or
+  std::string payload;  ///< the payload file (checks the digest)
 };
 
 /// `kvkey legacy ...`: lmdeploy's legacy Mooncake store keys (kvkey/compat/lmdeploy.hpp).

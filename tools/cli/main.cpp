@@ -65,18 +65,31 @@ int main(int argc, char** argv) {
   auto* seal_cmd = app.add_subcommand("seal", "Write the envelope (header) a deployment stores with a block");
   seal_cmd->add_option("CONFIG", seal.config, "identity file (JSON)")->required();
   seal_cmd->add_option("--block", seal.block, "block hash (64 hex)")->required();
-  seal_cmd->add_option("--size", seal.size, "payload size in bytes")->required();
+  auto* seal_payload = seal_cmd->add_option("--payload", seal.payload, "the payload (KV bytes) file: its digest is sealed");
+  auto* seal_size = seal_cmd->add_option("--size", seal.size, "size-only envelope (integrity mode none) for this payload size")
+      ->excludes(seal_payload);
+  seal_cmd->callback([seal_payload, seal_size] {
+    if (seal_payload->count() + seal_size->count() == 0) throw CLI::ValidationError("give --payload FILE (or --size N)");
+  });
   seal_cmd->add_option("-o,--output", seal.output, "file to write; - writes the envelope to stdout")->required();
 
   auto* inspect_cmd = app.add_subcommand("inspect", "Decode an envelope: the producer's identity, slice, block "
-                                                    "hash and payload size");
+                                                    "hash, payload size and digest");
   inspect_cmd->add_option("HEADER_FILE", header, "envelope file (1024 bytes)")->required();
 
   auto* verify_cmd = app.add_subcommand("verify", "Verify an envelope against a configuration, as a reader would");
   verify_cmd->add_option("CONFIG", verify.config, "the reader's identity file (JSON)")->required();
   verify_cmd->add_option("HEADER_FILE", verify.header, "envelope file")->required();
   verify_cmd->add_option("--block", verify.block, "the block hash the reader looks up (64 hex)")->required();
-  verify_cmd->add_option("--size", verify.size, "the payload size the reader expects, in bytes")->required();
+  auto* verify_payload = verify_cmd->add_option(
+      "--payload", verify.payload, "the payload (KV bytes) file read with the header: checks size and digest");
+  auto* verify_size = verify_cmd->add_option("--size", verify.size,
+                                             "size-only check without the bytes: the payload size the reader "
+                                             "expects (the digest is not checked)")
+      ->excludes(verify_payload);
+  verify_cmd->callback([verify_payload, verify_size] {
+    if (verify_payload->count() + verify_size->count() == 0) throw CLI::ValidationError("give --payload FILE (or --size N)");
+  });
 
   auto* diff_cmd = app.add_subcommand("diff", "List the salient fields two configurations differ in and say "
                                               "whether they can share objects");

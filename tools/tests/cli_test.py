@@ -57,7 +57,7 @@ class spec:
               "uint8": 8, "uint4": 9, "fp4_e2m1": 10}
     # The salient fields in encoding order (adapter members only when present).
     FIELDS = ["tenant", "model.name", "model.revision", "model.weights_epoch", "model.weights_fingerprint",
-              "kv.dtype", "kv.quant.scheme", "kv.quant.group_size", "kv.quant.scale_dtype", "kv.quant.zero_point",
+              "model.positional_fingerprint", "kv.dtype", "kv.quant.scheme", "kv.quant.group_size", "kv.quant.scale_dtype", "kv.quant.zero_point",
               "kv.quant.scales_fingerprint", "kv.block_size", "kv.num_layers", "kv.num_kv_heads", "kv.head_dim",
               "kv.layout", "kv.mla", "adapter", "adapter.name", "adapter.weights_fingerprint"]
 
@@ -85,10 +85,11 @@ class spec:
         m, kv = c["model"], c["kv"]
         q = kv.get("quant", {})
         tenant = "_single" if c.get("policy") == "single_tenant" else c["tenant"]
-        out = b"kvkey.id" + struct.pack("<H", 1)
+        out = b"kvkey.id" + struct.pack("<H", 2)
         out += cls.string(tenant) + cls.string(m["name"]) + cls.string(m["revision"])
         out += struct.pack("<Q", m.get("weights_epoch", 0))
         out += cls.optional(cls.file_fingerprint(config_path, m, "weights_fingerprint", "weights_file"), bytes)
+        out += cls.optional(m.get("positional_fingerprint"), bytes.fromhex)
         out += bytes([cls.DTYPES[kv["dtype"]]])
         out += cls.string(q.get("scheme", "none")) + struct.pack("<I", q.get("group_size", 0))
         out += cls.optional(q.get("scale_dtype"), lambda d: bytes([cls.DTYPES[d]]))
@@ -156,9 +157,11 @@ class spec:
         return "kvk1/%s/%s/e%d/" % (tenant, segment, c["model"].get("weights_epoch", 0))
 
     @staticmethod
-    def envelope(encoding, slice_, block, payload_size):
-        head = b"KVKEYENV" + struct.pack("<HHI", 1, 1024, len(encoding)) + block
-        head += struct.pack("<Q", payload_size) + struct.pack("<IIII", *slice_) + encoding
+    def envelope(encoding, slice_, block, payload_size, mode=0, digest=bytes(16)):
+        """A plain namespace's envelope: integrity mode 0 (size only) or 1 (xxh3_128 digest)."""
+        head = b"KVKEYENV" + struct.pack("<HHI", 2, 1024, len(encoding)) + block
+        head += struct.pack("<Q", payload_size) + struct.pack("<IIII", *slice_)
+        head += bytes([1, mode]) + bytes(6) + bytes(16) + digest + encoding
         return head + bytes(1024 - len(head))
 
 
@@ -484,7 +487,8 @@ class InspectTest(ToolTest):
             self.assertEqual(row(out, "payload size"), "%d bytes" % PAYLOAD)
             self.assertEqual(row(out, "root"), row(ident, "root"), name)
             self.assertEqual(row(out, "store key"), block["store_key"], name)
-            self.assertTrue(out.startswith("header: %s (1024-byte kvkey envelope, format version 1)\n" % header))
+            self.assertTrue(out.startswith("header: %s (1024-byte kvkey envelope, format version 2)\n" % header))
+            self.assertEqual((row(out, "namespace"), row(out, "integrity")), ("plain", "none"))
 
     def test_escapes_strings(self):
         cfg = load(example("qwen-fp16"))
@@ -498,9 +502,10 @@ class InspectTest(ToolTest):
         with open(self.seal(example("qwen-fp16"), "00" * 32), "rb") as f:
             good = f.read()
         cases = {"zeros.bin": (bytes(1024), r"it does not start with the envelope magic"),
-                 "version.bin": (good[:8] + b"\x02" + good[9:], r"format version 2, this tool reads version 1"),
-                 "padding.bin": (good[:1023] + b"\x01", r"the bytes after the identity encoding are not all zero"),
-                 "identity.bin": (good[:72] + b"X" + good[73:], r"its identity encoding is malformed"),
+                 "version.bin": (good[:8] + b"\x01" + good[9:], r"format version 1, this tool reads version 2"),
+                 "padding.bin": (good[:1023] + b"\x01", r"a reserved byte or a byte after the identity encoding is not zero"),
+                 "identity.bin": (good[:112] + b"X" + good[113:], r"its identity encoding is malformed"),
+                 "kind.bin": (good[:72] + b"\x07" + good[73:], r"its namespace_kind field is malformed"),
                  "size.bin": (good[:10] + b"\x00\x08" + good[12:], r"its size field is not 1024"),
                  "long.bin": (good + b"\x00", r"it is 1025 bytes"),
                  "object.bin": (good + bytes(PAYLOAD), r"it is %d bytes" % (1024 + PAYLOAD))}
@@ -510,6 +515,67 @@ class InspectTest(ToolTest):
             self.assert_error(["inspect", self.tmp_path(name)], re.escape(name) + ": not a kvkey envelope: " + pattern)
         self.assert_error(["inspect", self.tmp_path("missing.bin")],
                           r"cannot open \S*missing\.bin: No such file or directory")
+
+
+class PayloadTest(ToolTest):
+    """seal --payload / verify --payload / inspect against tests/vectors/format-v2.json."""
+
+    def vectors(self):
+        return load(os.path.join(SOURCE, "tests", "vectors", "format-v2.json"))
+
+    def config_of(self, case):
+        """The tool's identity config for a vectors case (dotted field paths -> sections)."""
+        ident = case["identity"]
+        c = {"model": {}, "kv": {"quant": {}}, "shard": case["shard"]}
+        if case["tenant_policy"] == "single_tenant":
+            c["policy"] = "single_tenant"
+        else:
+            c["tenant"] = ident["tenant"]
+        for path, value in ident.items():
+            parts = path.split(".")
+            if path == "tenant" or value is None:
+                continue
+            if path == "adapter":
+                c["adapter"] = value
+            elif len(parts) == 3:
+                c["kv"]["quant"][parts[2]] = value
+            else:
+                c[parts[0]][parts[1]] = value
+        return self.write_config(case["name"] + ".json", c)
+
+    def test_seal_and_inspect_reproduce_the_vectors(self):
+        for case in self.vectors()["cases"]:
+            config = self.config_of(case)
+            payload = bytes((j + 31 * 1) % 251 for j in range(case["payload_size"]))  # block 1
+            with open(self.tmp_path("kv.bin"), "wb") as f:
+                f.write(payload)
+            header = self.tmp_path("h.bin")
+            self.ok("seal", config, "--block", case["blocks"][1], "--payload", self.tmp_path("kv.bin"), "-o", header)
+            with open(header, "rb") as f:
+                self.assertEqual(f.read().hex(), case["envelopes"][1], case["name"])
+            out = self.ok("inspect", header)
+            self.assertEqual(row(out, "integrity"), "xxh3_128")
+            self.assertEqual(row(out, "payload digest"), case["payload_digests"][1])
+            self.assertEqual(row(out, "payload size"), "%d bytes" % case["payload_size"])
+            rc, out, err = run("verify", config, header, "--block", case["blocks"][1], "--payload",
+                               self.tmp_path("kv.bin"))
+            self.assertEqual((rc, err, out.splitlines()[0]), (0, "", "verdict: ok"), case["name"])
+            damaged = bytearray(payload)
+            damaged[len(damaged) // 2] ^= 0x40
+            with open(self.tmp_path("bad.bin"), "wb") as f:
+                f.write(damaged)
+            rc, out, _ = run("verify", config, header, "--block", case["blocks"][1], "--payload", self.tmp_path("bad.bin"))
+            self.assertEqual((rc, out.splitlines()[0]), (1, "verdict: payload_mismatch (payload)"), case["name"])
+            self.assertEqual(row(out, "header has"), "xxh3_128 " + case["payload_digests"][1])
+
+    def test_keyed_headers_show_their_tag(self):
+        keyed = self.vectors()["keyed"]
+        with open(self.tmp_path("k.bin"), "wb") as f:
+            f.write(bytes.fromhex(keyed["envelopes"][0]))
+        out = self.ok("inspect", self.tmp_path("k.bin"))
+        self.assertEqual((row(out, "namespace"), row(out, "integrity")), ("keyed", "poly1305"))
+        self.assertEqual(row(out, "nonce"), keyed["envelopes"][0][160:192])
+        self.assertEqual(row(out, "payload tag"), keyed["envelopes"][0][192:224])
 
 
 class VerifyTest(ToolTest):
@@ -570,7 +636,7 @@ class VerifyTest(ToolTest):
         self.assert_error(["verify", example("qwen-fp16"), self.header, "--block", "xyz", "--size", "1"],
                           r"--block: hex digest must be 64 hex characters, got 3")
         self.assert_error(["verify", example("qwen-fp16"), self.header, "--block", self.block],
-                          r"verify: --size is required")
+                          r"verify: give --payload FILE \(or --size N\)")
         self.assert_error(["verify", os.path.join(DATA, "bad-geometry.json"), self.header, "--block", self.block,
                            "--size", "1"], r"bad-geometry\.json: shard\.tp_size: ")
 
@@ -615,6 +681,7 @@ class DiffTest(ToolTest):
             "model.revision": lambda c: c["model"].update(revision="main"),
             "model.weights_epoch": lambda c: c["model"].update(weights_epoch=7),
             "model.weights_fingerprint": lambda c: c["model"].update(weights_fingerprint="22" * 32),
+            "model.positional_fingerprint": lambda c: c["model"].update(positional_fingerprint="55" * 32),
             "kv.dtype": lambda c: c["kv"].update(dtype="uint4"),
             "kv.quant.scheme": lambda c: c["kv"]["quant"].update(scheme="per_group"),
             "kv.quant.group_size": lambda c: c["kv"]["quant"].update(group_size=32),
@@ -1094,7 +1161,7 @@ class ErrorsTest(ToolTest):
         out = self.ok("--help")
         for sub in ["identity", "keys", "seal", "inspect", "verify", "diff", "legacy"]:
             self.assertRegex(out, r"\n  %s +\S" % sub)
-        self.assertRegex(self.ok("--version"), r"^kvkey \d+\.\d+\.\d+ \(byte format version 1\)\n$")
+        self.assertRegex(self.ok("--version"), r"^kvkey \d+\.\d+\.\d+ \(byte format version 2\)\n$")
 
 
 if __name__ == "__main__":

@@ -1,0 +1,113 @@
+// The Redis connector's load path with payload integrity against raw pipelined
+// GETs of the same values, in the same run (docs/performance.md). Needs a
+// redis-server on 127.0.0.1:$KVKEY_REDIS_PORT (scripts/bench.sh starts none:
+// start one with `redis-server --port P --save ''`, run, stop it).
+//
+// Cases (16 objects of 1 MiB, one pipeline per iteration):
+//   redis_get_raw       GET of every key, the values as hiredis returns them
+//   redis_get_copy      the same, each payload copied into its own vector
+//                       (what Connector::load hands back)
+//   redis_load_verified Connector::load: the same GETs, then each header and
+//                       payload digest verified and the payload copied out
+#include <benchmark/benchmark.h>
+
+#include <cstdint>
+#include <cstdio>
+#include <cstdlib>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "redis_connector.hpp"
+
+namespace {
+
+constexpr std::size_t objects = 16;
+constexpr std::size_t object_bytes = std::size_t{1} << 20;
+
+struct Store {
+  kvkey_redis::Options options;
+  kvkey_redis::Namespace ns;
+  std::vector<kvkey::Digest> blocks;
+  std::vector<std::string> keys;
+
+  static kvkey::Identity id() {
+    kvkey::Identity i;
+    i.tenant = "bench";
+    i.model = {"m", "r", 0, std::nullopt, std::nullopt};
+    i.kv.dtype = kvkey::KvDtype::bf16;
+    i.kv.block_size = 64;
+    i.kv.num_layers = i.kv.num_kv_heads = i.kv.head_dim = 64;
+    i.kv.layout = "bench";
+    return i;
+  }
+
+  explicit Store(int port) : ns(id()) {
+    options.port = port;
+    std::vector<std::uint32_t> tokens(64 * objects);
+    for (std::size_t t = 0; t < tokens.size(); ++t) tokens[t] = static_cast<std::uint32_t>(t * 40503 % 151936);
+    blocks = ns.block_hashes(tokens);
+    std::vector<std::uint8_t> bytes(objects * object_bytes);
+    for (std::size_t b = 0; b < bytes.size(); ++b) bytes[b] = static_cast<std::uint8_t>(b * 2654435761u >> 11);
+    std::vector<kvkey_redis::BlockPayload> save;
+    for (std::size_t o = 0; o < objects; ++o) {
+      save.push_back({blocks[o], bytes.data() + o * object_bytes, object_bytes});
+      keys.push_back(ns.store_key(blocks[o]));
+    }
+    kvkey_redis::Connector(options).save(ns, save);
+  }
+};
+
+Store* store = nullptr;
+
+template <bool Copy>
+void redis_get(benchmark::State& state) {
+  kvkey_redis::Connection conn(store->options);
+  std::vector<kvkey_redis::Connection::Command> gets;
+  for (const std::string& k : store->keys) gets.push_back({"GET", k});
+  for (auto _ : state) {
+    const auto replies = conn.pipeline(gets);
+    std::vector<std::vector<std::uint8_t>> copies;
+    for (const auto& r : replies) {
+      if (r->type != REDIS_REPLY_STRING || r->len != kvkey::envelope_size + object_bytes) state.SkipWithError("bad reply");
+      const auto* v = reinterpret_cast<const std::uint8_t*>(r->str);
+      if constexpr (Copy) copies.emplace_back(v + kvkey::envelope_size, v + r->len);
+    }
+    benchmark::DoNotOptimize(copies.data());
+  }
+  state.SetBytesProcessed(state.iterations() * static_cast<std::int64_t>(objects * object_bytes));
+}
+void redis_get_raw(benchmark::State& state) { redis_get<false>(state); }
+void redis_get_copy(benchmark::State& state) { redis_get<true>(state); }
+
+void redis_load_verified(benchmark::State& state) {
+  kvkey_redis::Connector connector(store->options);
+  for (auto _ : state) {
+    const auto loaded = connector.load(store->ns, store->blocks, object_bytes);
+    for (const auto& l : loaded) {
+      if (l.status != kvkey_redis::LoadStatus::loaded) state.SkipWithError("not loaded");
+    }
+  }
+  state.SetBytesProcessed(state.iterations() * static_cast<std::int64_t>(objects * object_bytes));
+}
+
+BENCHMARK(redis_get_raw)->UseRealTime()->Unit(benchmark::kMillisecond);
+BENCHMARK(redis_get_copy)->UseRealTime()->Unit(benchmark::kMillisecond);
+BENCHMARK(redis_load_verified)->UseRealTime()->Unit(benchmark::kMillisecond);
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  const char* port = std::getenv("KVKEY_REDIS_PORT");
+  if (port == nullptr) {
+    std::fprintf(stderr, "redis_load_bench: set KVKEY_REDIS_PORT to a redis-server on 127.0.0.1\n");
+    return 2;
+  }
+  Store s(std::atoi(port));
+  store = &s;
+  benchmark::Initialize(&argc, argv);
+  if (benchmark::ReportUnrecognizedArguments(argc, argv)) return 1;
+  benchmark::RunSpecifiedBenchmarks();
+  benchmark::Shutdown();
+  return 0;
+}

@@ -1,0 +1,359 @@
+// SPDX-License-Identifier: Apache-2.0
+// Payload integrity: a view of an object's KV bytes (kvkey::Payload), their
+// digest, and the streaming sealer and verifier that KeyNamespace hands out.
+//
+//   kvkey::Envelope h = ns.seal(block_hash, kvkey::Payload(kv.data(), kv.size()));
+//   kvkey::Verdict v = ns.verify(h.data(), h.size(), block_hash, kvkey::Payload(kv.data(), kv.size()));
+//
+// Plain namespaces store XXH3-128 of the bytes (libxxhash's runtime-dispatched
+// entry points); keyed namespaces store a Poly1305 tag under a one-time key
+// derived from the tenant secret and a random nonce. docs/format.md specifies
+// both, docs/security.md says what they protect against.
+#ifndef KVKEY_PAYLOAD_HPP
+#define KVKEY_PAYLOAD_HPP
+
+#include <openssl/crypto.h>
+#include <openssl/evp.h>
+#include <openssl/rand.h>
+
+#ifndef XXH_STATIC_LINKING_ONLY
+#define XXH_STATIC_LINKING_ONLY  // XXH3_state_t by value: streaming without allocation
+#endif
+#if defined(__x86_64__) || defined(_M_X64)
+#include <xxh_x86dispatch.h>
+#define KVKEY_XXH3_128(p, n) XXH3_128bits_dispatch(p, n)
+#define KVKEY_XXH3_128_UPDATE(s, p, n) XXH3_128bits_update_dispatch(s, p, n)
+#else
+#include <xxhash.h>
+#define KVKEY_XXH3_128(p, n) XXH3_128bits(p, n)
+#define KVKEY_XXH3_128_UPDATE(s, p, n) XXH3_128bits_update(s, p, n)
+#endif
+
+#include <array>
+#include <cstddef>
+#include <cstdint>
+#include <cstring>
+#include <type_traits>
+#include <utility>
+
+#include "kvkey/config.hpp"
+#include "kvkey/digest.hpp"
+#include "kvkey/envelope.hpp"
+#include "kvkey/errors.hpp"
+#include "kvkey/identity.hpp"
+
+KVKEY_BEGIN_NAMESPACE
+
+/// One contiguous piece of a payload.
+struct ConstBuffer {
+  const void* data = nullptr;
+  std::size_t size = 0;
+};
+
+/// A non-owning view of one stored object's KV bytes: one range, or
+/// scatter-gather parts (e.g. per-layer buffers) whose concatenation is the
+/// object. The parts array and the bytes must outlive the call it is passed to.
+class Payload {
+ public:
+  Payload(const void* data, std::size_t size) noexcept : one_{data, size} {}
+  Payload(const ConstBuffer* parts, std::size_t count) noexcept : parts_(parts), count_(count) {}
+
+  const ConstBuffer* begin() const noexcept { return parts_ != nullptr ? parts_ : &one_; }
+  const ConstBuffer* end() const noexcept { return begin() + count_; }
+  /// Total bytes over all parts.
+  std::uint64_t size() const noexcept {
+    std::uint64_t n = 0;
+    for (const ConstBuffer& b : *this) n += b.size;
+    return n;
+  }
+
+ private:
+  ConstBuffer one_{};
+  const ConstBuffer* parts_ = nullptr;
+  std::size_t count_ = 1;
+};
+
+namespace detail {
+
+// A hasher with `static constexpr bool keyed = true` (HmacSha256) makes a keyed namespace.
+template <class Hash, class = void>
+struct is_keyed_hash : std::false_type {};
+template <class Hash>
+struct is_keyed_hash<Hash, std::void_t<decltype(Hash::keyed)>> : std::bool_constant<Hash::keyed> {};
+
+inline PayloadDigest canonical(XXH128_hash_t h) noexcept {
+  XXH128_canonical_t c;
+  XXH128_canonicalFromHash(&c, h);
+  PayloadDigest d;
+  std::memcpy(d.data(), c.digest, d.size());
+  return d;
+}
+
+/// The one-time-key source of a keyed namespace: K_p = H('P' || root) under
+/// the tenant secret (docs/format.md). Wiped on destruction.
+struct PayloadKey {
+  std::array<std::uint8_t, 32> bytes{};
+  PayloadKey() = default;
+  PayloadKey(const PayloadKey&) = default;
+  PayloadKey& operator=(const PayloadKey&) = default;
+  ~PayloadKey() { OPENSSL_cleanse(bytes.data(), bytes.size()); }
+};
+
+inline EVP_MAC* poly1305_mac() {
+  static EVP_MAC* const mac = EVP_MAC_fetch(nullptr, "POLY1305", nullptr);
+  if (mac == nullptr) throw crypto_error("EVP_MAC_fetch(POLY1305) failed: no provider offers Poly1305");
+  return mac;
+}
+inline const EVP_CIPHER* chacha20_cipher() {
+  static EVP_CIPHER* const cipher = EVP_CIPHER_fetch(nullptr, "ChaCha20", nullptr);
+  if (cipher == nullptr) throw crypto_error("EVP_CIPHER_fetch(ChaCha20) failed: no provider offers ChaCha20");
+  return cipher;
+}
+
+inline EVP_MAC_CTX* new_poly1305_ctx() {
+  EVP_MAC_CTX* ctx = EVP_MAC_CTX_new(poly1305_mac());
+  if (ctx == nullptr) throw crypto_error("EVP_MAC_CTX_new(POLY1305) failed");
+  return ctx;
+}
+
+/// Contexts each thread allocates once and reuses for every one-shot keyed
+/// seal and verify (so those never allocate after the thread's first one).
+/// Neither holds key material between calls.
+struct ThreadCrypto {
+  EVP_CIPHER_CTX* chacha = nullptr;
+  EVP_MAC_CTX* poly = nullptr;
+  ThreadCrypto() = default;
+  ThreadCrypto(const ThreadCrypto&) = delete;
+  ThreadCrypto& operator=(const ThreadCrypto&) = delete;
+  ~ThreadCrypto() {
+    EVP_CIPHER_CTX_free(chacha);
+    EVP_MAC_CTX_free(poly);
+  }
+};
+inline ThreadCrypto& thread_crypto() {
+  thread_local ThreadCrypto t;
+  return t;
+}
+
+/// The Poly1305 one-time key of one seal: the first 32 bytes of the ChaCha20
+/// keystream (RFC 8439 block function) under K_p with the 16-byte nonce as
+/// OpenSSL's ChaCha20 IV (u32le block counter || 96-bit nonce).
+inline void one_time_key(const PayloadKey& key, const std::uint8_t* nonce, std::uint8_t* out) {
+  ThreadCrypto& t = thread_crypto();
+  if (t.chacha == nullptr) {
+    t.chacha = EVP_CIPHER_CTX_new();
+    if (t.chacha == nullptr || EVP_EncryptInit_ex2(t.chacha, chacha20_cipher(), nullptr, nullptr, nullptr) != 1) {
+      throw crypto_error("EVP_EncryptInit_ex2(ChaCha20) failed");
+    }
+  }
+  static constexpr std::uint8_t zeros[32] = {};
+  int len = 0;
+  const bool ok = EVP_EncryptInit_ex2(t.chacha, nullptr, key.bytes.data(), nonce, nullptr) == 1 &&
+                  EVP_EncryptUpdate(t.chacha, out, &len, zeros, 32) == 1 && len == 32;
+  // Leave no key schedule behind in the thread's context.
+  EVP_EncryptInit_ex2(t.chacha, nullptr, zeros, zeros, nullptr);
+  if (!ok) throw crypto_error("ChaCha20 one-time key derivation failed");
+}
+
+/// Streaming digest (XXH3-128) or tag (Poly1305) of a payload. Holds no heap
+/// memory of its own; a keyed one borrows a Poly1305 context.
+class PayloadHasher {
+ public:
+  PayloadHasher() noexcept = default;
+
+  IntegrityMode mode() const noexcept { return mode_; }
+
+  void start_plain() noexcept {
+    mode_ = IntegrityMode::xxh3_128;
+    XXH3_128bits_reset(&xxh_);
+  }
+  /// Keys ctx with the one-time key derived from key and nonce.
+  void start_keyed(EVP_MAC_CTX* ctx, const PayloadKey& key, const std::uint8_t* nonce) {
+    std::uint8_t otk[32];
+    one_time_key(key, nonce, otk);
+    const int rc = EVP_MAC_init(ctx, otk, sizeof otk, nullptr);
+    OPENSSL_cleanse(otk, sizeof otk);
+    if (rc != 1) throw crypto_error("EVP_MAC_init(POLY1305) failed");
+    poly_ = ctx;
+    mode_ = IntegrityMode::poly1305;
+  }
+  /// Hashes nothing: the result will not be used.
+  void start_none() noexcept { mode_ = IntegrityMode::none; }
+
+  void update(const void* data, std::size_t size) {
+    if (size == 0) return;
+    if (mode_ == IntegrityMode::xxh3_128) {
+      KVKEY_XXH3_128_UPDATE(&xxh_, data, size);
+    } else if (mode_ == IntegrityMode::poly1305) {
+      if (EVP_MAC_update(poly_, static_cast<const unsigned char*>(data), size) != 1) {
+        throw crypto_error("EVP_MAC_update(POLY1305) failed");
+      }
+    }
+  }
+
+  /// The digest; keyed, the tag over everything fed and then the header
+  /// (whose digest field must be zero).
+  PayloadDigest finish(const Envelope& header) {
+    PayloadDigest d{};
+    if (mode_ == IntegrityMode::xxh3_128) return canonical(XXH3_128bits_digest(&xxh_));
+    if (mode_ == IntegrityMode::poly1305) {
+      update(header.data(), header.size());
+      std::size_t len = 0;
+      if (EVP_MAC_final(poly_, d.data(), &len, d.size()) != 1 || len != d.size()) {
+        throw crypto_error("EVP_MAC_final(POLY1305) failed");
+      }
+    }
+    return d;
+  }
+
+ private:
+  XXH3_state_t xxh_;
+  EVP_MAC_CTX* poly_ = nullptr;
+  IntegrityMode mode_ = IntegrityMode::none;
+};
+
+/// Owns a Poly1305 context (streaming objects) or borrows the thread's.
+class MacSlot {
+ public:
+  explicit MacSlot(bool owned) : owned_(owned) {}
+  MacSlot(MacSlot&& o) noexcept : ctx_(std::exchange(o.ctx_, nullptr)), owned_(o.owned_) {}
+  MacSlot& operator=(MacSlot&&) = delete;
+  MacSlot(const MacSlot&) = delete;
+  ~MacSlot() {
+    if (owned_) EVP_MAC_CTX_free(ctx_);
+  }
+  EVP_MAC_CTX* get() {
+    if (ctx_ != nullptr) return ctx_;
+    if (owned_) return ctx_ = new_poly1305_ctx();
+    ThreadCrypto& t = thread_crypto();
+    if (t.poly == nullptr) t.poly = new_poly1305_ctx();
+    return ctx_ = t.poly;
+  }
+
+ private:
+  EVP_MAC_CTX* ctx_ = nullptr;
+  bool owned_;
+};
+
+/// What a namespace hands its sealer and verifier.
+struct PayloadScheme {
+  IntegrityMode mode;        ///< xxh3_128 or poly1305
+  const PayloadKey* key;     ///< poly1305 only
+  PayloadCheck check;        ///< the reader's policy
+};
+
+}  // namespace detail
+
+/// XXH3-128 of a payload's concatenated bytes, in canonical (big-endian) form:
+/// the digest a plain namespace stores. `xxh128sum` prints the same hex.
+inline PayloadDigest xxh3_128_digest(const Payload& payload) noexcept {
+  if (payload.end() - payload.begin() == 1) return detail::canonical(KVKEY_XXH3_128(payload.begin()->data, payload.begin()->size));
+  XXH3_state_t s;
+  XXH3_128bits_reset(&s);
+  for (const ConstBuffer& b : payload) {
+    if (b.size != 0) KVKEY_XXH3_128_UPDATE(&s, b.data, b.size);
+  }
+  return detail::canonical(XXH3_128bits_digest(&s));
+}
+
+/// Seals one object whose bytes arrive in pieces: update() each piece in
+/// order, then finish() returns the header (payload size = the bytes fed).
+/// Made by KeyNamespace::sealer(); the namespace must outlive it. A keyed
+/// sealer owns one Poly1305 context (allocated when it is made); one-shot
+/// KeyNamespace::seal never allocates.
+class PayloadSealer {
+ public:
+  PayloadSealer(PayloadSealer&&) noexcept = default;
+
+  void update(const void* data, std::size_t size) {
+    hasher_.update(data, size);
+    size_ += size;
+  }
+  [[nodiscard]] Envelope finish() {
+    detail::store_u64(header_.data() + envelope_layout::payload_size, size_);
+    const PayloadDigest d = hasher_.finish(header_);
+    std::memcpy(header_.data() + envelope_layout::payload_digest, d.data(), d.size());
+    return header_;
+  }
+
+  /// Used by KeyNamespace: `header` is the namespace's envelope for the block.
+  PayloadSealer(const Envelope& header, const detail::PayloadScheme& scheme, bool own_context)
+      : header_(header), mac_(own_context) {
+    header_[envelope_layout::integrity_mode] = static_cast<std::uint8_t>(scheme.mode);
+    if (scheme.mode == IntegrityMode::poly1305) {
+      std::uint8_t* nonce = header_.data() + envelope_layout::nonce;
+      if (RAND_bytes(nonce, 16) != 1) throw crypto_error("RAND_bytes failed: no nonce for the payload tag");
+      hasher_.start_keyed(mac_.get(), *scheme.key, nonce);
+    } else {
+      hasher_.start_plain();
+    }
+  }
+
+ private:
+  Envelope header_;
+  detail::MacSlot mac_;
+  detail::PayloadHasher hasher_;
+  std::uint64_t size_ = 0;
+};
+
+/// Verifies one object whose bytes arrive in pieces: update() each piece in
+/// order, then finish() gives the Verdict of KeyNamespace::verify over the
+/// whole payload. The header is copied at construction. Made by
+/// KeyNamespace::verifier(); the namespace must outlive it.
+class PayloadVerifier {
+ public:
+  PayloadVerifier(PayloadVerifier&&) noexcept = default;
+
+  void update(const void* data, std::size_t size) {
+    hasher_.update(data, size);
+    size_ += size;
+  }
+  [[nodiscard]] Verdict finish() {
+    if (!length_ok_) return {Reason::malformed, "envelope.size"};
+    detail::store_u64(expected_.data() + envelope_layout::payload_size, size_);
+    if (hasher_.mode() != IntegrityMode::none) {
+      const PayloadDigest d = hasher_.finish(expected_);
+      std::memcpy(expected_.data() + envelope_layout::payload_digest, d.data(), d.size());
+    }
+    return detail::verify_envelope(header_.data(), header_.size(), expected_, *own_);
+  }
+
+  /// Used by KeyNamespace: `expected` is the namespace's envelope for the block.
+  PayloadVerifier(const std::uint8_t* header, std::size_t len, const Envelope& expected, const Identity& own,
+                  const detail::PayloadScheme& scheme, bool own_context)
+      : expected_(expected), own_(&own), mac_(own_context) {
+    namespace L = envelope_layout;
+    length_ok_ = header != nullptr && len == envelope_size;
+    if (length_ok_) std::memcpy(header_.data(), header, envelope_size);
+    const std::uint8_t theirs = length_ok_ ? header_[L::integrity_mode] : 0;
+    if (theirs == static_cast<std::uint8_t>(IntegrityMode::none) && scheme.check == PayloadCheck::size_only) {
+      hasher_.start_none();  // opted out, and sealed without a digest: nothing to check
+      return;
+    }
+    expected_[L::integrity_mode] = static_cast<std::uint8_t>(scheme.mode);
+    if (scheme.mode == IntegrityMode::xxh3_128) {
+      hasher_.start_plain();
+    } else if (theirs == static_cast<std::uint8_t>(IntegrityMode::poly1305)) {
+      std::memcpy(expected_.data() + L::nonce, header_.data() + L::nonce, 16);
+      hasher_.start_keyed(mac_.get(), *scheme.key, expected_.data() + L::nonce);
+    } else {
+      hasher_.start_none();  // no tag to check: the comparison fails and names the field
+    }
+  }
+
+ private:
+  Envelope header_{};
+  Envelope expected_;
+  const Identity* own_;
+  bool length_ok_ = false;
+  detail::MacSlot mac_;
+  detail::PayloadHasher hasher_;
+  std::uint64_t size_ = 0;
+};
+
+KVKEY_END_NAMESPACE
+
+#undef KVKEY_XXH3_128
+#undef KVKEY_XXH3_128_UPDATE
+
+#endif  // KVKEY_PAYLOAD_HPP
