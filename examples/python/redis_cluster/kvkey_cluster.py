@@ -3,7 +3,7 @@
 
 Each stored object is one Redis string under ns.store_key(block):
 
-    value = ns.seal(block, len(payload))  (kvkey.envelope_size bytes)  ||  payload (the KV bytes)
+    value = ns.seal(block, payload)  (kvkey.envelope_size bytes)  ||  payload (the KV bytes)
 
 written by ONE SET, so a header never exists without its payload. Keys carry no
 hash tag: objects spread over all 16384 slots and so over every primary, which
@@ -56,19 +56,21 @@ __all__ = [
 
 
 # ---- the envelope ---------------------------------------------------------------------------
-# The only two places that build and check a header. When kvkey's envelope
-# covers the payload too, each becomes one line: ns.seal(block, payload) and
-# ns.verify(header, block, payload).
+# The only two places that build and check a header. The header records the
+# payload's size and digest (a Poly1305 tag in a keyed namespace), so a value
+# whose bytes were flipped, torn or swapped never verifies.
 
 
 def seal_value(ns: kvkey.KeyNamespace, block: bytes, payload: bytes) -> bytes:
     """The stored value: the sealed header followed by the payload."""
-    return ns.seal(block, len(payload)) + payload
+    return ns.seal(block, payload) + payload
 
 
-def verify_value(ns: kvkey.KeyNamespace, value: bytes, block: bytes, payload_size: int) -> kvkey.Verdict:
-    """Checks a stored value against what this rank expects (its own payload size)."""
-    return ns.verify(memoryview(value)[: kvkey.envelope_size], block, payload_size)
+def verify_value(ns: kvkey.KeyNamespace, value: bytes, block: bytes) -> kvkey.Verdict:
+    """Checks a stored value's header and payload bytes against this rank's namespace
+    (zero-copy: both are views into the reply)."""
+    view = memoryview(value)
+    return ns.verify(view[: kvkey.envelope_size], block, view[kvkey.envelope_size:])
 
 
 # ---- errors ---------------------------------------------------------------------------------
@@ -277,7 +279,7 @@ class ClusterConnector:
                 continue
             if not isinstance(value, bytes):
                 raise ClusterError("protocol", f"load: GET answered a {type(value).__name__}")
-            verdict = verify_value(ns, value, h, payload_size)
+            verdict = verify_value(ns, value, h)
             if not verdict.ok:
                 out.append(LoadedBlock(LoadStatus.REJECTED, verdict.reason, verdict.field))
             elif len(value) != kvkey.envelope_size + payload_size:

@@ -106,8 +106,8 @@ def epoch_offset(ident) -> int:
     which the headers of two identities differing only there differ."""
     other = ident.copy()
     other.model.weights_epoch ^= 1
-    a = kvkey.KeyNamespace(ident).seal(bytes(32), 0)
-    b = kvkey.KeyNamespace(other).seal(bytes(32), 0)
+    a = kvkey.KeyNamespace(ident).seal(bytes(32), b"")
+    b = kvkey.KeyNamespace(other).seal(bytes(32), b"")
     diffs = [i for i in range(len(a)) if a[i] != b[i]]
     assert len(diffs) == 1
     return diffs[0]
@@ -138,8 +138,10 @@ def test_faults():
     faults = [
         ("truncated inside the header", lambda v, i: v[:700], "malformed", "envelope.size"),
         ("empty", lambda v, i: b"", "malformed", "envelope.size"),
-        ("payload truncated by one byte", lambda v, i: v[:-1], "malformed", "value.size"),
-        ("payload extended by one byte", lambda v, i: v + b"x", "malformed", "value.size"),
+        ("payload truncated by one byte", lambda v, i: v[:-1], "size_mismatch", "payload_size"),
+        ("payload extended by one byte", lambda v, i: v + b"x", "size_mismatch", "payload_size"),
+        ("payload byte flipped", lambda v, i: flip(v, len(v) - 100), "payload_mismatch", "payload"),
+        ("payload tail zeroed (torn write)", lambda v, i: v[:-64] + bytes(64), "payload_mismatch", "payload"),
         ("magic flipped", lambda v, i: flip(v, 0), "malformed", "envelope.magic"),
         ("epoch bit flipped", lambda v, i: flip(v, at), "identity_mismatch", "model.weights_epoch"),
         ("swapped with the next block's value", lambda v, i: raw(ns.store_key(blocks[i + 1])),
