@@ -156,7 +156,9 @@ def main() -> int:
 
     print("load: a bit flipped in a stored payload is rejected")
     key = ranks[1].store_key(hashes[0])
-    header, kv = store.get(key)
+    stored = store.get(key)
+    assert stored is not None
+    header, kv = stored
     damaged = bytearray(kv)
     damaged[5] ^= 0x10
     store.objects[key] = [header, damaged]
