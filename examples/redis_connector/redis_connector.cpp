@@ -3,6 +3,7 @@
 
 #include <algorithm>
 #include <cerrno>
+#include <cstdint>
 #include <cstring>
 #include <set>
 #include <sys/time.h>
@@ -177,8 +178,9 @@ Lookup Connector::lookup(const std::vector<const Namespace*>& ranks, std::vector
   return out;
 }
 
-std::vector<LoadedBlock> Connector::load(const Namespace& ns, const std::vector<kvkey::Digest>& blocks,
-                                         std::size_t payload_size) {
+template <class Deliver>
+std::vector<LoadOutcome> Connector::load_verified(const Namespace& ns, const std::vector<kvkey::Digest>& blocks,
+                                                  std::size_t payload_size, Deliver&& deliver) {
   std::vector<std::string> keys;
   keys.reserve(blocks.size());
   for (const kvkey::Digest& block : blocks) keys.push_back(ns.store_key(block));
@@ -187,10 +189,12 @@ std::vector<LoadedBlock> Connector::load(const Namespace& ns, const std::vector<
   for (const std::string& key : keys) commands.push_back({"GET", key});
   const std::vector<Reply> replies = conn_.pipeline(commands);
 
-  std::vector<LoadedBlock> out(blocks.size());
+  // Every reply is checked before any payload is delivered, so a malformed
+  // reply (StoreError) leaves every destination untouched.
+  std::vector<LoadOutcome> out(blocks.size());
   for (std::size_t i = 0; i < blocks.size(); ++i) {
     const redisReply& r = *replies[i];
-    LoadedBlock& result = out[i];
+    LoadOutcome& result = out[i];
     if (r.type == REDIS_REPLY_NIL) {
       result.status = LoadStatus::missing;
       continue;
@@ -212,12 +216,53 @@ std::vector<LoadedBlock> Connector::load(const Namespace& ns, const std::vector<
                            ? kvkey::Verdict{kvkey::Reason::malformed, "value.size"}
                            : kvkey::Verdict{kvkey::Reason::size_mismatch, "payload_size"};
     }
-    if (!result.verdict.ok()) {
-      result.status = LoadStatus::rejected;
-      continue;
+    result.status = result.verdict.ok() ? LoadStatus::loaded : LoadStatus::rejected;
+  }
+  for (std::size_t i = 0; i < blocks.size(); ++i) {
+    if (out[i].status != LoadStatus::loaded) continue;
+    deliver(i, reinterpret_cast<const std::uint8_t*>(replies[i]->str) + kvkey::envelope_size);
+  }
+  return out;
+}
+
+std::vector<LoadOutcome> Connector::load_into(const Namespace& ns, const std::vector<kvkey::Digest>& blocks,
+                                              std::size_t payload_size, const std::vector<std::uint8_t*>& dests) {
+  if (dests.size() != blocks.size()) {
+    throw std::invalid_argument("load_into: " + std::to_string(dests.size()) + " destinations for " +
+                                std::to_string(blocks.size()) + " blocks");
+  }
+  if (payload_size != 0) {
+    // Sorted by address, each buffer must end before the next one starts.
+    std::vector<std::pair<std::uintptr_t, std::size_t>> spans;  // address, index in dests
+    spans.reserve(dests.size());
+    for (std::size_t i = 0; i < dests.size(); ++i) {
+      if (dests[i] == nullptr) throw std::invalid_argument("load_into: destination " + std::to_string(i) + " is null");
+      spans.emplace_back(reinterpret_cast<std::uintptr_t>(dests[i]), i);
     }
-    result.status = LoadStatus::loaded;
-    result.payload.assign(value + kvkey::envelope_size, value + len);
+    std::sort(spans.begin(), spans.end());
+    for (std::size_t k = 1; k < spans.size(); ++k) {
+      if (spans[k].first - spans[k - 1].first < payload_size) {
+        throw std::invalid_argument("load_into: destinations " + std::to_string(spans[k - 1].second) + " and " +
+                                    std::to_string(spans[k].second) + " overlap (" + std::to_string(payload_size) +
+                                    " bytes each)");
+      }
+    }
+  }
+  return load_verified(ns, blocks, payload_size, [&](std::size_t i, const std::uint8_t* payload) {
+    if (payload_size != 0) std::memcpy(dests[i], payload, payload_size);
+  });
+}
+
+std::vector<LoadedBlock> Connector::load(const Namespace& ns, const std::vector<kvkey::Digest>& blocks,
+                                         std::size_t payload_size) {
+  std::vector<LoadedBlock> out(blocks.size());
+  const std::vector<LoadOutcome> outcomes =
+      load_verified(ns, blocks, payload_size, [&](std::size_t i, const std::uint8_t* payload) {
+        out[i].payload.assign(payload, payload + payload_size);
+      });
+  for (std::size_t i = 0; i < blocks.size(); ++i) {
+    out[i].status = outcomes[i].status;
+    out[i].verdict = outcomes[i].verdict;
   }
   return out;
 }

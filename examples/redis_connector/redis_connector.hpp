@@ -130,12 +130,19 @@ enum class LoadStatus {
   rejected,  ///< an object is there but it is not ours: see verdict
 };
 
-struct LoadedBlock {
+/// The outcome of loading one block into a caller's buffer (Connector::load_into).
+struct LoadOutcome {
   LoadStatus status = LoadStatus::missing;
   /// ok when loaded; for rejected, why (reason and field). Connector-level
   /// check: {malformed, "value.size"} when the header verifies but the value
   /// is not envelope_size + payload_size bytes long.
   kvkey::Verdict verdict;
+};
+
+/// The outcome of loading one block into a vector of its own (Connector::load).
+struct LoadedBlock {
+  LoadStatus status = LoadStatus::missing;
+  kvkey::Verdict verdict;             ///< as in LoadOutcome
   std::vector<std::uint8_t> payload;  ///< the KV bytes, only when loaded
 };
 
@@ -165,9 +172,25 @@ class Connector {
   }
 
   /// Fetches every block (pipelined GET) and verifies its header and the
-  /// payload's digest against ns, expecting payload_size KV bytes: the size this rank's block has, never
-  /// the size the stored value claims. A block that does not verify is never
-  /// reported loaded.
+  /// payload's digest against ns, expecting payload_size KV bytes: the size
+  /// this rank's block has, never the size the stored value claims. The check
+  /// runs in place on the reply (zero copy). Then, for each block that
+  /// verified and only for those, one memcpy of its payload_size bytes into
+  /// dests[i], a buffer of at least payload_size bytes the caller owns (an
+  /// engine's registered KV memory, reused from call to call). A missing or
+  /// rejected block leaves its destination untouched and is never reported
+  /// loaded; its outcome says why.
+  ///
+  /// dests must hold one buffer per block, in the order of blocks, none null
+  /// (unless payload_size is 0), none overlapping another: otherwise
+  /// std::invalid_argument, before anything is sent. On StoreError no
+  /// destination has been written.
+  std::vector<LoadOutcome> load_into(const Namespace& ns, const std::vector<kvkey::Digest>& blocks,
+                                     std::size_t payload_size, const std::vector<std::uint8_t*>& dests);
+
+  /// As load_into, each payload copied into a vector of its own. Each call
+  /// allocates (and the kernel page-faults) every loaded payload afresh: a
+  /// caller with buffers of its own uses load_into.
   std::vector<LoadedBlock> load(const Namespace& ns, const std::vector<kvkey::Digest>& blocks,
                                 std::size_t payload_size);
 
@@ -186,6 +209,11 @@ class Connector {
  private:
   template <class Visit>
   void scan(std::string_view prefix, Visit&& visit);
+  // GETs and verifies every block; calls deliver(i, payload) for each block
+  // that verified, payload pointing at its payload_size bytes in the reply.
+  template <class Deliver>
+  std::vector<LoadOutcome> load_verified(const Namespace& ns, const std::vector<kvkey::Digest>& blocks,
+                                         std::size_t payload_size, Deliver&& deliver);
 
   Connection conn_;
 };
