@@ -9,11 +9,17 @@
 // verifies it over the bytes received, so a damaged or replaced payload is a
 // miss (payload_mismatch) and the block is recomputed.
 //
-// written by ONE SET, so a header never exists without its payload. A reader
-// fetches the value, verifies the header against its own namespace and treats
-// anything but Reason::ok as a miss, so foreign or stale KV is never served.
+// Header and payload are written by ONE SET, so a header never exists without
+// its payload. A reader fetches the value, verifies the header against its own
+// namespace and treats anything but Reason::ok as a miss, so foreign or stale
+// KV is never served.
 //
-// Errors. Per-block outcomes are values (LoadedBlock, Lookup). Whole-call
+// Loads. load_into verifies each value in place in the reply and copies only
+// verified payloads, once, into buffers the caller owns (an engine's registered
+// KV memory); load does the same into a fresh vector per block.
+//
+// Errors. Per-block outcomes are values (LoadOutcome, LoadedBlock, Lookup).
+// Bad arguments throw std::invalid_argument before anything is sent. Whole-call
 // failures throw StoreError: the server cannot be reached, a command timed out,
 // the reply stream broke off part-way (a partial pipeline reply) or the server
 // answered with an error. After a StoreError nothing of that call may be
