@@ -14,9 +14,10 @@
 // namespace and treats anything but Reason::ok as a miss, so foreign or stale
 // KV is never served.
 //
-// Loads. load_into verifies each value in place in the reply and copies only
-// verified payloads, once, into buffers the caller owns (an engine's registered
-// KV memory); load does the same into a fresh vector per block.
+// Loads. load_into verifies each value in place in hiredis' read buffer and
+// copies only verified payloads, once, into buffers the caller owns (an
+// engine's registered KV memory); load does the same into a fresh vector per
+// block. hiredis' own copy of each value into a reply object is skipped.
 //
 // Errors. Per-block outcomes are values (LoadOutcome, LoadedBlock, Lookup).
 // Bad arguments throw std::invalid_argument before anything is sent. Whole-call
@@ -45,6 +46,8 @@
 #include <chrono>
 #include <cstddef>
 #include <cstdint>
+#include <exception>
+#include <functional>
 #include <limits>
 #include <memory>
 #include <stdexcept>
@@ -102,6 +105,13 @@ class Connection {
   /// Sends every command in one pipeline and returns the replies in order.
   /// Throws StoreError if any reply is missing, malformed or an error reply.
   std::vector<Reply> pipeline(const std::vector<Command>& commands);
+
+  /// Sees each top-level string reply while it is still in hiredis' read
+  /// buffer, before hiredis copies it into a reply object:
+  /// tap(command index, bytes, length). When tap returns true it has taken
+  /// the bytes, and that reply holds an empty string instead (no copy).
+  using StringTap = std::function<bool(std::size_t index, const char* data, std::size_t len)>;
+  std::vector<Reply> pipeline(const std::vector<Command>& commands, const StringTap& tap);
   Reply command(const Command& command);
 
   bool connected() const noexcept { return ctx_ != nullptr; }
@@ -111,9 +121,15 @@ class Connection {
   redisContext* context();
   [[noreturn]] void fail(std::string_view during, int saved_errno);
   void disconnect() noexcept;
+  static void* create_string(const redisReadTask* task, char* str, std::size_t len);
 
   Options options_;
   redisContext* ctx_ = nullptr;
+  redisReplyObjectFunctions functions_{};  // hiredis' own, createString routed through tap_
+  const redisReplyObjectFunctions* hiredis_functions_ = nullptr;
+  const StringTap* tap_ = nullptr;  // set during pipeline(commands, tap)
+  std::size_t tap_index_ = 0;       // the reply being read
+  std::exception_ptr tap_error_;    // what the tap threw
 };
 
 /// One object to save: a block hash and its KV bytes.
@@ -180,17 +196,18 @@ class Connector {
   /// Fetches every block (pipelined GET) and verifies its header and the
   /// payload's digest against ns, expecting payload_size KV bytes: the size
   /// this rank's block has, never the size the stored value claims. The check
-  /// runs in place on the reply (zero copy). Then, for each block that
-  /// verified and only for those, one memcpy of its payload_size bytes into
-  /// dests[i], a buffer of at least payload_size bytes the caller owns (an
-  /// engine's registered KV memory, reused from call to call). A missing or
-  /// rejected block leaves its destination untouched and is never reported
-  /// loaded; its outcome says why.
+  /// runs in place where hiredis read the value (Connection::StringTap), before
+  /// any copy. Then, for each block that verified and only for those, one
+  /// memcpy of its payload_size bytes into dests[i], a buffer of at least
+  /// payload_size bytes the caller owns (an engine's registered KV memory,
+  /// reused from call to call). A missing or rejected block leaves its
+  /// destination untouched and is never reported loaded; its outcome says why.
   ///
   /// dests must hold one buffer per block, in the order of blocks, none null
   /// (unless payload_size is 0), none overlapping another: otherwise
-  /// std::invalid_argument, before anything is sent. On StoreError no
-  /// destination has been written.
+  /// std::invalid_argument, before anything is sent. After a StoreError the
+  /// destinations of blocks that verified before the failure may hold their
+  /// payloads (verified bytes, never others), but no block counts as loaded.
   std::vector<LoadOutcome> load_into(const Namespace& ns, const std::vector<kvkey::Digest>& blocks,
                                      std::size_t payload_size, const std::vector<std::uint8_t*>& dests);
 
@@ -216,7 +233,8 @@ class Connector {
   template <class Visit>
   void scan(std::string_view prefix, Visit&& visit);
   // GETs and verifies every block; calls deliver(i, payload) for each block
-  // that verified, payload pointing at its payload_size bytes in the reply.
+  // that verified, payload pointing at its payload_size bytes in hiredis'
+  // read buffer (valid during the call only).
   template <class Deliver>
   std::vector<LoadOutcome> load_verified(const Namespace& ns, const std::vector<kvkey::Digest>& blocks,
                                          std::size_t payload_size, Deliver&& deliver);

@@ -10,6 +10,8 @@
 #include <cstdint>
 #include <stdexcept>
 #include <string>
+#include <string_view>
+#include <utility>
 #include <vector>
 
 #include "support.hpp"
@@ -179,4 +181,43 @@ TEST_CASE("load_into: a wrong, null or overlapping destination list is refused b
     const auto expect = d.payload(0, blocks[i]);
     CHECK(std::equal(expect.begin(), expect.end(), packed[i]));
   }
+}
+
+TEST_CASE("pipeline's string tap sees each top-level bulk string once, by command index", "[load_into]") {
+  kvkey_redis::Connector store(it::shared_server());
+  auto& conn = store.connection();
+  const std::string prefix = it::unique_tenant("tap") + ":";
+  const std::string a = prefix + "a", b = prefix + "b", absent = prefix + "absent";
+  conn.pipeline({{"SET", a, "alpha"}, {"SET", b, "bravo"}});
+
+  std::vector<std::pair<std::size_t, std::string>> seen;
+  const kvkey_redis::Connection::StringTap take_alpha = [&](std::size_t i, const char* data, std::size_t len) {
+    seen.emplace_back(i, std::string(data, len));
+    return std::string_view(data, len) == "alpha";  // takes a's value, leaves b's in its reply
+  };
+  // PING's status reply and MGET's nested strings are not tapped.
+  const auto replies =
+      conn.pipeline({{"PING"}, {"GET", a}, {"GET", absent}, {"GET", b}, {"MGET", a, b}}, take_alpha);
+  CHECK(seen == std::vector<std::pair<std::size_t, std::string>>{{1, "alpha"}, {3, "bravo"}});
+  REQUIRE(replies.size() == 5);
+  CHECK(replies[0]->type == REDIS_REPLY_STATUS);
+  CHECK(std::string(replies[0]->str, replies[0]->len) == "PONG");
+  CHECK(replies[1]->type == REDIS_REPLY_STRING);
+  CHECK(replies[1]->len == 0);  // taken
+  CHECK(replies[2]->type == REDIS_REPLY_NIL);
+  CHECK(std::string(replies[3]->str, replies[3]->len) == "bravo");  // left
+  REQUIRE(replies[4]->type == REDIS_REPLY_ARRAY);
+  REQUIRE(replies[4]->elements == 2);
+  CHECK(std::string(replies[4]->element[0]->str, replies[4]->element[0]->len) == "alpha");
+
+  // A tap that throws: the exception reaches the caller once every reply is
+  // read, and the connection stays in step.
+  const kvkey_redis::Connection::StringTap throws = [](std::size_t, const char*, std::size_t) -> bool {
+    throw std::runtime_error("tap failed");
+  };
+  CHECK_THROWS_WITH(conn.pipeline({{"GET", a}, {"GET", b}}, throws), "tap failed");
+  CHECK(conn.connected());
+  const auto after = conn.command({"GET", b});
+  CHECK(std::string(after->str, after->len) == "bravo");
+  conn.pipeline({{"DEL", a, b}});
 }
