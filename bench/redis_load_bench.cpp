@@ -5,13 +5,14 @@
 //
 // Cases (16 objects of 1 MiB, one pipeline per iteration):
 //   redis_get_raw       GET of every key, the values as hiredis returns them
-//   redis_get_copy      the same, each payload copied into its own vector
-//                       (what Connector::load hands back)
-//   redis_load_verified Connector::load: the same GETs, then each header and
-//                       payload digest verified and the payload copied out
+//   redis_get_copy      the same, each payload then copied into its own
+//                       vector: a second copy after hiredis' own
+//   redis_load_verified Connector::load: the same GETs, each header and payload
+//                       digest verified in hiredis' read buffer, the payload
+//                       copied once, into a fresh vector
 //   redis_load_into     Connector::load_into: the same GETs and checks, each
-//                       verified payload copied into a buffer of the caller's,
-//                       allocated and touched once before timing and reused
+//                       verified payload copied once, into a buffer of the
+//                       caller's, allocated and touched before timing, reused
 #include <benchmark/benchmark.h>
 
 #include <cstdint>
