@@ -50,13 +50,24 @@ std::string flip_bit(std::string value, std::size_t offset) {
   return value;
 }
 
+// A deployment of one rank on the shared server and the 4 blocks of a prompt.
+struct Setup {
+  kvkey_redis::Connector store{it::shared_server()};
+  Deployment d;
+  std::vector<kvkey::Digest> blocks;
+  std::size_t size;
+
+  Setup(const std::string& name, std::uint32_t family)
+      : d(name, it::base_identity(it::unique_tenant(name))),
+        blocks(d.rank(0).block_hashes(it::prompt(family, 0, 4))),
+        size(d.payload_size(0)) {}
+};
+
 }  // namespace
 
 TEST_CASE("load_into: every verified payload lands in its buffer, byte for byte", "[load_into]") {
-  kvkey_redis::Connector store(it::shared_server());
-  const Deployment d("load-into", it::base_identity(it::unique_tenant("load-into")));
-  const auto blocks = d.rank(0).block_hashes(it::prompt(7, 0, 4));
-  const std::size_t size = d.payload_size(0);
+  Setup s("load-into", 7);
+  auto& [store, d, blocks, size] = s;
   d.save(store, 0, blocks);
 
   Buffers buf(blocks.size(), size);
@@ -76,10 +87,8 @@ TEST_CASE("load_into: every verified payload lands in its buffer, byte for byte"
 
 TEST_CASE("load_into: a missing or rejected block leaves its buffer untouched", "[load_into]") {
   namespace L = kvkey::envelope_layout;
-  kvkey_redis::Connector store(it::shared_server());
-  const Deployment d("load-into-faults", it::base_identity(it::unique_tenant("load-into-faults")));
-  const auto blocks = d.rank(0).block_hashes(it::prompt(8, 0, 4));
-  const std::size_t size = d.payload_size(0);
+  Setup s("load-into-faults", 8);
+  auto& [store, d, blocks, size] = s;
   d.save(store, 0, {blocks[0], blocks[1], blocks[3]});  // block 2 is never saved
   const std::string key = d.rank(0).store_key(blocks[1]);
   const std::string good = it::get_raw(store, key);
@@ -142,10 +151,8 @@ TEST_CASE("load_into: a missing or rejected block leaves its buffer untouched", 
 }
 
 TEST_CASE("load_into: a wrong, null or overlapping destination list is refused before any load", "[load_into]") {
-  kvkey_redis::Connector store(it::shared_server());
-  const Deployment d("load-into-args", it::base_identity(it::unique_tenant("load-into-args")));
-  const auto blocks = d.rank(0).block_hashes(it::prompt(9, 0, 4));
-  const std::size_t size = d.payload_size(0);
+  Setup s("load-into-args", 9);
+  auto& [store, d, blocks, size] = s;
   d.save(store, 0, blocks);
   Buffers buf(blocks.size(), size);
 
