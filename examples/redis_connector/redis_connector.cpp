@@ -3,7 +3,9 @@
 
 #include <algorithm>
 #include <cerrno>
+#include <cstdint>
 #include <cstring>
+#include <exception>
 #include <set>
 #include <sys/time.h>
 #include <utility>
@@ -74,8 +76,28 @@ redisContext* Connection::context() {
     redisFree(c);
     throw StoreError(StoreError::Kind::connect, msg);
   }
+  // Every string reply passes create_string, which hands top-level ones to
+  // the tap of pipeline(commands, tap) when there is one.
+  hiredis_functions_ = c->reader->fn;
+  functions_ = *c->reader->fn;
+  functions_.createString = &Connection::create_string;
+  c->reader->fn = &functions_;
+  c->reader->privdata = this;
   ctx_ = c;
   return ctx_;
+}
+
+void* Connection::create_string(const redisReadTask* task, char* str, std::size_t len) {
+  auto* self = static_cast<Connection*>(task->privdata);
+  // Status and error replies come through here too: only bulk strings are tapped.
+  if (self->tap_ != nullptr && task->parent == nullptr && task->type == REDIS_REPLY_STRING && !self->tap_error_) {
+    try {  // no exception may unwind through hiredis' C frames
+      if ((*self->tap_)(self->tap_index_, str, len)) len = 0;  // taken: the reply gets an empty string
+    } catch (...) {
+      self->tap_error_ = std::current_exception();  // rethrown once every reply is read
+    }
+  }
+  return self->hiredis_functions_->createString(task, str, len);
 }
 
 void Connection::fail(std::string_view during, int saved_errno) {
@@ -92,7 +114,9 @@ void Connection::fail(std::string_view during, int saved_errno) {
   throw StoreError(kind, std::string(during) + ": " + detail);
 }
 
-std::vector<Reply> Connection::pipeline(const std::vector<Command>& commands) {
+std::vector<Reply> Connection::pipeline(const std::vector<Command>& commands) { return pipeline(commands, {}); }
+
+std::vector<Reply> Connection::pipeline(const std::vector<Command>& commands, const StringTap& tap) {
   if (commands.empty()) return {};
   redisContext* c = context();
   std::vector<const char*> argv;
@@ -110,8 +134,15 @@ std::vector<Reply> Connection::pipeline(const std::vector<Command>& commands) {
   }
   std::vector<Reply> replies;
   replies.reserve(commands.size());
+  struct TapGuard {  // the tap is set for this call only, also when it throws
+    const StringTap*& slot;
+    ~TapGuard() { slot = nullptr; }
+  } guard{tap_};
+  tap_ = tap ? &tap : nullptr;
+  tap_error_ = nullptr;
   for (std::size_t i = 0; i < commands.size(); ++i) {
     void* r = nullptr;
+    tap_index_ = i;  // redisGetReply parses exactly one reply
     if (redisGetReply(c, &r) != REDIS_OK || r == nullptr) {
       const int saved_errno = errno;
       fail("reply " + std::to_string(i + 1) + " of " + std::to_string(commands.size()), saved_errno);
@@ -119,6 +150,7 @@ std::vector<Reply> Connection::pipeline(const std::vector<Command>& commands) {
     replies.emplace_back(static_cast<redisReply*>(r));
   }
   // All replies are read, so the connection stays in step even on error replies.
+  if (tap_error_) std::rethrow_exception(std::exchange(tap_error_, nullptr));
   for (const Reply& r : replies) {
     if (r->type == REDIS_REPLY_ERROR) throw StoreError(StoreError::Kind::server, std::string(r->str, r->len));
   }
@@ -177,27 +209,23 @@ Lookup Connector::lookup(const std::vector<const Namespace*>& ranks, std::vector
   return out;
 }
 
-std::vector<LoadedBlock> Connector::load(const Namespace& ns, const std::vector<kvkey::Digest>& blocks,
-                                         std::size_t payload_size) {
+template <class Deliver>
+std::vector<LoadOutcome> Connector::load_verified(const Namespace& ns, const std::vector<kvkey::Digest>& blocks,
+                                                  std::size_t payload_size, Deliver&& deliver) {
   std::vector<std::string> keys;
   keys.reserve(blocks.size());
   for (const kvkey::Digest& block : blocks) keys.push_back(ns.store_key(block));
   std::vector<Connection::Command> commands;
   commands.reserve(keys.size());
   for (const std::string& key : keys) commands.push_back({"GET", key});
-  const std::vector<Reply> replies = conn_.pipeline(commands);
 
-  std::vector<LoadedBlock> out(blocks.size());
-  for (std::size_t i = 0; i < blocks.size(); ++i) {
-    const redisReply& r = *replies[i];
-    LoadedBlock& result = out[i];
-    if (r.type == REDIS_REPLY_NIL) {
-      result.status = LoadStatus::missing;
-      continue;
-    }
-    expect_type(r, REDIS_REPLY_STRING, "GET");
-    const auto* value = reinterpret_cast<const std::uint8_t*>(r.str);
-    const std::size_t len = r.len;
+  // Each value is verified where hiredis read it, before any copy, and a
+  // verified payload is delivered from there: its only copy.
+  std::vector<LoadOutcome> out(blocks.size());
+  std::vector<bool> seen(blocks.size(), false);
+  const Connection::StringTap verify_value = [&](std::size_t i, const char* data, std::size_t len) {
+    const auto* value = reinterpret_cast<const std::uint8_t*>(data);
+    LoadOutcome& result = out[i];
     // The header and the bytes after it, verified in place (size and digest).
     // A value shorter than an envelope is rejected by verify (envelope.size).
     const std::size_t head = std::min(len, kvkey::envelope_size);
@@ -212,12 +240,58 @@ std::vector<LoadedBlock> Connector::load(const Namespace& ns, const std::vector<
                            ? kvkey::Verdict{kvkey::Reason::malformed, "value.size"}
                            : kvkey::Verdict{kvkey::Reason::size_mismatch, "payload_size"};
     }
-    if (!result.verdict.ok()) {
-      result.status = LoadStatus::rejected;
-      continue;
+    result.status = result.verdict.ok() ? LoadStatus::loaded : LoadStatus::rejected;
+    if (result.verdict.ok()) deliver(i, value + kvkey::envelope_size);
+    seen[i] = true;
+    return true;
+  };
+  const std::vector<Reply> replies = conn_.pipeline(commands, verify_value);
+  for (std::size_t i = 0; i < blocks.size(); ++i) {
+    if (seen[i]) continue;
+    if (replies[i]->type != REDIS_REPLY_NIL) expect_type(*replies[i], REDIS_REPLY_STRING, "GET");
+    out[i].status = LoadStatus::missing;
+  }
+  return out;
+}
+
+std::vector<LoadOutcome> Connector::load_into(const Namespace& ns, const std::vector<kvkey::Digest>& blocks,
+                                              std::size_t payload_size, const std::vector<std::uint8_t*>& dests) {
+  if (dests.size() != blocks.size()) {
+    throw std::invalid_argument("load_into: " + std::to_string(dests.size()) + " destinations for " +
+                                std::to_string(blocks.size()) + " blocks");
+  }
+  if (payload_size != 0) {
+    // Sorted by address, each buffer must end before the next one starts.
+    std::vector<std::pair<std::uintptr_t, std::size_t>> spans;  // address, index in dests
+    spans.reserve(dests.size());
+    for (std::size_t i = 0; i < dests.size(); ++i) {
+      if (dests[i] == nullptr) throw std::invalid_argument("load_into: destination " + std::to_string(i) + " is null");
+      spans.emplace_back(reinterpret_cast<std::uintptr_t>(dests[i]), i);
     }
-    result.status = LoadStatus::loaded;
-    result.payload.assign(value + kvkey::envelope_size, value + len);
+    std::sort(spans.begin(), spans.end());
+    for (std::size_t k = 1; k < spans.size(); ++k) {
+      if (spans[k].first - spans[k - 1].first < payload_size) {
+        throw std::invalid_argument("load_into: destinations " + std::to_string(spans[k - 1].second) + " and " +
+                                    std::to_string(spans[k].second) + " overlap (" + std::to_string(payload_size) +
+                                    " bytes each)");
+      }
+    }
+  }
+  return load_verified(ns, blocks, payload_size, [&](std::size_t i, const std::uint8_t* payload) {
+    if (payload_size != 0) std::memcpy(dests[i], payload, payload_size);
+  });
+}
+
+std::vector<LoadedBlock> Connector::load(const Namespace& ns, const std::vector<kvkey::Digest>& blocks,
+                                         std::size_t payload_size) {
+  std::vector<LoadedBlock> out(blocks.size());
+  const std::vector<LoadOutcome> outcomes =
+      load_verified(ns, blocks, payload_size, [&](std::size_t i, const std::uint8_t* payload) {
+        out[i].payload.assign(payload, payload + payload_size);
+      });
+  for (std::size_t i = 0; i < blocks.size(); ++i) {
+    out[i].status = outcomes[i].status;
+    out[i].verdict = outcomes[i].verdict;
   }
   return out;
 }

@@ -9,11 +9,18 @@
 // verifies it over the bytes received, so a damaged or replaced payload is a
 // miss (payload_mismatch) and the block is recomputed.
 //
-// written by ONE SET, so a header never exists without its payload. A reader
-// fetches the value, verifies the header against its own namespace and treats
-// anything but Reason::ok as a miss, so foreign or stale KV is never served.
+// Header and payload are written by ONE SET, so a header never exists without
+// its payload. A reader fetches the value, verifies the header against its own
+// namespace and treats anything but Reason::ok as a miss, so foreign or stale
+// KV is never served.
 //
-// Errors. Per-block outcomes are values (LoadedBlock, Lookup). Whole-call
+// Loads. load_into verifies each value in place in hiredis' read buffer and
+// copies only verified payloads, once, into buffers the caller owns (an
+// engine's registered KV memory); load does the same into a fresh vector per
+// block. hiredis' own copy of each value into a reply object is skipped.
+//
+// Errors. Per-block outcomes are values (LoadOutcome, LoadedBlock, Lookup).
+// Bad arguments throw std::invalid_argument before anything is sent. Whole-call
 // failures throw StoreError: the server cannot be reached, a command timed out,
 // the reply stream broke off part-way (a partial pipeline reply) or the server
 // answered with an error. After a StoreError nothing of that call may be
@@ -39,6 +46,8 @@
 #include <chrono>
 #include <cstddef>
 #include <cstdint>
+#include <exception>
+#include <functional>
 #include <limits>
 #include <memory>
 #include <stdexcept>
@@ -96,6 +105,13 @@ class Connection {
   /// Sends every command in one pipeline and returns the replies in order.
   /// Throws StoreError if any reply is missing, malformed or an error reply.
   std::vector<Reply> pipeline(const std::vector<Command>& commands);
+
+  /// Sees each top-level string reply while it is still in hiredis' read
+  /// buffer, before hiredis copies it into a reply object:
+  /// tap(command index, bytes, length). When tap returns true it has taken
+  /// the bytes, and that reply holds an empty string instead (no copy).
+  using StringTap = std::function<bool(std::size_t index, const char* data, std::size_t len)>;
+  std::vector<Reply> pipeline(const std::vector<Command>& commands, const StringTap& tap);
   Reply command(const Command& command);
 
   bool connected() const noexcept { return ctx_ != nullptr; }
@@ -105,9 +121,15 @@ class Connection {
   redisContext* context();
   [[noreturn]] void fail(std::string_view during, int saved_errno);
   void disconnect() noexcept;
+  static void* create_string(const redisReadTask* task, char* str, std::size_t len);
 
   Options options_;
   redisContext* ctx_ = nullptr;
+  redisReplyObjectFunctions functions_{};  // hiredis' own, createString routed through tap_
+  const redisReplyObjectFunctions* hiredis_functions_ = nullptr;
+  const StringTap* tap_ = nullptr;  // set during pipeline(commands, tap)
+  std::size_t tap_index_ = 0;       // the reply being read
+  std::exception_ptr tap_error_;    // what the tap threw
 };
 
 /// One object to save: a block hash and its KV bytes.
@@ -130,12 +152,19 @@ enum class LoadStatus {
   rejected,  ///< an object is there but it is not ours: see verdict
 };
 
-struct LoadedBlock {
+/// The outcome of loading one block into a caller's buffer (Connector::load_into).
+struct LoadOutcome {
   LoadStatus status = LoadStatus::missing;
   /// ok when loaded; for rejected, why (reason and field). Connector-level
   /// check: {malformed, "value.size"} when the header verifies but the value
   /// is not envelope_size + payload_size bytes long.
   kvkey::Verdict verdict;
+};
+
+/// The outcome of loading one block into a vector of its own (Connector::load).
+struct LoadedBlock {
+  LoadStatus status = LoadStatus::missing;
+  kvkey::Verdict verdict;             ///< as in LoadOutcome
   std::vector<std::uint8_t> payload;  ///< the KV bytes, only when loaded
 };
 
@@ -165,9 +194,26 @@ class Connector {
   }
 
   /// Fetches every block (pipelined GET) and verifies its header and the
-  /// payload's digest against ns, expecting payload_size KV bytes: the size this rank's block has, never
-  /// the size the stored value claims. A block that does not verify is never
-  /// reported loaded.
+  /// payload's digest against ns, expecting payload_size KV bytes: the size
+  /// this rank's block has, never the size the stored value claims. The check
+  /// runs in place where hiredis read the value (Connection::StringTap), before
+  /// any copy. Then, for each block that verified and only for those, one
+  /// memcpy of its payload_size bytes into dests[i], a buffer of at least
+  /// payload_size bytes the caller owns (an engine's registered KV memory,
+  /// reused from call to call). A missing or rejected block leaves its
+  /// destination untouched and is never reported loaded; its outcome says why.
+  ///
+  /// dests must hold one buffer per block, in the order of blocks, none null
+  /// (unless payload_size is 0), none overlapping another: otherwise
+  /// std::invalid_argument, before anything is sent. After a StoreError the
+  /// destinations of blocks that verified before the failure may hold their
+  /// payloads (verified bytes, never others), but no block counts as loaded.
+  std::vector<LoadOutcome> load_into(const Namespace& ns, const std::vector<kvkey::Digest>& blocks,
+                                     std::size_t payload_size, const std::vector<std::uint8_t*>& dests);
+
+  /// As load_into, each payload copied into a vector of its own. Each call
+  /// allocates (and the kernel page-faults) every loaded payload afresh: a
+  /// caller with buffers of its own uses load_into.
   std::vector<LoadedBlock> load(const Namespace& ns, const std::vector<kvkey::Digest>& blocks,
                                 std::size_t payload_size);
 
@@ -186,6 +232,12 @@ class Connector {
  private:
   template <class Visit>
   void scan(std::string_view prefix, Visit&& visit);
+  // GETs and verifies every block; calls deliver(i, payload) for each block
+  // that verified, payload pointing at its payload_size bytes in hiredis'
+  // read buffer (valid during the call only).
+  template <class Deliver>
+  std::vector<LoadOutcome> load_verified(const Namespace& ns, const std::vector<kvkey::Digest>& blocks,
+                                         std::size_t payload_size, Deliver&& deliver);
 
   Connection conn_;
 };

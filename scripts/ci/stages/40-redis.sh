@@ -56,5 +56,5 @@ status=0
 ctest --test-dir "$dir/tests/integration" -L integration --output-on-failure -j"$jobs" --timeout 1800 || status=$?
 # What the tests measured: ctest keeps a passing test's output only in its log.
 echo "=== integration results ==="
-grep -E '^(isolation|epoch|purge|faults|restart|load): ' "$dir/tests/integration/Testing/Temporary/LastTest.log" || true
+grep -E '^(isolation|epoch|purge|faults|restart|load|load_into): ' "$dir/tests/integration/Testing/Temporary/LastTest.log" || true
 exit "$status"
