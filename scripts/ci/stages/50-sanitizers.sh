@@ -41,7 +41,7 @@ tsan_cxx=(clang++-14 -std=c++17 -O1 -g -fsanitize=thread -fno-omit-frame-pointer
 "${tsan_cxx[@]}" -c "$root/tests/unit/main.cpp" -o "$tsan/main.o" &
 "${tsan_cxx[@]}" -c "$root/tests/unit/concurrency_test.cpp" -o "$tsan/concurrency.o"
 wait $!
-"${tsan_cxx[@]}" "$tsan/main.o" "$tsan/concurrency.o" -lcrypto -o "$tsan/kvkey_concurrency_test"
+"${tsan_cxx[@]}" "$tsan/main.o" "$tsan/concurrency.o" -lcrypto -lxxhash -o "$tsan/kvkey_concurrency_test"
 TSAN_OPTIONS="halt_on_error=1:second_deadlock_stack=1" \
   "$tsan/kvkey_concurrency_test" "[concurrency]" --warn NoTests
 
