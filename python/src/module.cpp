@@ -68,10 +68,7 @@ py::object from_optional_digest(const std::optional<kvkey::Digest>& d) {
 
 std::string known_dtypes() {
   std::string known;
-  for (unsigned code = 0; code <= std::numeric_limits<std::uint8_t>::max(); ++code) {
-    const auto d = static_cast<kvkey::KvDtype>(code);
-    if (kvkey::is_valid(d)) known.append(known.empty() ? "" : ", ").append(kvkey::to_string(d));
-  }
+  for (const kvkey::KvDtype d : kvkey::all_dtypes()) known.append(known.empty() ? "" : ", ").append(kvkey::to_string(d));
   return known;
 }
 
@@ -231,10 +228,7 @@ void value_methods(Cls& cls, Repr repr) {
 void bind_identity(py::module_& m) {
   py::enum_<kvkey::KvDtype> dtype_enum(m, "KvDtype", "Element type of the stored KV (codes are part of the byte format).");
   dtype_enum.value("unset", kvkey::KvDtype::unset);
-  for (unsigned code = 1; code <= std::numeric_limits<std::uint8_t>::max(); ++code) {
-    const auto d = static_cast<kvkey::KvDtype>(code);
-    if (kvkey::is_valid(d)) dtype_enum.value(std::string(kvkey::to_string(d)).c_str(), d);
-  }
+  for (const kvkey::KvDtype d : kvkey::all_dtypes()) dtype_enum.value(std::string(kvkey::to_string(d)).c_str(), d);
   m.def(
       "kv_dtype_from_string", [](const py::object& s) { return to_dtype(py::str(to_text(s, "name")), "name"); },
       py::arg("name"), "Parses 'fp16', 'fp8_e4m3', ...; an unknown name (and 'unset') raises InputError.");
