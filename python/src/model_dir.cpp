@@ -7,24 +7,32 @@
 #include <kvkey/identity.hpp>
 #include <kvkey/model_dir.hpp>
 
+#include "convert.hpp"
+
 #include <optional>
 #include <string>
 #include <utility>
 
 namespace py = pybind11;
+using namespace kvkey_python;  // NOLINT(google-build-using-namespace): the binding's own helpers
 
 namespace {
 
-kvkey::KvDtype dtype_from_py(const py::handle& v) {
-  if (py::isinstance<py::str>(v)) {
-    const std::string name = v.cast<std::string>();
-    if (const auto d = kvkey::kv_dtype_from_string(name)) return *d;
-    throw kvkey::identity_error("kv.dtype", "unknown dtype '" + name + "'");
-  }
-  return v.cast<kvkey::KvDtype>();
+std::optional<std::string> to_optional_text(const py::handle& obj, const std::string& field) {
+  if (obj.is_none()) return std::nullopt;
+  return to_text(obj, field);
 }
 
-std::string path_of(const py::handle& p) { return py::str(py::module_::import("os").attr("fspath")(p)); }
+// kv_dtype as the identity's kv.dtype: an unknown name is an IdentityError on
+// that field (what validating the identity would say), anything else as to_dtype.
+kvkey::KvDtype identity_dtype(const py::handle& obj) {
+  if (PyUnicode_Check(obj.ptr())) {
+    const std::string s = to_text(obj, "kv_dtype");
+    if (const auto d = kvkey::kv_dtype_from_string(s)) return *d;
+    throw kvkey::identity_error("kv.dtype", "unknown dtype " + kvkey_python::quoted(s) + " (known: " + known_dtypes() + ")");
+  }
+  return to_dtype(obj, "kv_dtype");
+}
 
 }  // namespace
 
@@ -33,33 +41,34 @@ void bind_model_dir(py::module_& m) {
   // is built through its constructor from the registered part types.
   py::object identity = m.attr("Identity");
   identity.attr("from_model_dir") = py::staticmethod(py::cpp_function(
-      [](const py::object& path, const std::string& tenant, const py::object& kv_dtype, std::uint32_t block_size,
-         const std::string& layout, std::uint32_t tp_size, std::uint32_t tp_rank, const py::object& adapter_dir,
-         const std::optional<std::string>& revision, const std::optional<std::string>& name,
-         const std::optional<std::string>& adapter_name, std::uint64_t weights_epoch, const py::object& overrides,
-         bool verify) {
+      [](const py::object& path, const py::object& tenant, const py::object& kv_dtype, const py::object& block_size,
+         const py::object& layout, const py::object& tp_size, const py::object& tp_rank, const py::object& adapter_dir,
+         const py::object& revision, const py::object& name, const py::object& adapter_name,
+         const py::object& weights_epoch, const py::object& overrides, const py::object& verify_files) {
+        // Every argument through the binding's checked conversions (convert.hpp), named as the identity names it.
         kvkey::Identity id;
-        id.tenant = tenant;
-        id.kv.dtype = dtype_from_py(kv_dtype);
-        id.kv.block_size = block_size;
-        id.kv.layout = layout;
-        id.shard.tp_size = tp_size;
-        id.shard.tp_rank = tp_rank;
-        id.model.weights_epoch = weights_epoch;
+        id.tenant = to_text(tenant, "tenant");
+        id.kv.dtype = identity_dtype(kv_dtype);
+        id.kv.block_size = to_uint<std::uint32_t>(block_size, "block_size");
+        id.kv.layout = to_text(layout, "layout");
+        id.shard.tp_size = to_uint<std::uint32_t>(tp_size, "tp_size");
+        id.shard.tp_rank = to_uint<std::uint32_t>(tp_rank, "tp_rank");
+        id.model.weights_epoch = to_uint<std::uint64_t>(weights_epoch, "weights_epoch");
+        const bool verify = to_bool(verify_files, "verify");
         kvkey::ModelDirOptions mo;
-        mo.revision = revision;
-        mo.name = name;
+        mo.revision = to_optional_text(revision, "revision");
+        mo.name = to_optional_text(name, "name");
         mo.hashing.verify = verify;
         if (!overrides.is_none()) {
           const std::string text = py::str(py::module_::import("json").attr("dumps")(overrides, py::arg("allow_nan") = false));
           mo.overrides = nlohmann::json::parse(text);
         }
         kvkey::AdapterDirOptions ao;
-        ao.name = adapter_name;
+        ao.name = to_optional_text(adapter_name, "adapter_name");
         ao.hashing.verify = verify;
-        const std::string model_path = path_of(path);
+        const std::string model_path = to_path(path, "path");
         const std::optional<std::string> adapter_path =
-            adapter_dir.is_none() ? std::nullopt : std::optional<std::string>(path_of(adapter_dir));
+            adapter_dir.is_none() ? std::nullopt : std::optional<std::string>(to_path(adapter_dir, "adapter_dir"));
         {
           py::gil_scoped_release release;
           kvkey::read_model_dir(model_path, mo).apply(id);

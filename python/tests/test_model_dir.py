@@ -137,3 +137,17 @@ def test_errors(plain, hf_snapshot):
     os.remove(plain / "config.json")
     with pytest.raises(kvkey.IoError, match="config.json: missing"):
         kvkey.Identity.from_model_dir(plain, revision="r1", **ARGS)
+
+
+def test_arguments_go_through_the_checked_conversions(plain):
+    # Paths as os.fsencode(os.fspath(p)) gives them; every other argument checked and named.
+    by_str = kvkey.Identity.from_model_dir(str(plain), revision="r1", **ARGS)
+    assert kvkey.Identity.from_model_dir(os.fsencode(str(plain)), revision="r1", **ARGS) == by_str
+    with pytest.raises(ValueError, match="path contains a NUL byte"):
+        kvkey.Identity.from_model_dir(str(plain) + "\0x", revision="r1", **ARGS)
+    with pytest.raises(TypeError, match="block_size must be an int"):
+        kvkey.Identity.from_model_dir(plain, revision="r1", **dict(ARGS, block_size="16"))
+    with pytest.raises(kvkey.InputError, match=r"tp_size is -1, must lie in \[0, 2\^32\)"):
+        kvkey.Identity.from_model_dir(plain, revision="r1", tp_size=-1, **ARGS)
+    with pytest.raises(TypeError, match="revision must be str"):
+        kvkey.Identity.from_model_dir(plain, revision=b"r1", **ARGS)
