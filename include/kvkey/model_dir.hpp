@@ -528,13 +528,6 @@ inline nlohmann::json canonical_numbers(const nlohmann::json& j) {
 
 }  // namespace detail
 
-/// Parses JSON text the way read_model_dir parses config.json (an overrides
-/// object, for example): a syntax error is an input_error naming `where`, the
-/// line and the column.
-[[nodiscard]] inline nlohmann::json parse_json(const std::string& text, const std::string& where) {
-  return detail::parse_json_file_text(text, where);
-}
-
 /// The config.json keys that change post-RoPE K (or the positions it is applied
 /// at): the positional-encoding fingerprint covers those present and not null.
 inline constexpr std::string_view positional_keys[] = {

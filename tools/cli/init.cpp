@@ -99,15 +99,10 @@ nlohmann::json parse_overrides(const std::string& spec) {
   const bool from_file = spec.front() == '@';
   const std::string where = from_file ? spec.substr(1) : "--override";
   const std::string bytes = from_file ? read_limited(where, max_config_size, "an overrides file") : spec;
-  const std::string text(from_file ? text_body(bytes, where) : std::string_view(bytes));
-  if (text.find('\0') != std::string::npos) fail("{}: NUL byte in the overrides", where);
-  try {
-    nlohmann::json j = kvkey::parse_json(text, where);
-    if (!j.is_object()) fail("{}: expected a JSON object (like vLLM's --hf-overrides), got {}", where, j.type_name());
-    return j;
-  } catch (const kvkey::input_error& e) {
-    fail("{}", without_error_id(e.what()));
-  }
+  // The identity files' parser: its nesting limit, duplicate-key and NUL checks apply here too.
+  const Json j = parse_json(from_file ? text_body(bytes, where) : std::string_view(bytes), where);
+  if (!j.is_object()) fail("{}: expected a JSON object (like vLLM's --hf-overrides), got {}", where, j.type_name());
+  return nlohmann::json::parse(j.dump());  // read_model_dir takes nlohmann::json
 }
 
 std::uint32_t u32_option(const std::string& text, std::string_view what) {

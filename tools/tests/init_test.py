@@ -222,6 +222,11 @@ class InitTest(unittest.TestCase):
                           r"--override:1:16: invalid JSON")
         self.assert_error(["init", "--model", self.repo, "--override", "[1]", *BASE_ARGS],
                           r"--override: expected a JSON object")
+        # the identity files' parser: duplicate keys and deep nesting are refused
+        self.assert_error(["init", "--model", self.repo, "--override", '{"rope_theta": 1, "rope_theta": 2}',
+                           *BASE_ARGS], r"--override: rope_theta: duplicate key")
+        self.assert_error(["init", "--model", self.repo, "--override", "[" * 40 + "]" * 40, *BASE_ARGS],
+                          r"--override: invalid JSON: nested deeper than 32 levels")
         # malformed config.json: line and column
         with open(os.path.join(plain, "config.json"), "w") as f:
             f.write('{\n  "num_hidden_layers": 24,\n  "hidden_size" 896\n}\n')
