@@ -129,14 +129,7 @@ class Section {
     return v.get<bool>();
   }
   kvkey::KvDtype dtype(std::string_view key, const Json& v) const {
-    const std::string name = string(key, v);
-    if (const auto d = kvkey::kv_dtype_from_string(name)) return *d;
-    std::string known;
-    for (const kvkey::KvDtype d : kvkey::all_dtypes()) {
-      if (!known.empty()) known += ", ";
-      known += kvkey::to_string(d);
-    }
-    fail("{}: {}: unknown dtype {} (known: {})", file_, field(key), quote(name), known);
+    return parse_dtype(string(key, v), fmt::format("{}: {}", file_, field(key)));
   }
   kvkey::Digest digest(std::string_view key, const Json& v) const {
     return parse_digest(string(key, v), fmt::format("{}: {}", file_, field(key)));

@@ -159,13 +159,7 @@ CLI::App* add_init_command(CLI::App& app, InitOptions& o) {
 int run_init(const InitOptions& o, std::string& out) {
   kvkey::Identity id;
   id.tenant = o.tenant;
-  const auto dtype = kvkey::kv_dtype_from_string(o.kv_dtype);
-  if (!dtype) {
-    std::string known;
-    for (const kvkey::KvDtype d : kvkey::all_dtypes()) known += (known.empty() ? "" : ", ") + std::string(kvkey::to_string(d));
-    fail("--kv-dtype: unknown dtype {} (known: {})", quote(o.kv_dtype), known);
-  }
-  id.kv.dtype = *dtype;
+  id.kv.dtype = parse_dtype(o.kv_dtype, "--kv-dtype");
   id.kv.block_size = u32_option(o.block_size, "--block-size");
   id.kv.layout = o.layout;
   id.shard.tp_size = u32_option(o.tp_size, "--tp-size");

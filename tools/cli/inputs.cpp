@@ -162,6 +162,16 @@ std::optional<std::uint64_t> parse_unsigned(std::string_view text, std::uint64_t
   return v;
 }
 
+kvkey::KvDtype parse_dtype(const std::string& name, std::string_view where) {
+  if (const auto d = kvkey::kv_dtype_from_string(name)) return *d;
+  std::string known;
+  for (const kvkey::KvDtype d : kvkey::all_dtypes()) {
+    if (!known.empty()) known += ", ";
+    known += kvkey::to_string(d);
+  }
+  fail("{}: unknown dtype {} (known: {})", where, quote(name), known);
+}
+
 std::uint64_t parse_uint_option(std::string_view text, int bits, std::string_view what) {
   const std::uint64_t max = bits == 32 ? std::numeric_limits<std::uint32_t>::max() : std::numeric_limits<std::uint64_t>::max();
   const auto v = parse_unsigned(text, max);

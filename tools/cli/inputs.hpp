@@ -5,6 +5,7 @@
 #define KVKEY_TOOL_INPUTS_HPP
 
 #include <kvkey/digest.hpp>
+#include <kvkey/identity.hpp>
 
 #include <nlohmann/json.hpp>
 
@@ -57,6 +58,10 @@ std::vector<std::int64_t> read_tokens(const std::string& path);
 
 /// A 64-hex-character digest given as `what` (e.g. "--block"); Failure otherwise.
 kvkey::Digest parse_digest(std::string_view hex, std::string_view what);
+
+/// A KV dtype name as kvkey::to_string prints it; Failure "WHERE: unknown
+/// dtype NAME (known: ...)" otherwise ("unset" is no type).
+kvkey::KvDtype parse_dtype(const std::string& name, std::string_view where);
 
 /// Decimal digits only (no sign, no spaces) with a value <= max; nullopt otherwise.
 std::optional<std::uint64_t> parse_unsigned(std::string_view text, std::uint64_t max);
