@@ -12,43 +12,19 @@ cmake -S "$root" -B "$dir" -DCMAKE_BUILD_TYPE=RelWithDebInfo -DKVKEY_WARNINGS_AS
   -DKVKEY_BUILD_INTEGRATION=ON -DKVKEY_BUILD_TESTS=OFF -DKVKEY_BUILD_EXAMPLES=OFF -DKVKEY_BUILD_TOOLS=OFF >/dev/null
 cmake --build "$dir" -j"$jobs"
 
+# shellcheck source=scripts/ci/lib/redis.sh
+. "$root/scripts/ci/lib/redis.sh"
 work="$(mktemp -d /tmp/kvkey-it-XXXXXX)"
-pid=""
 stop_server() {
-  if [ -n "$pid" ] && kill -0 "$pid" 2>/dev/null; then
-    kill "$pid" 2>/dev/null || true
-    wait "$pid" 2>/dev/null || true
-  fi
+  redis_stop_all
   rm -rf "$work"
 }
 trap stop_server EXIT
 trap 'exit 130' INT TERM
 
-free_port() {
-  /usr/bin/python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])'
-}
-
-# A port found free can be taken before the server binds it: try a few.
-port=""
-for attempt in 1 2 3 4 5; do
-  candidate="$(free_port)"
-  redis-server --port "$candidate" --bind 127.0.0.1 --save '' --appendonly no --daemonize no \
-    --dir "$work" --logfile "$work/redis.log" &
-  pid=$!
-  deadline=$((SECONDS + 60))  # generous: a loaded machine starts it late
-  while [ "$SECONDS" -lt "$deadline" ]; do
-    if [ "$(redis-cli -p "$candidate" ping 2>/dev/null)" = "PONG" ]; then port="$candidate"; break; fi
-    kill -0 "$pid" 2>/dev/null || break
-    sleep 0.1
-  done
-  [ -n "$port" ] && break
-  echo "40-redis: redis-server did not start on port $candidate (attempt $attempt):" >&2
-  tail -n 5 "$work/redis.log" >&2 || true
-  kill "$pid" 2>/dev/null || true
-  wait "$pid" 2>/dev/null || true
-  pid=""
-done
-if [ -z "$port" ]; then echo "40-redis: could not start redis-server" >&2; exit 1; fi
+redis_start 40-redis "$work"
+port="$REDIS_PORT"
+pid="$REDIS_PID"
 echo "40-redis: $(redis-server --version | cut -d' ' -f1-3) on 127.0.0.1:$port (pid $pid, no persistence)"
 
 export KVKEY_REDIS_PORT="$port"

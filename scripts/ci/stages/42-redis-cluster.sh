@@ -22,55 +22,21 @@ if ! (cd / && "$py" -c 'import kvkey' 2>/dev/null); then
   export PYTHONPATH="$dir/python${PYTHONPATH:+:$PYTHONPATH}"
 fi
 
+# shellcheck source=scripts/ci/lib/redis.sh
+. "$root/scripts/ci/lib/redis.sh"
 work="$(mktemp -d /tmp/kvkey-cluster-XXXXXX)"
-pids=()
 stop_nodes() {
-  for p in "${pids[@]}"; do
-    if kill -0 "$p" 2>/dev/null; then kill "$p" 2>/dev/null || true; fi
-  done
-  for p in "${pids[@]}"; do wait "$p" 2>/dev/null || true; done  # also reaps a node the tests killed
+  redis_stop_all # also reaps a node the tests killed
   rm -rf "$work"
 }
 trap stop_nodes EXIT
 trap 'exit 130' INT TERM
 
-# n distinct ports on 127.0.0.1 that nothing listens on (all bound at once, then released).
-free_ports() {
-  "$py" -c '
-import socket, sys
-socks = [socket.socket() for _ in range(int(sys.argv[1]))]
-for s in socks: s.bind(("127.0.0.1", 0))
-print(" ".join(str(s.getsockname()[1]) for s in socks))' "$1"
-}
-
-# Starts one node on a free port (and a free cluster-bus port); a port found
-# free can be taken before the server binds it, so it tries a few.
 start_node() {
-  local i="$1" port bus pid attempt deadline
-  for attempt in 1 2 3 4 5; do
-    read -r port bus <<<"$(free_ports 2)"
-    mkdir -p "$work/$i"
-    redis-server --port "$port" --cluster-port "$bus" --bind 127.0.0.1 --save '' --appendonly no \
-      --daemonize no --cluster-enabled yes --cluster-config-file "$work/$i/nodes.conf" \
-      --cluster-node-timeout 5000 --dir "$work/$i" --logfile "$work/$i/redis.log" &
-    pid=$!
-    pids+=("$pid")
-    deadline=$((SECONDS + 60))  # generous: a loaded machine starts it late
-    while [ "$SECONDS" -lt "$deadline" ] && kill -0 "$pid" 2>/dev/null; do
-      if [ "$(redis-cli -p "$port" ping 2>/dev/null)" = "PONG" ]; then
-        nodes+=("$port:$pid")
-        ports+=("$port")
-        return 0
-      fi
-      sleep 0.1
-    done
-    echo "42-redis-cluster: node $i did not start on port $port (attempt $attempt):" >&2
-    tail -n 5 "$work/$i/redis.log" >&2 || true
-    kill "$pid" 2>/dev/null || true
-    wait "$pid" 2>/dev/null || true
-  done
-  echo "42-redis-cluster: could not start node $i" >&2
-  return 1
+  redis_start "42-redis-cluster: node $1" "$work/$1" --cluster-enabled yes \
+    --cluster-config-file "$work/$1/nodes.conf" --cluster-node-timeout 5000
+  nodes+=("$REDIS_PORT:$REDIS_PID")
+  ports+=("$REDIS_PORT")
 }
 
 nodes=()
