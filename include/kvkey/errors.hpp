@@ -5,6 +5,7 @@
 #ifndef KVKEY_ERRORS_HPP
 #define KVKEY_ERRORS_HPP
 
+#include <memory>
 #include <stdexcept>
 #include <string>
 #include <string_view>
@@ -13,54 +14,79 @@
 
 KVKEY_BEGIN_NAMESPACE
 
-/// Base of every exception kvkey throws. Messages start with a stable,
-/// searchable id such as "[kvkey.identity_error]".
+/// Base of every exception kvkey throws. Its parts are members: id() is a
+/// stable, searchable category ("kvkey.identity_error", "kvkey.input_error",
+/// "kvkey.io_error", "kvkey.crypto_error"), field() the dotted path of the
+/// offending field or the name of the argument ("" when there is none) and
+/// detail() what is wrong with it. what() is built from them:
+/// "[<id>] <field>: <detail>", or "[<id>] <detail>" without a field; message()
+/// is what() without the "[<id>] ". Front ends read the members, never what().
 ///
 /// Exceptions are for misuse and environment failures (invalid identity, bad
 /// argument, unreadable file, OpenSSL failure). A header that does not verify is
-/// a normal outcome and is reported as a Verdict value, never thrown.
+/// a normal outcome and is reported as a Verdict value, never thrown. Which
+/// category a failure belongs to is decided by one rule (docs/api.md, "Errors").
 class error : public std::runtime_error {
  public:
-  using std::runtime_error::runtime_error;
-};
+  /// An error of the base category "kvkey.error".
+  explicit error(std::string_view detail) : error("kvkey.error", {}, detail) {}
+  error(std::string_view id, std::string_view field, std::string_view detail)
+      : std::runtime_error(compose(id, field, detail)),
+        parts_(std::make_shared<const Parts>(Parts{std::string(id), std::string(field), std::string(detail)})) {}
 
-/// An Identity (or a namespace policy) is invalid. field() is the dotted path of
-/// the offending field, e.g. "kv.num_kv_heads" or "tenant".
-class identity_error : public error {
- public:
-  identity_error(std::string_view field, std::string_view what)
-      : error(make(field, what)), field_(field) {}
-  const std::string& field() const noexcept { return field_; }
+  /// "kvkey.identity_error", ...: the category (the class's, not the message's).
+  [[nodiscard]] const std::string& id() const noexcept { return parts_->id; }
+  /// The dotted path of the offending field ("kv.num_kv_heads", "tenant") or the
+  /// argument's name; empty when the failure names none.
+  [[nodiscard]] const std::string& field() const noexcept { return parts_->field; }
+  /// What is wrong, without the id and the field.
+  [[nodiscard]] const std::string& detail() const noexcept { return parts_->detail; }
+  /// what() without its "[<id>] ": "<field>: <detail>", or "<detail>".
+  [[nodiscard]] std::string message() const { return compose({}, field(), detail()); }
 
  private:
-  static std::string make(std::string_view field, std::string_view what) {
-    std::string m = "[kvkey.identity_error] ";
-    m.append(field).append(": ").append(what);
-    return m;
+  struct Parts {
+    std::string id, field, detail;
+  };
+  static std::string compose(std::string_view id, std::string_view field, std::string_view detail) {
+    std::string m;
+    if (!id.empty()) m.append("[").append(id).append("] ");
+    if (!field.empty()) m.append(field).append(": ");
+    return m.append(detail);
   }
-  std::string field_;
+  // Shared, so that copying an exception cannot throw.
+  std::shared_ptr<const Parts> parts_;
 };
 
-/// A call argument is invalid: a token id out of range, a malformed hex digest,
-/// inconsistent previous hashes, a bad extra key.
+/// An Identity (or a namespace's Policy) failed validation: validated(),
+/// resolve_slice() or a KeyNamespace constructor refused a field's value.
+/// field() is its dotted path, e.g. "kv.num_kv_heads" or "tenant".
+class identity_error : public error {
+ public:
+  identity_error(std::string_view field, std::string_view what) : error("kvkey.identity_error", field, what) {}
+};
+
+/// A value handed to a call could not be taken as given: malformed, unknown,
+/// out of range or inconsistent (a token id, a hex digest, a dtype name, a
+/// tenant secret's bytes, a model directory's contents). field() names the
+/// argument or key when the thrower knows it.
 class input_error : public error {
  public:
-  explicit input_error(std::string_view what)
-      : error(std::string("[kvkey.input_error] ").append(what)) {}
+  explicit input_error(std::string_view what) : error("kvkey.input_error", {}, what) {}
+  input_error(std::string_view field, std::string_view what) : error("kvkey.input_error", field, what) {}
 };
 
 /// A file could not be opened or read.
 class io_error : public error {
  public:
-  explicit io_error(std::string_view what)
-      : error(std::string("[kvkey.io_error] ").append(what)) {}
+  explicit io_error(std::string_view what) : error("kvkey.io_error", {}, what) {}
+  io_error(std::string_view field, std::string_view what) : error("kvkey.io_error", field, what) {}
 };
 
 /// OpenSSL reported a failure (out of memory, provider not available).
 class crypto_error : public error {
  public:
-  explicit crypto_error(std::string_view what)
-      : error(std::string("[kvkey.crypto_error] ").append(what)) {}
+  explicit crypto_error(std::string_view what) : error("kvkey.crypto_error", {}, what) {}
 };
 
 KVKEY_END_NAMESPACE

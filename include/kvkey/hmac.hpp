@@ -55,13 +55,13 @@ class HmacSha256;
 /// a caller that passes an lvalue still owns, and must wipe, its own copy.
 class TenantSecret {
  public:
-  /// Fewer bytes than this is an identity_error: 256 bits of key.
+  /// Fewer bytes than this is an input_error: 256 bits of key.
   static constexpr std::size_t min_size = 32;
-  /// More bytes than this is an identity_error (HMAC hashes longer keys first
+  /// More bytes than this is an input_error (HMAC hashes longer keys first
   /// anyway; the bound keeps the secret in a fixed buffer).
   static constexpr std::size_t max_size = 256;
 
-  /// Takes the secret's raw bytes. Throws identity_error (field "tenant_secret")
+  /// Takes the secret's raw bytes. Throws input_error (field "tenant_secret")
   /// when there are fewer than min_size or more than max_size.
   explicit TenantSecret(std::string secret) {
     try {
@@ -101,14 +101,14 @@ class TenantSecret {
   /// others can read or write nor its group can write: mode 0600 or 0640, as
   /// for an SSH private key. Throws io_error naming the path when the file
   /// cannot be opened or read, is not a regular file or has looser permissions;
-  /// identity_error ("tenant_secret") when its content is not a valid secret.
+  /// input_error ("tenant_secret") when its content is not a valid secret.
   /// No message quotes the content.
   [[nodiscard]] static TenantSecret from_file(const std::string& path);
 
   /// Reads a secret from an environment variable holding either hex digits
   /// (either case, an even number) or "base64:" followed by standard base64
   /// (RFC 4648 section 4, '=' padding required, no whitespace). Throws
-  /// identity_error ("tenant_secret") naming the variable when it is unset,
+  /// input_error ("tenant_secret") naming the variable when it is unset,
   /// empty or malformed; no message quotes the value. The value stays in the
   /// process environment (readable in /proc/PID/environ by the same user):
   /// prefer from_file where the platform can mount secrets as files.
@@ -122,7 +122,7 @@ class TenantSecret {
   // "environment variable X holds").
   static void check_size(std::size_t size, std::string_view what) {
     if (size < min_size || size > max_size) {
-      throw identity_error("tenant_secret", std::string(what) + " " + std::to_string(size) +
+      throw input_error("tenant_secret", std::string(what) + " " + std::to_string(size) +
                                                 " bytes; a tenant secret has " + std::to_string(min_size) + " to " +
                                                 std::to_string(max_size) + " bytes (e.g. `openssl rand -hex 32`)");
     }
@@ -261,7 +261,7 @@ inline TenantSecret TenantSecret::from_file(const std::string& path) {
     raw.size += static_cast<std::size_t>(n);
   }
   if (raw.size > max_file) {
-    throw identity_error("tenant_secret", where + " is longer than " + std::to_string(max_file) + " bytes");
+    throw input_error("tenant_secret", where + " is longer than " + std::to_string(max_file) + " bytes");
   }
   std::string_view text(reinterpret_cast<const char*>(raw.bytes.data()), raw.size);
   if (text.size() >= 1 && text.back() == '\n') text.remove_suffix(1);
@@ -269,7 +269,7 @@ inline TenantSecret TenantSecret::from_file(const std::string& path) {
   if (!text.empty() && detail::all_hex(text)) {
     detail::WipedBuffer<max_size> bytes;
     if (!detail::decode_secret_hex(text, bytes)) {
-      throw identity_error("tenant_secret", where + " holds hex text of " + std::to_string(text.size()) +
+      throw input_error("tenant_secret", where + " holds hex text of " + std::to_string(text.size()) +
                                                 " digits; a hex secret has an even number of digits, at most " +
                                                 std::to_string(2 * max_size));
     }
@@ -283,19 +283,19 @@ inline TenantSecret TenantSecret::from_file(const std::string& path) {
 inline TenantSecret TenantSecret::from_env(const std::string& name) {
   const std::string where = "environment variable " + name;
   const char* value = name.empty() ? nullptr : std::getenv(name.c_str());
-  if (value == nullptr) throw identity_error("tenant_secret", where + " is not set");
+  if (value == nullptr) throw input_error("tenant_secret", where + " is not set");
   const std::string_view text(value);
-  if (text.empty()) throw identity_error("tenant_secret", where + " is empty");
+  if (text.empty()) throw input_error("tenant_secret", where + " is empty");
   constexpr std::string_view base64_prefix = "base64:";
   detail::WipedBuffer<max_size> bytes;
   if (text.substr(0, base64_prefix.size()) == base64_prefix) {
     if (!detail::decode_secret_base64(text.substr(base64_prefix.size()), bytes)) {
-      throw identity_error("tenant_secret", where + " starts with \"base64:\" but the rest is not padded "
+      throw input_error("tenant_secret", where + " starts with \"base64:\" but the rest is not padded "
                                                     "standard base64 of at most " +
                                                     std::to_string(max_size) + " bytes");
     }
   } else if (!detail::all_hex(text) || !detail::decode_secret_hex(text, bytes)) {
-    throw identity_error("tenant_secret", where + " is neither an even number of hex digits (at most " +
+    throw input_error("tenant_secret", where + " is neither an even number of hex digits (at most " +
                                               std::to_string(2 * max_size) +
                                               ") nor \"base64:\" followed by base64");
   }
@@ -324,13 +324,13 @@ class HmacSha256 {
   static constexpr bool keyed = true;
 
   /// Keys a new HMAC-SHA-256 context. An empty (moved-from) secret is an
-  /// identity_error ("tenant_secret").
+  /// input_error ("tenant_secret").
   HmacSha256(const TenantSecret& secret)  // NOLINT(google-explicit-constructor): implicit by design
       : ctx_(EVP_MAC_CTX_new(detail::hmac_mac())) {
     if (ctx_ == nullptr) throw crypto_error("EVP_MAC_CTX_new(HMAC) failed");
     if (secret.empty()) {
       EVP_MAC_CTX_free(ctx_);
-      throw identity_error("tenant_secret", "is empty (it was moved from)");
+      throw input_error("tenant_secret", "is empty (it was moved from)");
     }
     char digest[] = "SHA256";
     const OSSL_PARAM params[] = {OSSL_PARAM_construct_utf8_string(OSSL_MAC_PARAM_DIGEST, digest, 0),
