@@ -123,8 +123,9 @@ class BatchHasher {
       std::vector<Digest> mine_b = std::move(out[b]);
       bool done = false;
       try {
-        done = ns.chain().block_hashes_pair(mine_a, requests[a].tokens, requests[a].count, options(a), mine_b,
-                                            requests[b].tokens, requests[b].count, options(b));
+        done = detail::ChainAccess::chain(ns).block_hashes_pair(mine_a, requests[a].tokens, requests[a].count,
+                                                                options(a), mine_b, requests[b].tokens,
+                                                                requests[b].count, options(b));
       } catch (...) {  // only resource exhaustion gets here: tokens were checked
         errors[a] = errors[b] = std::current_exception();
       }

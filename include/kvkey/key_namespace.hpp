@@ -34,6 +34,20 @@
 
 KVKEY_BEGIN_NAMESPACE
 
+template <class Hash>
+class KeyNamespace;
+
+namespace detail {
+/// The chain engine (kvkey/detail/chain.hpp) of a namespace, for kvkey's own
+/// BatchHasher; not part of the API.
+struct ChainAccess {
+  template <class Hash>
+  static const Chain<Hash>& chain(const KeyNamespace<Hash>& ns) noexcept {
+    return ns.chain_;
+  }
+};
+}  // namespace detail
+
 /// The first bytes of every store key: the key format's tag.
 inline constexpr std::string_view store_key_tag = "kvk1/";
 
@@ -122,10 +136,6 @@ class KeyNamespace {
 
   /// The parent of block 0: root() without salt, H('S', root, salt) with one.
   [[nodiscard]] Digest first_parent(std::string_view salt) const { return chain_.first_parent(salt); }
-
-  /// The chain engine (kvkey/detail/chain.hpp), for kvkey's own BatchHasher.
-  /// Internal: not part of the documented API.
-  const detail::Chain<Hash>& chain() const noexcept { return chain_; }
 
   // ---- store keys -------------------------------------------------------------
 
@@ -249,6 +259,8 @@ class KeyNamespace {
   }
 
  private:
+  friend struct detail::ChainAccess;  // BatchHasher (kvkey/batch.hpp) runs the chain engine directly
+
   KeyNamespace(const Identity& id, Hash hasher, const Policy& policy, bool native)
       : id_(validated(id, policy)),
         policy_(policy),

@@ -2,7 +2,7 @@
 // Internal: the block-hash chain of one namespace (docs/format.md, "Chain"):
 // token packing, the block messages, the salted first parent, one chain or two
 // in lockstep. KeyNamespace (kvkey/key_namespace.hpp) owns a Chain and is the
-// API; BatchHasher (kvkey/batch.hpp) reaches it through KeyNamespace::chain().
+// API; BatchHasher (kvkey/batch.hpp) reaches it through detail::ChainAccess.
 // Not part of the API.
 #ifndef KVKEY_DETAIL_CHAIN_HPP
 #define KVKEY_DETAIL_CHAIN_HPP
