@@ -709,6 +709,76 @@ inline Adapter read_adapter_dir(const std::filesystem::path& path, const Adapter
   return Adapter(std::move(name), weights_manifest_fingerprint(files));
 }
 
+/// What a deployment says that its model directory does not: the parameters of
+/// identity_from_model_dir (the flags of `kvkey init`, the keywords of
+/// Identity.from_model_dir).
+struct DeploymentParams {
+  std::string tenant;
+  KvDtype kv_dtype = KvDtype::unset;
+  std::uint32_t block_size = 0;
+  std::string layout;
+  Shard shard;                        ///< tp_size, tp_rank, pp_size, pp_rank
+  std::uint64_t weights_epoch = 0;
+  std::optional<std::string> revision;  ///< as ModelDirOptions::revision
+  std::optional<std::string> name;      ///< as ModelDirOptions::name
+  /// The engine's overrides of config.json (ModelDirOptions::overrides). Must be an object.
+  nlohmann::json overrides = nlohmann::json::object();
+  std::optional<std::filesystem::path> adapter_dir;  ///< a PEFT adapter directory
+  std::optional<std::string> adapter_name;           ///< as AdapterDirOptions::name; needs adapter_dir
+  bool verify = false;    ///< FileHashOptions::verify, for the model and the adapter
+  HashProgress progress;  ///< optional: hashing progress (the model's files, then the adapter's)
+  Policy policy;          ///< the namespace's policy the identity is validated under
+};
+
+/// The result of identity_from_model_dir: the validated identity and where
+/// each field read from the directories came from.
+struct ModelDirIdentity {
+  Identity identity;
+  std::vector<FieldSource> sources;
+};
+
+/// The identity of a deployment of the model directory `model_dir` (plain, a
+/// Hugging Face cache repo or snapshot) as an engine loads it: the deployment
+/// parameters, then read_model_dir (geometry, name, revision, fingerprints),
+/// then read_adapter_dir when an adapter is given, then validated(). The one
+/// assembly behind `kvkey init` and Identity.from_model_dir. Throws what
+/// read_model_dir and read_adapter_dir throw, input_error("adapter_name") for
+/// an adapter name without an adapter directory, and identity_error when the
+/// result does not validate. identity is returned as given (not as encoded:
+/// validated()'s single_tenant substitution is not applied).
+[[nodiscard]] inline ModelDirIdentity identity_from_model_dir(const std::filesystem::path& model_dir,
+                                                              const DeploymentParams& p) {
+  ModelDirIdentity out;
+  Identity& id = out.identity;
+  id.tenant = p.tenant;
+  id.kv.dtype = p.kv_dtype;
+  id.kv.block_size = p.block_size;
+  id.kv.layout = p.layout;
+  id.shard = p.shard;
+  id.model.weights_epoch = p.weights_epoch;
+  if (p.adapter_name && !p.adapter_dir) throw input_error("adapter_name", "needs an adapter directory");
+  ModelDirOptions mo;
+  mo.revision = p.revision;
+  mo.name = p.name;
+  mo.overrides = p.overrides;
+  mo.hashing.verify = p.verify;
+  mo.hashing.progress = p.progress;
+  const ModelDir m = read_model_dir(model_dir, mo);
+  m.apply(id);
+  out.sources = m.sources;
+  if (p.adapter_dir) {
+    AdapterDirOptions ao;
+    ao.name = p.adapter_name;
+    ao.hashing.verify = p.verify;
+    ao.hashing.progress = p.progress;
+    id.adapter = read_adapter_dir(*p.adapter_dir, ao);
+    out.sources.push_back({"adapter", "manifest of " + p.adapter_dir->string() +
+                                          ": adapter_config.json and adapter_model.*"});
+  }
+  (void)validated(id, p.policy);
+  return out;
+}
+
 KVKEY_END_NAMESPACE
 
 #endif  // KVKEY_MODEL_DIR_HPP
