@@ -36,7 +36,7 @@ extension = Pybind11Extension(
     "kvkey._kvkey",
     ["src/module.cpp", "src/model_dir.cpp"],  # model_dir.cpp also needs nlohmann-json's headers
     include_dirs=[INCLUDE],
-    libraries=["crypto", "fmt", "xxhash"],  # OpenSSL 3 libcrypto (EVP), {fmt} for the reprs, payload digests
+    libraries=["crypto", "xxhash"],  # OpenSSL 3 libcrypto (EVP), xxHash for payload digests
     cxx_std=17,
 )
 

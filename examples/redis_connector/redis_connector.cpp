@@ -336,14 +336,6 @@ std::size_t Connector::purge(std::string_view prefix) {
   return removed;
 }
 
-std::string glob_escape(std::string_view prefix) {
-  std::string out;
-  out.reserve(prefix.size());
-  for (char c : prefix) {
-    if (c == '*' || c == '?' || c == '[' || c == ']' || c == '\\') out.push_back('\\');
-    out.push_back(c);
-  }
-  return out;
-}
+std::string glob_escape(std::string_view prefix) { return kvkey::glob_escape(prefix); }
 
 }  // namespace kvkey_redis

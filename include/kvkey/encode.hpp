@@ -10,6 +10,7 @@
 #include <cstdint>
 #include <cstring>
 #include <optional>
+#include <type_traits>
 #include <string>
 #include <string_view>
 #include <utility>
@@ -28,20 +29,36 @@ using Bytes = std::vector<std::uint8_t>;
 /// The 8 ASCII bytes that open every identity encoding (docs/format.md).
 inline constexpr char identity_tag[8] = {'k', 'v', 'k', 'e', 'y', '.', 'i', 'd'};
 
+namespace detail {
+// The most bytes one member of type T (of kind-limit `limit`) encodes to.
+template <class T>
+constexpr std::size_t max_encoded_size(std::size_t limit) {
+  if constexpr (is_identity_part_v<T>) {
+    std::size_t n = 0;
+    for_each_field<T>([&n](const auto& info) {
+      using M = typename std::decay_t<decltype(info)>::type;
+      if ((info.flags & field_not_salient) == 0) n += max_encoded_size<M>(info.limit);
+    });
+    return n;
+  } else if constexpr (std::is_same_v<T, std::string>) {
+    return 4 + limit;  // u32 length, then the bytes
+  } else if constexpr (std::is_same_v<T, Digest>) {
+    return Digest::size_bytes;
+  } else if constexpr (std::is_same_v<T, std::optional<Digest>> || std::is_same_v<T, std::optional<KvDtype>> ||
+                       std::is_same_v<T, std::optional<Adapter>>) {
+    return 1 + max_encoded_size<typename T::value_type>(limit);  // presence byte
+  } else {
+    static_assert(std::is_integral_v<T> || std::is_enum_v<T>, "a member type the encoder does not know");
+    return sizeof(T);
+  }
+}
+}  // namespace detail
+
 /// The largest identity encoding a valid identity can have (all strings at
-/// their limits, every optional present). It bounds envelope_size.
+/// their limits, every optional present), from the field table. It bounds
+/// envelope_size.
 inline constexpr std::size_t max_identity_encoding_size =
-    sizeof identity_tag + 2                  // tag, format version
-    + 4 + limits::tenant                     // tenant
-    + 4 + limits::model_name                 // model.name
-    + 4 + limits::revision                   // model.revision
-    + 8 + 1 + 32                             // weights_epoch, weights_fingerprint
-    + 1 + 32                                 // positional_fingerprint
-    + 1                                      // kv.dtype
-    + 4 + limits::quant_scheme + 4 + 2 + 1 + 1 + 32  // quant
-    + 4 * 4                                  // block_size, num_layers, num_kv_heads, head_dim
-    + 4 + limits::layout + 1                 // layout, mla
-    + 1 + 4 + limits::adapter_name + 32;     // adapter
+    sizeof identity_tag + 2 + detail::max_encoded_size<Identity>(0);  // tag, format version, the fields
 
 namespace detail {
 

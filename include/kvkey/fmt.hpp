@@ -19,48 +19,29 @@
 #include "kvkey/digest.hpp"
 #include "kvkey/envelope.hpp"
 #include "kvkey/identity.hpp"
+#include "kvkey/text.hpp"
 
 KVKEY_BEGIN_NAMESPACE
 
 namespace detail {
 
 // Appends s with every byte that could garble a log line escaped as \xHH: the
-// ASCII and C1 control characters, bytes that are not valid UTF-8, and the
-// backslash itself (so the escaping is unambiguous).
+// unsafe code points of kvkey/text.hpp (each of their bytes), bytes that are
+// not UTF-8, and the backslash itself (so the escaping is unambiguous).
 inline void append_escaped(std::string& out, std::string_view s) {
   static constexpr char hex[] = "0123456789abcdef";
-  const auto byte = [&](std::size_t i) { return static_cast<unsigned char>(s[i]); };
-  const auto escape = [&](unsigned char c) {
-    out.append("\\x").push_back(hex[c >> 4]);
-    out.push_back(hex[c & 0x0f]);
-  };
   for (std::size_t i = 0; i < s.size();) {
-    const unsigned char c = byte(i);
-    if (c < 0x80) {
-      if (c < 0x20 || c == 0x7f || c == '\\') {
-        escape(c);
-      } else {
-        out.push_back(static_cast<char>(c));
+    const Utf8Char u = decode_utf8(s, i);
+    const std::size_t n = u.size == 0 ? 1 : u.size;
+    if (u.size != 0 && !is_unsafe_code_point(u.code_point) && s[i] != '\\') {
+      out.append(s.substr(i, n));
+    } else {
+      for (std::size_t k = i; k < i + n; ++k) {
+        const auto c = static_cast<unsigned char>(s[k]);
+        out.append("\\x").push_back(hex[c >> 4]);
+        out.push_back(hex[c & 0x0f]);
       }
-      ++i;
-      continue;
     }
-    // A UTF-8 sequence (RFC 3629): lead byte, then continuation bytes, no
-    // overlong forms, no surrogates, nothing above U+10FFFF, no C1 controls.
-    const std::size_t n = c >= 0xc2 && c <= 0xdf ? 2 : c >= 0xe0 && c <= 0xef ? 3 : c >= 0xf0 && c <= 0xf4 ? 4 : 0;
-    bool valid = n != 0 && i + n <= s.size();
-    for (std::size_t k = 1; valid && k < n; ++k) valid = (byte(i + k) & 0xc0) == 0x80;
-    if (valid) {
-      const unsigned char c1 = byte(i + 1);
-      valid = !(c == 0xc2 && c1 < 0xa0) && !(c == 0xe0 && c1 < 0xa0) && !(c == 0xed && c1 > 0x9f) &&
-              !(c == 0xf0 && c1 < 0x90) && !(c == 0xf4 && c1 > 0x8f);
-    }
-    if (!valid) {
-      escape(c);
-      ++i;
-      continue;
-    }
-    out.append(s.substr(i, n));
     i += n;
   }
 }
@@ -99,7 +80,8 @@ struct Describer {
 /// One line naming every salient field (visit_identity_fields: "path=value",
 /// absent optionals "none", an absent adapter "adapter=none") and then the
 /// shard, for logs and tools. Strings are printed as they are, except that
-/// control characters, bytes that are not UTF-8 and '\' are escaped as \xHH.
+/// unsafe code points (kvkey/text.hpp), bytes that are not UTF-8 and '\' are
+/// escaped as \xHH.
 [[nodiscard]] inline std::string describe(const Identity& id) {
   std::string out;
   visit_identity_fields(id, detail::Describer{out});

@@ -11,6 +11,8 @@
 #include <cstdint>
 #include <iterator>
 #include <optional>
+#include <tuple>
+#include <type_traits>
 #include <string>
 #include <string_view>
 #include <utility>
@@ -19,6 +21,7 @@
 #include "kvkey/config.hpp"
 #include "kvkey/digest.hpp"
 #include "kvkey/errors.hpp"
+#include "kvkey/text.hpp"
 
 KVKEY_BEGIN_NAMESPACE
 
@@ -80,6 +83,14 @@ inline constexpr std::size_t kv_dtype_count = std::size(detail::dtype_names);
     if (e.name == s) return e.dtype;
   }
   return std::nullopt;
+}
+
+/// The names of all_dtypes(), comma-separated ("fp32, fp16, ..."): the list an
+/// "unknown dtype" message offers.
+[[nodiscard]] inline std::string known_dtype_names() {
+  std::string out;
+  for (const auto& e : detail::dtype_names) out.append(out.empty() ? "" : ", ").append(e.name);
+  return out;
 }
 
 /// True for the enumerators that name a real type (not `unset`, not an
@@ -149,36 +160,6 @@ struct Identity {
   std::optional<Adapter> adapter;
 };
 
-/// Value equality, member by member (the shard included): equal identities are
-/// the same deployment rank. Validation plays no part; see docs/api.md.
-inline bool operator==(const Model& a, const Model& b) {
-  return a.name == b.name && a.revision == b.revision && a.weights_epoch == b.weights_epoch &&
-         a.weights_fingerprint == b.weights_fingerprint && a.positional_fingerprint == b.positional_fingerprint;
-}
-inline bool operator==(const Quant& a, const Quant& b) {
-  return a.scheme == b.scheme && a.group_size == b.group_size && a.scale_dtype == b.scale_dtype &&
-         a.zero_point == b.zero_point && a.scales_fingerprint == b.scales_fingerprint;
-}
-inline bool operator==(const Kv& a, const Kv& b) {
-  return a.dtype == b.dtype && a.quant == b.quant && a.block_size == b.block_size && a.num_layers == b.num_layers &&
-         a.num_kv_heads == b.num_kv_heads && a.head_dim == b.head_dim && a.layout == b.layout && a.mla == b.mla;
-}
-inline bool operator==(const Shard& a, const Shard& b) noexcept {
-  return a.tp_size == b.tp_size && a.tp_rank == b.tp_rank && a.pp_size == b.pp_size && a.pp_rank == b.pp_rank;
-}
-inline bool operator==(const Adapter& a, const Adapter& b) {
-  return a.name == b.name && a.weights_fingerprint == b.weights_fingerprint;
-}
-inline bool operator==(const Identity& a, const Identity& b) {
-  return a.tenant == b.tenant && a.model == b.model && a.kv == b.kv && a.shard == b.shard && a.adapter == b.adapter;
-}
-inline bool operator!=(const Model& a, const Model& b) { return !(a == b); }
-inline bool operator!=(const Quant& a, const Quant& b) { return !(a == b); }
-inline bool operator!=(const Kv& a, const Kv& b) { return !(a == b); }
-inline bool operator!=(const Shard& a, const Shard& b) noexcept { return !(a == b); }
-inline bool operator!=(const Adapter& a, const Adapter& b) { return !(a == b); }
-inline bool operator!=(const Identity& a, const Identity& b) { return !(a == b); }
-
 /// The KV-head and layer range one rank holds: [begin, end). Two ranks with the
 /// same Slice hold byte-identical objects and share store keys.
 struct Slice {
@@ -236,44 +217,222 @@ inline constexpr std::size_t layout = 64;
 inline constexpr std::size_t adapter_name = 128;
 }  // namespace limits
 
-/// The salient fields, in encoding order: the one list that the canonical
-/// encoder, the decoder, the mismatch report and the tests all walk. Adding a
-/// field here adds it everywhere (and changes the format version).
+// ---- the field table -------------------------------------------------------------
+
+/// How a member's value is checked (validated()) and, for strings, what it may
+/// hold. Integers, booleans, dtypes and digests are typed by their member.
+enum class FieldKind : std::uint8_t {
+  value,       ///< no rule beyond its type
+  positive,    ///< an integer that must be greater than 0
+  text,        ///< free text (names): 1..limit bytes without unsafe code points (kvkey/text.hpp)
+  identifier,  ///< 1..limit bytes of printable ASCII without space (revision, layout)
+  tenant,      ///< 1..limit bytes of [A-Za-z0-9._-], the first alphanumeric
+  scheme,      ///< 1..limit bytes of [a-z0-9._-]
+  dtype,       ///< a KvDtype that names a real type (or an optional one)
+};
+
+/// What a front end needs to know of a member beyond its kind.
+enum FieldFlags : unsigned {
+  field_no_flags = 0,
+  field_required = 1U,     ///< an identity file must give it (the tool's reader)
+  field_file_alt = 2U,     ///< a digest that may be given as "<key minus _fingerprint>_file": a file to hash
+  field_not_salient = 4U,  ///< not encoded (the shard enters as the resolved Slice)
+};
+
+/// One member of an identity part: its key in the part ("weights_epoch"), its
+/// dotted path from the identity ("model.weights_epoch"), the member pointer,
+/// its kind, the byte limit of a string (0 for other types) and its flags.
+template <class Part, class T>
+struct FieldInfo {
+  using part_type = Part;
+  using type = T;
+  std::string_view key;
+  std::string_view path;
+  T Part::*member;
+  FieldKind kind;
+  std::size_t limit;
+  unsigned flags;
+};
+
+/// Fields<P>::members: every member of the part P, in encoding order (the
+/// order of the byte format, docs/format.md); Fields<P>::name: the part's
+/// name for front ends ("Model"); Fields<P>::positional: whether a front end
+/// takes its members positionally (the adapter: `Adapter(name, fingerprint)`).
+/// This table is the identity's one description: the encoder, decoder,
+/// first_difference, operator==, max_identity_encoding_size, validated(),
+/// describe(), the kvkey tool's identity-file reader and writer and the Python
+/// classes (and their type stub) are derived from it. A new field is one line
+/// here (CONTRIBUTING.md, "Adding an identity field").
+template <class P>
+struct Fields;
+
+template <>
+struct Fields<Model> {
+  static constexpr std::string_view name = "Model";
+  static constexpr bool positional = false;
+  static constexpr auto members = std::make_tuple(
+      FieldInfo<Model, std::string>{"name", "model.name", &Model::name, FieldKind::text, limits::model_name,
+                                    field_required},
+      FieldInfo<Model, std::string>{"revision", "model.revision", &Model::revision, FieldKind::identifier,
+                                    limits::revision, field_required},
+      FieldInfo<Model, std::uint64_t>{"weights_epoch", "model.weights_epoch", &Model::weights_epoch,
+                                      FieldKind::value, 0, field_no_flags},
+      FieldInfo<Model, std::optional<Digest>>{"weights_fingerprint", "model.weights_fingerprint",
+                                              &Model::weights_fingerprint, FieldKind::value, 0, field_file_alt},
+      FieldInfo<Model, std::optional<Digest>>{"positional_fingerprint", "model.positional_fingerprint",
+                                              &Model::positional_fingerprint, FieldKind::value, 0, field_no_flags});
+};
+
+template <>
+struct Fields<Quant> {
+  static constexpr std::string_view name = "Quant";
+  static constexpr bool positional = false;
+  static constexpr auto members = std::make_tuple(
+      FieldInfo<Quant, std::string>{"scheme", "kv.quant.scheme", &Quant::scheme, FieldKind::scheme,
+                                    limits::quant_scheme, field_no_flags},
+      FieldInfo<Quant, std::uint32_t>{"group_size", "kv.quant.group_size", &Quant::group_size, FieldKind::value, 0,
+                                      field_no_flags},
+      FieldInfo<Quant, std::optional<KvDtype>>{"scale_dtype", "kv.quant.scale_dtype", &Quant::scale_dtype,
+                                               FieldKind::dtype, 0, field_no_flags},
+      FieldInfo<Quant, bool>{"zero_point", "kv.quant.zero_point", &Quant::zero_point, FieldKind::value, 0,
+                             field_no_flags},
+      FieldInfo<Quant, std::optional<Digest>>{"scales_fingerprint", "kv.quant.scales_fingerprint",
+                                              &Quant::scales_fingerprint, FieldKind::value, 0, field_file_alt});
+};
+
+template <>
+struct Fields<Kv> {
+  static constexpr std::string_view name = "Kv";
+  static constexpr bool positional = false;
+  static constexpr auto members = std::make_tuple(
+      FieldInfo<Kv, KvDtype>{"dtype", "kv.dtype", &Kv::dtype, FieldKind::dtype, 0, field_required},
+      FieldInfo<Kv, Quant>{"quant", "kv.quant", &Kv::quant, FieldKind::value, 0, field_no_flags},
+      FieldInfo<Kv, std::uint32_t>{"block_size", "kv.block_size", &Kv::block_size, FieldKind::positive, 0,
+                                   field_required},
+      FieldInfo<Kv, std::uint32_t>{"num_layers", "kv.num_layers", &Kv::num_layers, FieldKind::positive, 0,
+                                   field_required},
+      FieldInfo<Kv, std::uint32_t>{"num_kv_heads", "kv.num_kv_heads", &Kv::num_kv_heads, FieldKind::positive, 0,
+                                   field_required},
+      FieldInfo<Kv, std::uint32_t>{"head_dim", "kv.head_dim", &Kv::head_dim, FieldKind::positive, 0, field_required},
+      FieldInfo<Kv, std::string>{"layout", "kv.layout", &Kv::layout, FieldKind::identifier, limits::layout,
+                                 field_required},
+      FieldInfo<Kv, bool>{"mla", "kv.mla", &Kv::mla, FieldKind::value, 0, field_no_flags});
+};
+
+template <>
+struct Fields<Shard> {
+  static constexpr std::string_view name = "Shard";
+  static constexpr bool positional = false;
+  // Not salient: the shard enters the object hash and the envelope as the resolved Slice (resolve_slice checks it).
+  static constexpr auto members = std::make_tuple(
+      FieldInfo<Shard, std::uint32_t>{"tp_size", "shard.tp_size", &Shard::tp_size, FieldKind::value, 0,
+                                      field_not_salient},
+      FieldInfo<Shard, std::uint32_t>{"tp_rank", "shard.tp_rank", &Shard::tp_rank, FieldKind::value, 0,
+                                      field_not_salient},
+      FieldInfo<Shard, std::uint32_t>{"pp_size", "shard.pp_size", &Shard::pp_size, FieldKind::value, 0,
+                                      field_not_salient},
+      FieldInfo<Shard, std::uint32_t>{"pp_rank", "shard.pp_rank", &Shard::pp_rank, FieldKind::value, 0,
+                                      field_not_salient});
+};
+
+template <>
+struct Fields<Adapter> {
+  static constexpr std::string_view name = "Adapter";
+  static constexpr bool positional = true;
+  static constexpr auto members = std::make_tuple(
+      FieldInfo<Adapter, std::string>{"name", "adapter.name", &Adapter::name, FieldKind::text, limits::adapter_name,
+                                      field_required},
+      FieldInfo<Adapter, Digest>{"weights_fingerprint", "adapter.weights_fingerprint", &Adapter::weights_fingerprint,
+                                 FieldKind::value, 0, field_required | field_file_alt});
+};
+
+template <>
+struct Fields<Identity> {
+  static constexpr std::string_view name = "Identity";
+  static constexpr bool positional = false;
+  static constexpr auto members = std::make_tuple(
+      FieldInfo<Identity, std::string>{"tenant", "tenant", &Identity::tenant, FieldKind::tenant, limits::tenant,
+                                       field_no_flags},
+      FieldInfo<Identity, Model>{"model", "model", &Identity::model, FieldKind::value, 0, field_required},
+      FieldInfo<Identity, Kv>{"kv", "kv", &Identity::kv, FieldKind::value, 0, field_required},
+      FieldInfo<Identity, Shard>{"shard", "shard", &Identity::shard, FieldKind::value, 0, field_not_salient},
+      FieldInfo<Identity, std::optional<Adapter>>{"adapter", "adapter", &Identity::adapter, FieldKind::value, 0,
+                                                  field_no_flags});
+};
+
+/// True for the identity's part structs (the types Fields describes).
+template <class T, class = void>
+struct is_identity_part : std::false_type {};
+template <class T>
+struct is_identity_part<T, std::void_t<decltype(Fields<T>::members)>> : std::true_type {};
+template <class T>
+inline constexpr bool is_identity_part_v = is_identity_part<T>::value;
+
+/// Calls f(info) for every FieldInfo of the part P, in table order.
+template <class P, class F>
+constexpr void for_each_field(F&& f) {
+  std::apply([&f](const auto&... info) { (f(info), ...); }, Fields<P>::members);
+}
+
+namespace detail {
+template <class Part, class Visitor>
+void visit_salient(Part& part, Visitor& v) {
+  using P = std::remove_const_t<Part>;
+  for_each_field<P>([&part, &v](const auto& info) {
+    if ((info.flags & field_not_salient) != 0) return;
+    auto& value = part.*(info.member);
+    if constexpr (is_identity_part_v<typename std::decay_t<decltype(info)>::type>) {
+      visit_salient(value, v);
+    } else {
+      v(info.path, value);
+    }
+  });
+}
+}  // namespace detail
+
+/// The salient fields, in encoding order: the table walked down to its leaves
+/// (the shard is skipped: it enters the object hash and the envelope as the
+/// resolved Slice). The canonical encoder, the decoder, the mismatch report,
+/// describe() and the tests walk it.
 ///
 /// v(path, member) is called for each field. Member types: std::string,
 /// std::uint32_t, std::uint64_t, bool, KvDtype, std::optional<KvDtype>,
 /// std::optional<Digest>, std::optional<Adapter>; for the adapter, the visitor
-/// walks its members with visit_adapter_fields. The shard is not listed: it
-/// enters the object hash and the envelope as the resolved Slice.
+/// walks its members with visit_adapter_fields.
 template <class Id, class Visitor>
 void visit_identity_fields(Id& id, Visitor&& v) {
-  v("tenant", id.tenant);
-  v("model.name", id.model.name);
-  v("model.revision", id.model.revision);
-  v("model.weights_epoch", id.model.weights_epoch);
-  v("model.weights_fingerprint", id.model.weights_fingerprint);
-  v("model.positional_fingerprint", id.model.positional_fingerprint);
-  v("kv.dtype", id.kv.dtype);
-  v("kv.quant.scheme", id.kv.quant.scheme);
-  v("kv.quant.group_size", id.kv.quant.group_size);
-  v("kv.quant.scale_dtype", id.kv.quant.scale_dtype);
-  v("kv.quant.zero_point", id.kv.quant.zero_point);
-  v("kv.quant.scales_fingerprint", id.kv.quant.scales_fingerprint);
-  v("kv.block_size", id.kv.block_size);
-  v("kv.num_layers", id.kv.num_layers);
-  v("kv.num_kv_heads", id.kv.num_kv_heads);
-  v("kv.head_dim", id.kv.head_dim);
-  v("kv.layout", id.kv.layout);
-  v("kv.mla", id.kv.mla);
-  v("adapter", id.adapter);
+  detail::visit_salient(id, v);
 }
 
 /// The adapter's members, in encoding order (present adapters only).
 template <class A, class Visitor>
 void visit_adapter_fields(A& a, Visitor&& v) {
-  v("adapter.name", a.name);
-  v("adapter.weights_fingerprint", a.weights_fingerprint);
+  detail::visit_salient(a, v);
 }
+
+namespace detail {
+template <class P>
+bool parts_equal(const P& a, const P& b) {
+  bool equal = true;
+  for_each_field<P>([&](const auto& info) { equal = equal && a.*(info.member) == b.*(info.member); });
+  return equal;
+}
+}  // namespace detail
+
+/// Value equality, member by member (the shard included): equal identities are
+/// the same deployment rank. Validation plays no part; see docs/api.md.
+inline bool operator==(const Model& a, const Model& b) { return detail::parts_equal(a, b); }
+inline bool operator==(const Quant& a, const Quant& b) { return detail::parts_equal(a, b); }
+inline bool operator==(const Kv& a, const Kv& b) { return detail::parts_equal(a, b); }
+inline bool operator==(const Shard& a, const Shard& b) { return detail::parts_equal(a, b); }
+inline bool operator==(const Adapter& a, const Adapter& b) { return detail::parts_equal(a, b); }
+inline bool operator==(const Identity& a, const Identity& b) { return detail::parts_equal(a, b); }
+inline bool operator!=(const Model& a, const Model& b) { return !(a == b); }
+inline bool operator!=(const Quant& a, const Quant& b) { return !(a == b); }
+inline bool operator!=(const Kv& a, const Kv& b) { return !(a == b); }
+inline bool operator!=(const Shard& a, const Shard& b) { return !(a == b); }
+inline bool operator!=(const Adapter& a, const Adapter& b) { return !(a == b); }
+inline bool operator!=(const Identity& a, const Identity& b) { return !(a == b); }
 
 namespace detail {
 struct FieldNameCollector {
@@ -332,48 +491,41 @@ inline void check_printable(std::string_view field, std::string_view s, std::siz
 }
 
 // "U+202E"
-inline std::string code_point_name(unsigned cp) {
+inline std::string code_point_name(std::uint32_t cp) {
   std::string s = "U+0000";
   for (std::size_t i = 5; i >= 2; --i, cp >>= 4) s[i] = "0123456789ABCDEF"[cp & 0xf];
   return s;
 }
 
-// The code point of a C1 control (U+0080..U+009F) or a bidirectional
-// embedding, override or isolate character (U+202A..U+202E, U+2066..U+2069)
-// whose UTF-8 encoding starts at s[i]; 0 for anything else.
-inline unsigned invisible_format_char(std::string_view s, std::size_t i) noexcept {
-  auto at = [&](std::size_t k) { return k < s.size() ? static_cast<unsigned char>(s[k]) : 0u; };
-  if (at(i) == 0xc2 && at(i + 1) >= 0x80 && at(i + 1) <= 0x9f) return at(i + 1);
-  if (at(i) != 0xe2 || (at(i + 1) != 0x80 && at(i + 1) != 0x81)) return 0;
-  const unsigned cp = 0x2000u + ((at(i + 1) & 0x3fu) << 6) + (at(i + 2) & 0x3fu);
-  return (cp >= 0x202a && cp <= 0x202e) || (cp >= 0x2066 && cp <= 0x2069) ? cp : 0;
+// What kind of unsafe code point (kvkey/text.hpp) cp is, for messages.
+inline std::string unsafe_kind(std::uint32_t cp) {
+  if (cp >= 0x80 && cp <= 0x9f) return "a C1 control character (" + code_point_name(cp) + ")";
+  const bool bidi = cp == 0x061c || cp == 0x200e || cp == 0x200f || (cp >= 0x202a && cp <= 0x202e) ||
+                    (cp >= 0x2066 && cp <= 0x2069);
+  return (bidi ? "a bidirectional formatting character (" : "an invisible formatting character (") +
+         code_point_name(cp) + ")";
 }
 
-// Free text (model and adapter names): any bytes except control characters
-// (C0 and DEL; C1 in UTF-8) and the bidirectional formatting characters above,
-// which would make a printed name read differently from its bytes.
+// Free text (model and adapter names): any bytes except the unsafe code points
+// of kvkey/text.hpp (controls, invisible and bidirectional formatting
+// characters), which would make a printed name read differently from its bytes.
 inline void check_text(std::string_view field, std::string_view s, std::size_t max) {
   check_length(field, s, max);
-  for (std::size_t i = 0; i < s.size(); ++i) {
-    const auto c = static_cast<unsigned char>(s[i]);
-    if (c < 0x20 || c == 0x7f) {
-      throw identity_error(field, "byte " + std::to_string(i) + " is a control character");
-    }
-    if (const unsigned cp = invisible_format_char(s, i)) {
-      throw identity_error(field, "byte " + std::to_string(i) + " starts " +
-                                      (cp < 0x100 ? "a C1 control character (" : "a bidirectional formatting character (") +
-                                      code_point_name(cp) + ")");
-    }
+  const UnsafeCodePoint bad = find_unsafe_code_point(s);
+  if (bad.offset == s.size()) return;
+  if (bad.code_point < 0x20 || bad.code_point == 0x7f) {
+    throw identity_error(field, "byte " + std::to_string(bad.offset) + " is a control character");
   }
+  throw identity_error(field, "byte " + std::to_string(bad.offset) + " starts " + unsafe_kind(bad.code_point));
 }
 
-inline void check_tenant(std::string_view t) {
+inline void check_tenant(std::string_view t, std::size_t max = limits::tenant) {
   if (t.empty()) {
     throw identity_error("tenant",
                          "must not be empty: name the tenant, or build the namespace with the "
                          "kvkey::single_tenant policy for a store no one else shares");
   }
-  check_length("tenant", t, limits::tenant);
+  check_length("tenant", t, max);
   if (!is_alnum(t[0])) throw identity_error("tenant", "must start with a letter or digit");
   for (std::size_t i = 0; i < t.size(); ++i) {
     const char c = t[i];
@@ -384,8 +536,8 @@ inline void check_tenant(std::string_view t) {
   }
 }
 
-inline void check_scheme(std::string_view s) {
-  check_length("kv.quant.scheme", s, limits::quant_scheme);
+inline void check_scheme(std::string_view s, std::size_t max) {
+  check_length("kv.quant.scheme", s, max);
   for (char c : s) {
     if (!((c >= 'a' && c <= 'z') || (c >= '0' && c <= '9') || c == '.' || c == '_' || c == '-')) {
       throw identity_error("kv.quant.scheme", "use lowercase letters, digits, '.', '_' and '-' only");
@@ -398,6 +550,49 @@ inline void check_positive(std::string_view field, std::uint32_t v) {
 }
 
 inline std::string str(std::uint32_t v) { return std::to_string(v); }
+
+// One member's own rule, by its kind (FieldKind); skip_tenant: the
+// single_tenant policy has replaced the tenant already.
+template <class Info>
+void check_member(const Info& info, const std::string& s, bool skip_tenant) {
+  switch (info.kind) {
+    case FieldKind::text: return check_text(info.path, s, info.limit);
+    case FieldKind::identifier: return check_printable(info.path, s, info.limit);
+    case FieldKind::tenant: return skip_tenant ? void() : check_tenant(s, info.limit);
+    case FieldKind::scheme: return check_scheme(s, info.limit);
+    default: return;
+  }
+}
+template <class Info>
+void check_member(const Info& info, std::uint32_t v, bool) {
+  if (info.kind == FieldKind::positive) check_positive(info.path, v);
+}
+template <class Info>
+void check_member(const Info& info, KvDtype d, bool) {
+  if (!is_valid(d)) throw identity_error(info.path, d == KvDtype::unset ? "must be set" : "is not a known dtype code");
+}
+template <class Info>
+void check_member(const Info& info, const std::optional<KvDtype>& d, bool) {
+  if (d && !is_valid(*d)) throw identity_error(info.path, "is not a known dtype");
+}
+template <class Info, class T>
+void check_member(const Info&, const T&, bool) {}  // integers without a rule, bool, digests
+
+// Every member's own rule, in table order (parts and a present adapter included).
+template <class P>
+void check_members(const P& part, bool skip_tenant) {
+  for_each_field<P>([&](const auto& info) {
+    const auto& value = part.*(info.member);
+    using T = typename std::decay_t<decltype(info)>::type;
+    if constexpr (is_identity_part_v<T>) {
+      check_members(value, skip_tenant);
+    } else if constexpr (std::is_same_v<T, std::optional<Adapter>>) {
+      if (value) check_members(*value, skip_tenant);
+    } else {
+      check_member(info, value, skip_tenant);
+    }
+  });
+}
 
 }  // namespace detail
 
@@ -461,19 +656,10 @@ inline std::string str(std::uint32_t v) { return std::to_string(v); }
                                      "drop the policy to use it)");
     }
     id.tenant = std::string(single_tenant_name);
-  } else {
-    detail::check_tenant(id.tenant);
   }
-  detail::check_text("model.name", id.model.name, limits::model_name);
-  detail::check_printable("model.revision", id.model.revision, limits::revision);
-  if (!is_valid(id.kv.dtype)) {
-    throw identity_error("kv.dtype", id.kv.dtype == KvDtype::unset ? "must be set" : "is not a known dtype code");
-  }
+  // Every member by its kind (the field table), then the rules that join members.
+  detail::check_members(id, policy.tenant == TenantPolicy::single_tenant);
   const Quant& q = id.kv.quant;
-  detail::check_scheme(q.scheme);
-  if (q.scale_dtype && !is_valid(*q.scale_dtype)) {
-    throw identity_error("kv.quant.scale_dtype", "is not a known dtype");
-  }
   if (q.scheme == "none") {
     if (q.group_size != 0) throw identity_error("kv.quant.group_size", "must be 0 when kv.quant.scheme is \"none\"");
     if (q.scale_dtype) throw identity_error("kv.quant.scale_dtype", "must be empty when kv.quant.scheme is \"none\"");
@@ -482,10 +668,6 @@ inline std::string str(std::uint32_t v) { return std::to_string(v); }
       throw identity_error("kv.quant.scales_fingerprint", "must be empty when kv.quant.scheme is \"none\"");
     }
   }
-  detail::check_positive("kv.block_size", id.kv.block_size);
-  detail::check_positive("kv.head_dim", id.kv.head_dim);
-  detail::check_printable("kv.layout", id.kv.layout, limits::layout);
-  if (id.adapter) detail::check_text("adapter.name", id.adapter->name, limits::adapter_name);
   (void)resolve_slice(id.kv, id.shard);  // geometry
   return id;
 }

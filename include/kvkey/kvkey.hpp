@@ -1,6 +1,8 @@
 // SPDX-License-Identifier: Apache-2.0
-// The umbrella header: everything but the opt-in fmt formatters (kvkey/fmt.hpp)
-// and the legacy compatibility modules (kvkey/compat/).
+// The umbrella header: everything but the headers with extra dependencies or
+// uses of their own: the opt-in {fmt} formatters (kvkey/fmt.hpp), model
+// directories (kvkey/model_dir.hpp, needs nlohmann-json), the thread pool
+// (kvkey/batch.hpp) and the legacy compatibility modules (kvkey/compat/).
 #ifndef KVKEY_KVKEY_HPP
 #define KVKEY_KVKEY_HPP
 
@@ -16,5 +18,6 @@
 #include "kvkey/payload.hpp"
 #include "kvkey/prefix.hpp"
 #include "kvkey/sha256.hpp"
+#include "kvkey/text.hpp"
 
 #endif  // KVKEY_KVKEY_HPP

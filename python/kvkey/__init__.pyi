@@ -24,11 +24,11 @@ format_version: int
 store_key_tag: str
 single_tenant_name: str
 
-class Error(ValueError): ...
-
-class IdentityError(Error):
+class Error(ValueError):
+    id: str
     field: str
 
+class IdentityError(Error): ...
 class InputError(Error): ...
 class IoError(Error, OSError): ...
 class CryptoError(Error): ...
@@ -60,13 +60,17 @@ _DtypeLike = Union[KvDtype, str]
 
 def kv_dtype_from_string(name: str) -> KvDtype: ...
 
+# ---- generated from the field table (scripts/update-stub.py): do not edit ----
 class Model:
     name: str
     revision: str
     weights_epoch: int
     weights_fingerprint: Optional[bytes]
     positional_fingerprint: Optional[bytes]
-    def __init__(self, *, name: str = "", revision: str = "", weights_epoch: SupportsIndex = 0,
+    def __init__(self, *,
+                 name: str = "",
+                 revision: str = "",
+                 weights_epoch: SupportsIndex = 0,
                  weights_fingerprint: Optional[_BytesLike] = None,
                  positional_fingerprint: Optional[_BytesLike] = None) -> None: ...
     def __copy__(self) -> Model: ...
@@ -78,14 +82,17 @@ class Quant:
     scale_dtype: Optional[KvDtype]
     zero_point: bool
     scales_fingerprint: Optional[bytes]
-    def __init__(self, *, scheme: str = "none", group_size: SupportsIndex = 0,
-                 scale_dtype: Optional[_DtypeLike] = None, zero_point: bool = False,
+    def __init__(self, *,
+                 scheme: str = "none",
+                 group_size: SupportsIndex = 0,
+                 scale_dtype: Optional[_DtypeLike] = None,
+                 zero_point: bool = False,
                  scales_fingerprint: Optional[_BytesLike] = None) -> None: ...
     def __copy__(self) -> Quant: ...
     def __deepcopy__(self, memo: Any) -> Quant: ...
 
 class Kv:
-    dtype: KvDtype  # assigning the name ("fp16") works too; typed code assigns the enum
+    dtype: KvDtype
     quant: Quant
     block_size: int
     num_layers: int
@@ -93,9 +100,15 @@ class Kv:
     head_dim: int
     layout: str
     mla: bool
-    def __init__(self, *, dtype: _DtypeLike = ..., quant: Quant = ..., block_size: SupportsIndex = 0,
-                 num_layers: SupportsIndex = 0, num_kv_heads: SupportsIndex = 0, head_dim: SupportsIndex = 0,
-                 layout: str = "", mla: bool = False) -> None: ...
+    def __init__(self, *,
+                 dtype: _DtypeLike = ...,
+                 quant: Quant = ...,
+                 block_size: SupportsIndex = 0,
+                 num_layers: SupportsIndex = 0,
+                 num_kv_heads: SupportsIndex = 0,
+                 head_dim: SupportsIndex = 0,
+                 layout: str = "",
+                 mla: bool = False) -> None: ...
     def __copy__(self) -> Kv: ...
     def __deepcopy__(self, memo: Any) -> Kv: ...
 
@@ -104,7 +117,10 @@ class Shard:
     tp_rank: int
     pp_size: int
     pp_rank: int
-    def __init__(self, *, tp_size: SupportsIndex = 1, tp_rank: SupportsIndex = 0, pp_size: SupportsIndex = 1,
+    def __init__(self, *,
+                 tp_size: SupportsIndex = 1,
+                 tp_rank: SupportsIndex = 0,
+                 pp_size: SupportsIndex = 1,
                  pp_rank: SupportsIndex = 0) -> None: ...
     def __copy__(self) -> Shard: ...
     def __deepcopy__(self, memo: Any) -> Shard: ...
@@ -112,7 +128,9 @@ class Shard:
 class Adapter:
     name: str
     weights_fingerprint: bytes
-    def __init__(self, name: str, weights_fingerprint: _BytesLike) -> None: ...
+    def __init__(self,
+                 name: str,
+                 weights_fingerprint: _BytesLike) -> None: ...
     def __copy__(self) -> Adapter: ...
     def __deepcopy__(self, memo: Any) -> Adapter: ...
 
@@ -122,14 +140,20 @@ class Identity:
     kv: Kv
     shard: Shard
     adapter: Optional[Adapter]
-    def __init__(self, *, tenant: str = "", model: Model = ..., kv: Kv = ..., shard: Shard = ...,
+    def __init__(self, *,
+                 tenant: str = "",
+                 model: Model = ...,
+                 kv: Kv = ...,
+                 shard: Shard = ...,
                  adapter: Optional[Adapter] = None) -> None: ...
+# ---- end of the generated part ----
     def copy(self) -> Identity: ...
     def validated(self, *, single_tenant: bool = False) -> Identity: ...
     @staticmethod
     def from_model_dir(path: Union[str, bytes, "os.PathLike[str]", "os.PathLike[bytes]"], *, tenant: str,
                        kv_dtype: _DtypeLike, block_size: SupportsIndex, layout: str,
                        tp_size: SupportsIndex = 1, tp_rank: SupportsIndex = 0,
+                       pp_size: SupportsIndex = 1, pp_rank: SupportsIndex = 0,
                        adapter_dir: Union[None, str, bytes, "os.PathLike[str]", "os.PathLike[bytes]"] = None,
                        revision: Optional[str] = None, name: Optional[str] = None,
                        adapter_name: Optional[str] = None, weights_epoch: SupportsIndex = 0,
@@ -218,12 +242,13 @@ class KeyNamespace:
     def reusable_prefix(self, results: _Results, shards_per_block: SupportsIndex,
                         max_tokens: Optional[SupportsIndex] = None) -> ReusablePrefix: ...
 
+def glob_escape(s: str) -> str: ...
 def fingerprint(data: _TextOrBytes) -> bytes: ...
 def fingerprint_file(path: _StrPath) -> bytes: ...
 
 __all__ = [
     "Adapter", "Chain", "CryptoError", "Error", "Identity", "IdentityError", "InputError", "IoError",
     "KeyNamespace", "Kv", "KvDtype", "Model", "Quant", "ReusablePrefix", "Shard", "Slice", "TenantSecret", "Verdict", "compat",
-    "envelope_size", "fingerprint", "fingerprint_file", "format_version", "kv_dtype_from_string",
+    "envelope_size", "fingerprint", "fingerprint_file", "format_version", "glob_escape", "kv_dtype_from_string",
     "reusable_prefix", "single_tenant_name", "store_key_tag",
 ]

@@ -23,11 +23,7 @@ namespace kvkey_python {
 // Runs f; an error about one sequence's tokens gets "sequences[r]: " in front.
 template <class F>
 void with_sequence_name(std::size_t r, F&& f) {
-  const auto named = [r](std::string_view what) {
-    constexpr std::string_view id = "[kvkey.input_error] ";
-    if (what.substr(0, id.size()) == id) what.remove_prefix(id.size());
-    return indexed("sequences", r) + ": " + std::string(what);
-  };
+  const auto named = [r](std::string_view what) { return indexed("sequences", r) + ": " + std::string(what); };
   try {
     f();
   } catch (const py::type_error& e) {
@@ -35,7 +31,7 @@ void with_sequence_name(std::size_t r, F&& f) {
   } catch (const py::value_error& e) {
     throw py::value_error(named(e.what()));
   } catch (const kvkey::input_error& e) {
-    throw kvkey::input_error(named(e.what()));
+    throw kvkey::input_error(named(e.message()));
   }
 }
 

@@ -238,19 +238,14 @@ inline std::string to_path(const py::handle& obj, const std::string& field) {
 
 // ---- dtypes ----------------------------------------------------------------------------
 
-inline std::string known_dtypes() {
-  std::string known;
-  for (const kvkey::KvDtype d : kvkey::all_dtypes()) known.append(known.empty() ? "" : ", ").append(kvkey::to_string(d));
-  return known;
-}
-
 // A dtype name ("fp16"; "unset" is no type, as in the CLI's configs) or a KvDtype.
 inline kvkey::KvDtype to_dtype(const py::handle& obj, const std::string& field) {
   if (PyUnicode_Check(obj.ptr())) {
     const std::string s = to_text(obj, field);
     if (auto d = kvkey::kv_dtype_from_string(s)) return *d;
     const std::string shown = s.size() <= 64 ? s : s.substr(0, 64) + "...";
-    throw_input_error(field + ": unknown dtype " + kvkey_python::quoted(shown) + " (known: " + known_dtypes() + ")");
+    throw kvkey::input_error(field,
+                             "unknown dtype " + kvkey_python::quoted(shown) + " (known: " + kvkey::known_dtype_names() + ")");
   }
   if (!py::isinstance<kvkey::KvDtype>(obj)) throw_type_error(field, "a KvDtype or its name", obj);
   return obj.cast<kvkey::KvDtype>();

@@ -23,17 +23,6 @@ std::optional<std::string> to_optional_text(const py::handle& obj, const std::st
   return to_text(obj, field);
 }
 
-// kv_dtype as the identity's kv.dtype: an unknown name is an IdentityError on
-// that field (what validating the identity would say), anything else as to_dtype.
-kvkey::KvDtype identity_dtype(const py::handle& obj) {
-  if (PyUnicode_Check(obj.ptr())) {
-    const std::string s = to_text(obj, "kv_dtype");
-    if (const auto d = kvkey::kv_dtype_from_string(s)) return *d;
-    throw kvkey::identity_error("kv.dtype", "unknown dtype " + kvkey_python::quoted(s) + " (known: " + known_dtypes() + ")");
-  }
-  return to_dtype(obj, "kv_dtype");
-}
-
 }  // namespace
 
 void bind_model_dir(py::module_& m) {
@@ -42,46 +31,44 @@ void bind_model_dir(py::module_& m) {
   py::object identity = m.attr("Identity");
   identity.attr("from_model_dir") = py::staticmethod(py::cpp_function(
       [](const py::object& path, const py::object& tenant, const py::object& kv_dtype, const py::object& block_size,
-         const py::object& layout, const py::object& tp_size, const py::object& tp_rank, const py::object& adapter_dir,
+         const py::object& layout, const py::object& tp_size, const py::object& tp_rank, const py::object& pp_size,
+         const py::object& pp_rank, const py::object& adapter_dir,
          const py::object& revision, const py::object& name, const py::object& adapter_name,
          const py::object& weights_epoch, const py::object& overrides, const py::object& verify_files) {
-        // Every argument through the binding's checked conversions (convert.hpp), named as the identity names it.
-        kvkey::Identity id;
-        id.tenant = to_text(tenant, "tenant");
-        id.kv.dtype = identity_dtype(kv_dtype);
-        id.kv.block_size = to_uint<std::uint32_t>(block_size, "block_size");
-        id.kv.layout = to_text(layout, "layout");
-        id.shard.tp_size = to_uint<std::uint32_t>(tp_size, "tp_size");
-        id.shard.tp_rank = to_uint<std::uint32_t>(tp_rank, "tp_rank");
-        id.model.weights_epoch = to_uint<std::uint64_t>(weights_epoch, "weights_epoch");
-        const bool verify = to_bool(verify_files, "verify");
-        kvkey::ModelDirOptions mo;
-        mo.revision = to_optional_text(revision, "revision");
-        mo.name = to_optional_text(name, "name");
-        mo.hashing.verify = verify;
+        // Every argument through the binding's checked conversions (convert.hpp), then the library's assembly.
+        kvkey::DeploymentParams p;
+        p.tenant = to_text(tenant, "tenant");
+        p.kv_dtype = to_dtype(kv_dtype, "kv_dtype");
+        p.block_size = to_uint<std::uint32_t>(block_size, "block_size");
+        p.layout = to_text(layout, "layout");
+        p.shard.tp_size = to_uint<std::uint32_t>(tp_size, "tp_size");
+        p.shard.tp_rank = to_uint<std::uint32_t>(tp_rank, "tp_rank");
+        p.shard.pp_size = to_uint<std::uint32_t>(pp_size, "pp_size");
+        p.shard.pp_rank = to_uint<std::uint32_t>(pp_rank, "pp_rank");
+        p.weights_epoch = to_uint<std::uint64_t>(weights_epoch, "weights_epoch");
+        p.verify = to_bool(verify_files, "verify");
+        p.revision = to_optional_text(revision, "revision");
+        p.name = to_optional_text(name, "name");
+        p.adapter_name = to_optional_text(adapter_name, "adapter_name");
+        if (!adapter_dir.is_none()) p.adapter_dir = to_path(adapter_dir, "adapter_dir");
         if (!overrides.is_none()) {
           const std::string text = py::str(py::module_::import("json").attr("dumps")(overrides, py::arg("allow_nan") = false));
-          mo.overrides = nlohmann::json::parse(text);
+          p.overrides = nlohmann::json::parse(text);
         }
-        kvkey::AdapterDirOptions ao;
-        ao.name = to_optional_text(adapter_name, "adapter_name");
-        ao.hashing.verify = verify;
         const std::string model_path = to_path(path, "path");
-        const std::optional<std::string> adapter_path =
-            adapter_dir.is_none() ? std::nullopt : std::optional<std::string>(to_path(adapter_dir, "adapter_dir"));
+        kvkey::Identity id;
         {
           py::gil_scoped_release release;
-          kvkey::read_model_dir(model_path, mo).apply(id);
-          if (adapter_path) id.adapter = kvkey::read_adapter_dir(*adapter_path, ao);
+          id = kvkey::identity_from_model_dir(model_path, p).identity;
         }
-        (void)kvkey::validated(id);
         return py::module_::import("kvkey._kvkey")
             .attr("Identity")(py::arg("tenant") = id.tenant, py::arg("model") = py::cast(id.model),
                               py::arg("kv") = py::cast(id.kv), py::arg("shard") = py::cast(id.shard),
                               py::arg("adapter") = id.adapter ? py::cast(*id.adapter) : py::none());
       },
       py::arg("path"), py::kw_only(), py::arg("tenant"), py::arg("kv_dtype"), py::arg("block_size"),
-      py::arg("layout"), py::arg("tp_size") = 1, py::arg("tp_rank") = 0, py::arg("adapter_dir") = py::none(),
+      py::arg("layout"), py::arg("tp_size") = 1, py::arg("tp_rank") = 0, py::arg("pp_size") = 1,
+      py::arg("pp_rank") = 0, py::arg("adapter_dir") = py::none(),
       py::arg("revision") = py::none(), py::arg("name") = py::none(), py::arg("adapter_name") = py::none(),
       py::arg("weights_epoch") = 0, py::arg("overrides") = py::none(), py::arg("verify") = false,
       "The identity of a model directory (plain, a Hugging Face cache repo or snapshot) as an engine loads it: "

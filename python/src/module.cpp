@@ -7,6 +7,7 @@
 #include <pybind11/stl.h>
 
 #include <kvkey/compat/lmdeploy.hpp>
+#include <kvkey/any_key_namespace.hpp>
 #include <kvkey/kvkey.hpp>
 
 #include <cstdint>
@@ -17,11 +18,11 @@
 #include <string>
 #include <string_view>
 #include <utility>
-#include <variant>
 #include <vector>
 
 #include "batch.hpp"
 #include "convert.hpp"
+#include "fields.hpp"
 #include "tokens.hpp"
 
 namespace py = pybind11;
@@ -43,16 +44,15 @@ Exceptions& exceptions() {
   return *e;
 }
 
-// Raises cls(message), with extra attributes, as the active Python exception.
-void raise_as(const py::object& cls, const char* message, const char* field = nullptr) {
-  py::object exc = cls(message);
-  if (field != nullptr) exc.attr("field") = field;
+// Raises cls(err.what()) with the error's members as attributes (.id, .field).
+void raise_as(const py::object& cls, const kvkey::error& err) {
+  py::object exc = cls(err.what());
+  exc.attr("id") = err.id();
+  exc.attr("field") = err.field();
   PyErr_SetObject(cls.ptr(), exc.ptr());
 }
 
 // ---- digests as bytes ----------------------------------------------------------------
-
-py::bytes to_bytes(const kvkey::Digest& d) { return py::bytes(reinterpret_cast<const char*>(d.data()), d.size()); }
 
 py::list to_list(const std::vector<kvkey::Digest>& ds) {
   py::list out(ds.size());
@@ -60,51 +60,9 @@ py::list to_list(const std::vector<kvkey::Digest>& ds) {
   return out;
 }
 
-py::object from_optional_digest(const std::optional<kvkey::Digest>& d) {
-  return d ? py::object(to_bytes(*d)) : py::object(py::none());
-}
-
 // ---- reprs: constructor calls, strings quoted and escaped by Python's repr ------------------
 
-std::string digest_repr(const kvkey::Digest& d) { return "bytes.fromhex('" + d.hex() + "')"; }
-std::string digest_repr(const std::optional<kvkey::Digest>& d) { return d ? digest_repr(*d) : "None"; }
-std::string dtype_repr(kvkey::KvDtype d) { return "KvDtype." + std::string(kvkey::to_string(d)); }
-std::string bool_repr(bool b) { return b ? "True" : "False"; }
-
-std::string model_repr(const kvkey::Model& md) {
-  return "Model(name=" + quoted(md.name) + ", revision=" + quoted(md.revision) +
-         ", weights_epoch=" + std::to_string(md.weights_epoch) +
-         ", weights_fingerprint=" + digest_repr(md.weights_fingerprint) +
-         ", positional_fingerprint=" + digest_repr(md.positional_fingerprint) + ")";
-}
-
-std::string quant_repr(const kvkey::Quant& q) {
-  return "Quant(scheme=" + quoted(q.scheme) + ", group_size=" + std::to_string(q.group_size) +
-         ", scale_dtype=" + (q.scale_dtype ? dtype_repr(*q.scale_dtype) : "None") +
-         ", zero_point=" + bool_repr(q.zero_point) + ", scales_fingerprint=" + digest_repr(q.scales_fingerprint) +
-         ")";
-}
-
-std::string kv_repr(const kvkey::Kv& kv) {
-  return "Kv(dtype=" + dtype_repr(kv.dtype) + ", quant=" + quant_repr(kv.quant) +
-         ", block_size=" + std::to_string(kv.block_size) + ", num_layers=" + std::to_string(kv.num_layers) +
-         ", num_kv_heads=" + std::to_string(kv.num_kv_heads) + ", head_dim=" + std::to_string(kv.head_dim) +
-         ", layout=" + quoted(kv.layout) + ", mla=" + bool_repr(kv.mla) + ")";
-}
-
-std::string shard_repr(const kvkey::Shard& s) {
-  return "Shard(tp_size=" + std::to_string(s.tp_size) + ", tp_rank=" + std::to_string(s.tp_rank) +
-         ", pp_size=" + std::to_string(s.pp_size) + ", pp_rank=" + std::to_string(s.pp_rank) + ")";
-}
-
-std::string adapter_repr(const kvkey::Adapter& a) {
-  return "Adapter(" + quoted(a.name) + ", " + digest_repr(a.weights_fingerprint) + ")";
-}
-
-std::string identity_repr(const kvkey::Identity& id) {
-  return "Identity(tenant=" + quoted(id.tenant) + ", model=" + model_repr(id.model) + ", kv=" + kv_repr(id.kv) +
-         ", shard=" + shard_repr(id.shard) + ", adapter=" + (id.adapter ? adapter_repr(*id.adapter) : "None") + ")";
-}
+std::string identity_repr(const kvkey::Identity& id) { return part_repr(id); }
 
 std::string slice_repr(const kvkey::Slice& s) {
   return "Slice(kv_heads=[" + std::to_string(s.kv_head_begin) + ", " + std::to_string(s.kv_head_end) +
@@ -146,48 +104,6 @@ py::object identity_equal(const PyIdentity& a, const py::object& b, bool want) {
   return py::bool_((a.value() == b.cast<const PyIdentity&>().value()) == want);
 }
 
-// ---- properties of the identity's parts ------------------------------------------------------
-
-// A member as a property: read through `get`, assigned through the checked conversion `set(value, field)`.
-template <class Cls, class C, class T, class Get, class Set>
-void checked_property(Cls& cls, const char* name, T C::*member, const std::string& field, Get get, Set set,
-                      const char* doc) {
-  cls.def_property(
-      name, [member, get](const C& c) { return get(c.*member); },
-      [member, field, set](C& c, const py::object& v) { c.*member = set(v, field); }, doc);
-}
-
-template <class Cls, class C>
-void text_property(Cls& cls, const char* name, std::string C::*member, const std::string& field) {
-  checked_property(cls, name, member, field, [](const std::string& s) { return to_py_text(s); }, &to_text, "str");
-}
-
-template <class Cls, class C, class T>
-void uint_property(Cls& cls, const char* name, T C::*member, const std::string& field) {
-  checked_property(cls, name, member, field, [](T v) { return v; }, &to_uint<T>, "int");
-}
-
-template <class Cls, class C>
-void bool_property(Cls& cls, const char* name, bool C::*member, const std::string& field) {
-  checked_property(cls, name, member, field, [](bool v) { return v; }, &to_bool, "bool");
-}
-
-template <class Cls, class C>
-void optional_digest_property(Cls& cls, const char* name, std::optional<kvkey::Digest> C::*member,
-                              const std::string& field) {
-  checked_property(cls, name, member, field, &from_optional_digest, &to_optional_digest, "32 bytes or None");
-}
-
-// A part held by value: the getter is a live reference (keeping the owner
-// alive), the setter copies the assigned object in.
-template <class Cls, class Owner, class Part>
-void part_property(Cls& cls, const char* name, Part Owner::*member, const std::string& field) {
-  cls.def_property(
-      name, [member](Owner& o) -> Part& { return o.*member; },
-      [member, field](Owner& o, const py::object& v) { o.*member = to_instance<Part>(v, field); },
-      py::return_value_policy::reference_internal);
-}
-
 // ==, !=, copy.copy, copy.deepcopy and repr for a value class.
 template <class Cls, class T, class Repr>
 void value_methods(Cls& cls, Repr repr) {
@@ -196,6 +112,14 @@ void value_methods(Cls& cls, Repr repr) {
       .def("__copy__", [](const T& v) { return T(v); })
       .def("__deepcopy__", [](const T& v, const py::object&) { return T(v); }, py::arg("memo"))
       .def("__repr__", repr);
+}
+
+// A part class: constructor, properties, value methods (==, copies, repr), all from the field table.
+template <class P, class Cls>
+void bind_part(Cls& cls) {
+  cls.def(py::init([](const py::args& args, const py::kwargs& kwargs) { return make_part<P>(args, kwargs); }));
+  def_part_properties<P>(cls, [](P& p) -> P& { return p; });
+  value_methods<Cls, P>(cls, &part_repr<P>);
 }
 
 // ---- identity parts -------------------------------------------------------------------------
@@ -208,143 +132,28 @@ void bind_identity(py::module_& m) {
       "kv_dtype_from_string", [](const py::object& s) { return to_dtype(py::str(to_text(s, "name")), "name"); },
       py::arg("name"), "Parses 'fp16', 'fp8_e4m3', ...; an unknown name (and 'unset') raises InputError.");
 
+  // The parts: constructors, properties and reprs from the field table (fields.hpp).
   py::class_<kvkey::Model> model(m, "Model", "The model's weights lineage.");
-  model.def(py::init([](const py::object& name, const py::object& revision, const py::object& epoch,
-                        const py::object& fp, const py::object& positional) {
-              kvkey::Model md;
-              md.name = to_text(name, "model.name");
-              md.revision = to_text(revision, "model.revision");
-              md.weights_epoch = to_uint<std::uint64_t>(epoch, "model.weights_epoch");
-              md.weights_fingerprint = to_optional_digest(fp, "model.weights_fingerprint");
-              md.positional_fingerprint = to_optional_digest(positional, "model.positional_fingerprint");
-              return md;
-            }),
-            py::kw_only(), py::arg("name") = "", py::arg("revision") = "", py::arg("weights_epoch") = 0,
-            py::arg("weights_fingerprint") = py::none(), py::arg("positional_fingerprint") = py::none());
-  text_property(model, "name", &kvkey::Model::name, "model.name");
-  text_property(model, "revision", &kvkey::Model::revision, "model.revision");
-  uint_property(model, "weights_epoch", &kvkey::Model::weights_epoch, "model.weights_epoch");
-  optional_digest_property(model, "weights_fingerprint", &kvkey::Model::weights_fingerprint,
-                           "model.weights_fingerprint");
-  optional_digest_property(model, "positional_fingerprint", &kvkey::Model::positional_fingerprint,
-                           "model.positional_fingerprint");
-  value_methods<decltype(model), kvkey::Model>(model, &model_repr);
-
   py::class_<kvkey::Quant> quant(m, "Quant", "How KV values are quantized.");
-  quant.def(py::init([](const py::object& scheme, const py::object& group_size, const py::object& scale_dtype,
-                        const py::object& zero_point, const py::object& scales_fp) {
-              kvkey::Quant q;
-              q.scheme = to_text(scheme, "kv.quant.scheme");
-              q.group_size = to_uint<std::uint32_t>(group_size, "kv.quant.group_size");
-              q.scale_dtype = to_optional_dtype(scale_dtype, "kv.quant.scale_dtype");
-              q.zero_point = to_bool(zero_point, "kv.quant.zero_point");
-              q.scales_fingerprint = to_optional_digest(scales_fp, "kv.quant.scales_fingerprint");
-              return q;
-            }),
-            py::kw_only(), py::arg("scheme") = "none", py::arg("group_size") = 0,
-            py::arg("scale_dtype") = py::none(), py::arg("zero_point") = false,
-            py::arg("scales_fingerprint") = py::none());
-  text_property(quant, "scheme", &kvkey::Quant::scheme, "kv.quant.scheme");
-  uint_property(quant, "group_size", &kvkey::Quant::group_size, "kv.quant.group_size");
-  quant.def_property(
-      "scale_dtype", [](const kvkey::Quant& q) { return q.scale_dtype; },
-      [](kvkey::Quant& q, const py::object& v) { q.scale_dtype = to_optional_dtype(v, "kv.quant.scale_dtype"); },
-      "KvDtype, its name, or None");
-  bool_property(quant, "zero_point", &kvkey::Quant::zero_point, "kv.quant.zero_point");
-  optional_digest_property(quant, "scales_fingerprint", &kvkey::Quant::scales_fingerprint,
-                           "kv.quant.scales_fingerprint");
-  value_methods<decltype(quant), kvkey::Quant>(quant, &quant_repr);
-
   py::class_<kvkey::Kv> kv(m, "Kv", "What one stored KV object's bytes are.");
-  kv.def(py::init([](const py::object& dtype, const py::object& q, const py::object& block_size,
-                     const py::object& num_layers, const py::object& num_kv_heads, const py::object& head_dim,
-                     const py::object& layout, const py::object& mla) {
-           kvkey::Kv v;
-           v.dtype = to_dtype(dtype, "kv.dtype");
-           v.quant = to_instance<kvkey::Quant>(q, "kv.quant");
-           v.block_size = to_uint<std::uint32_t>(block_size, "kv.block_size");
-           v.num_layers = to_uint<std::uint32_t>(num_layers, "kv.num_layers");
-           v.num_kv_heads = to_uint<std::uint32_t>(num_kv_heads, "kv.num_kv_heads");
-           v.head_dim = to_uint<std::uint32_t>(head_dim, "kv.head_dim");
-           v.layout = to_text(layout, "kv.layout");
-           v.mla = to_bool(mla, "kv.mla");
-           return v;
-         }),
-         py::kw_only(), py::arg("dtype") = kvkey::KvDtype::unset, py::arg("quant") = kvkey::Quant{},
-         py::arg("block_size") = 0, py::arg("num_layers") = 0, py::arg("num_kv_heads") = 0, py::arg("head_dim") = 0,
-         py::arg("layout") = "", py::arg("mla") = false);
-  kv.def_property(
-      "dtype", [](const kvkey::Kv& v) { return v.dtype; },
-      [](kvkey::Kv& v, const py::object& d) { v.dtype = to_dtype(d, "kv.dtype"); }, "KvDtype or its name");
-  part_property(kv, "quant", &kvkey::Kv::quant, "kv.quant");
-  uint_property(kv, "block_size", &kvkey::Kv::block_size, "kv.block_size");
-  uint_property(kv, "num_layers", &kvkey::Kv::num_layers, "kv.num_layers");
-  uint_property(kv, "num_kv_heads", &kvkey::Kv::num_kv_heads, "kv.num_kv_heads");
-  uint_property(kv, "head_dim", &kvkey::Kv::head_dim, "kv.head_dim");
-  text_property(kv, "layout", &kvkey::Kv::layout, "kv.layout");
-  bool_property(kv, "mla", &kvkey::Kv::mla, "kv.mla");
-  value_methods<decltype(kv), kvkey::Kv>(kv, &kv_repr);
-
   py::class_<kvkey::Shard> shard(m, "Shard", "Where this process sits in the tensor/pipeline-parallel grid.");
-  shard.def(py::init([](const py::object& tp_size, const py::object& tp_rank, const py::object& pp_size,
-                        const py::object& pp_rank) {
-              return kvkey::Shard{to_uint<std::uint32_t>(tp_size, "shard.tp_size"),
-                                  to_uint<std::uint32_t>(tp_rank, "shard.tp_rank"),
-                                  to_uint<std::uint32_t>(pp_size, "shard.pp_size"),
-                                  to_uint<std::uint32_t>(pp_rank, "shard.pp_rank")};
-            }),
-            py::kw_only(), py::arg("tp_size") = 1, py::arg("tp_rank") = 0, py::arg("pp_size") = 1,
-            py::arg("pp_rank") = 0);
-  uint_property(shard, "tp_size", &kvkey::Shard::tp_size, "shard.tp_size");
-  uint_property(shard, "tp_rank", &kvkey::Shard::tp_rank, "shard.tp_rank");
-  uint_property(shard, "pp_size", &kvkey::Shard::pp_size, "shard.pp_size");
-  uint_property(shard, "pp_rank", &kvkey::Shard::pp_rank, "shard.pp_rank");
-  value_methods<decltype(shard), kvkey::Shard>(shard, &shard_repr);
-
   py::class_<kvkey::Adapter, std::shared_ptr<kvkey::Adapter>> adapter(
       m, "Adapter", "A LoRA (or other) adapter: its name and its weights' fingerprint.");
-  adapter.def(py::init([](const py::object& name, const py::object& fp) {
-                return kvkey::Adapter(to_text(name, "adapter.name"), to_digest(fp, "adapter.weights_fingerprint"));
-              }),
-              py::arg("name"), py::arg("weights_fingerprint"));
-  text_property(adapter, "name", &kvkey::Adapter::name, "adapter.name");
-  adapter.def_property(
-      "weights_fingerprint", [](const kvkey::Adapter& a) { return to_bytes(a.weights_fingerprint); },
-      [](kvkey::Adapter& a, const py::object& v) { a.weights_fingerprint = to_digest(v, "adapter.weights_fingerprint"); },
-      "32 bytes");
-  value_methods<decltype(adapter), kvkey::Adapter>(adapter, &adapter_repr);
+  bind_part<kvkey::Model>(model);
+  bind_part<kvkey::Quant>(quant);
+  bind_part<kvkey::Kv>(kv);
+  bind_part<kvkey::Shard>(shard);
+  bind_part<kvkey::Adapter>(adapter);
 
   py::class_<PyIdentity> identity(m, "Identity",
                                   "Everything that changes the meaning or the ownership of stored KV bytes. "
                                   "Plain data: assign members in place, then build a KeyNamespace, which validates "
                                   "it.");
-  identity.def(py::init([](const py::object& tenant, const py::object& md, const py::object& v,
-                           const py::object& sh, const py::object& ad) {
-                 PyIdentity id;
-                 id.id.tenant = to_text(tenant, "tenant");
-                 id.id.model = to_instance<kvkey::Model>(md, "model");
-                 id.id.kv = to_instance<kvkey::Kv>(v, "kv");
-                 id.id.shard = to_instance<kvkey::Shard>(sh, "shard");
-                 if (!ad.is_none()) id.adapter = std::make_shared<kvkey::Adapter>(to_instance<kvkey::Adapter>(ad, "adapter"));
-                 return id;
-               }),
-               py::kw_only(), py::arg("tenant") = "", py::arg("model") = kvkey::Model{}, py::arg("kv") = kvkey::Kv{},
-               py::arg("shard") = kvkey::Shard{}, py::arg("adapter") = py::none());
-  identity.def_property(
-      "tenant", [](const PyIdentity& id) { return to_py_text(id.id.tenant); },
-      [](PyIdentity& id, const py::object& v) { id.id.tenant = to_text(v, "tenant"); }, "str");
-  identity.def_property(
-      "model", [](PyIdentity& id) -> kvkey::Model& { return id.id.model; },
-      [](PyIdentity& id, const py::object& v) { id.id.model = to_instance<kvkey::Model>(v, "model"); },
-      py::return_value_policy::reference_internal);
-  identity.def_property(
-      "kv", [](PyIdentity& id) -> kvkey::Kv& { return id.id.kv; },
-      [](PyIdentity& id, const py::object& v) { id.id.kv = to_instance<kvkey::Kv>(v, "kv"); },
-      py::return_value_policy::reference_internal);
-  identity.def_property(
-      "shard", [](PyIdentity& id) -> kvkey::Shard& { return id.id.shard; },
-      [](PyIdentity& id, const py::object& v) { id.id.shard = to_instance<kvkey::Shard>(v, "shard"); },
-      py::return_value_policy::reference_internal);
+  identity.def(py::init([](const py::args& args, const py::kwargs& kwargs) {
+    return PyIdentity(make_part<kvkey::Identity>(args, kwargs));
+  }));
+  // The adapter is held apart (PyIdentity), so it is bound by hand below.
+  def_part_properties<kvkey::Identity>(identity, [](PyIdentity& id) -> kvkey::Identity& { return id.id; }, "adapter");
   identity.def_property(
       "adapter", [](const PyIdentity& id) { return id.adapter; },
       [](PyIdentity& id, const py::object& v) {
@@ -366,6 +175,17 @@ void bind_identity(py::module_& m) {
       .def("__deepcopy__", [](const PyIdentity& id, const py::object&) { return PyIdentity(id); }, py::arg("memo"))
       .def("__repr__", [](const PyIdentity& id) { return identity_repr(id.value()); });
   identity.attr("__hash__") = py::none();
+
+  // The stub's text for the classes above (python/kvkey/__init__.pyi; python/tests/test_stubs.py compares).
+  m.def("_identity_stub", [] {
+    const auto copies = [](const std::string& cls) {
+      return std::vector<std::string>{"def __copy__(self) -> " + cls + ": ...",
+                                      "def __deepcopy__(self, memo: Any) -> " + cls + ": ..."};
+    };
+    return stub_class<kvkey::Model>(copies("Model")) + "\n" + stub_class<kvkey::Quant>(copies("Quant")) + "\n" +
+           stub_class<kvkey::Kv>(copies("Kv")) + "\n" + stub_class<kvkey::Shard>(copies("Shard")) + "\n" +
+           stub_class<kvkey::Adapter>(copies("Adapter")) + "\n" + stub_class<kvkey::Identity>();
+  });
 }
 
 // ---- hash options -------------------------------------------------------------------------
@@ -398,62 +218,8 @@ kvkey::HashOptions to_options(const py::handle& salt, const py::handle& extras) 
 
 // ---- the namespace ------------------------------------------------------------------------
 
-// kvkey.KeyNamespace: KeyNamespace<Sha256>, or KeyNamespace<HmacSha256> when
-// built with a TenantSecret. The members the binding uses forward to whichever
-// it holds.
-class Namespace {
- public:
-  Namespace(const kvkey::Identity& id, const kvkey::Policy& policy) : ns_(std::in_place_index<0>, id, policy) {}
-  Namespace(const kvkey::Identity& id, const kvkey::TenantSecret& secret, const kvkey::Policy& policy)
-      : ns_(std::in_place_index<1>, id, kvkey::HmacSha256(secret), policy) {}
-
-  template <class F>
-  decltype(auto) visit(F&& f) const {
-    return std::visit(std::forward<F>(f), ns_);
-  }
-  bool keyed() const noexcept { return ns_.index() == 1; }
-
-  const kvkey::Identity& identity() const noexcept { return visit([](const auto& n) -> auto& { return n.identity(); }); }
-  const kvkey::Policy& policy() const noexcept { return visit([](const auto& n) -> auto& { return n.policy(); }); }
-  const kvkey::Slice& slice() const noexcept { return visit([](const auto& n) -> auto& { return n.slice(); }); }
-  const auto& encoding() const noexcept { return visit([](const auto& n) -> auto& { return n.encoding(); }); }
-  const kvkey::Digest& root() const noexcept { return visit([](const auto& n) -> auto& { return n.root(); }); }
-  std::uint32_t block_size() const noexcept { return identity().kv.block_size; }
-  const std::string& key_prefix() const noexcept {
-    return visit([](const auto& n) -> auto& { return n.key_prefix(); });
-  }
-  std::string tenant_prefix() const { return visit([](const auto& n) { return n.tenant_prefix(); }); }
-  kvkey::Digest first_parent(std::string_view salt) const {
-    return visit([&](const auto& n) { return n.first_parent(salt); });
-  }
-  kvkey::Digest object_hash(const kvkey::Digest& h) const { return visit([&](const auto& n) { return n.object_hash(h); }); }
-  std::string store_key(const kvkey::Digest& h) const { return visit([&](const auto& n) { return n.store_key(h); }); }
-  kvkey::Envelope seal(const kvkey::Digest& h, std::uint64_t size) const {
-    return visit([&](const auto& n) { return n.seal(h, size); });
-  }
-  kvkey::Verdict verify(const std::uint8_t* header, std::size_t len, const kvkey::Digest& h, std::uint64_t size) const {
-    return visit([&](const auto& n) { return n.verify(header, len, h, size); });
-  }  kvkey::Envelope seal(const kvkey::Digest& h, kvkey::Payload payload) const {
-    return visit([&](const auto& n) { return n.seal(h, payload); });
-  }
-  kvkey::Verdict verify(const std::uint8_t* header, std::size_t len, const kvkey::Digest& h,
-                        kvkey::Payload payload) const {
-    return visit([&](const auto& n) { return n.verify(header, len, h, payload); });
-  }
-
-  kvkey::ReusablePrefix reusable_prefix(const std::vector<bool>& results, std::size_t shards,
-                                        std::size_t max_tokens) const {
-    return visit([&](const auto& n) { return n.reusable_prefix(results, shards, max_tokens); });
-  }
-  template <class T>
-  void extend_block_hashes(std::vector<kvkey::Digest>& hashes, const T* tokens, std::size_t count,
-                           const kvkey::HashOptions& opt) const {
-    visit([&](const auto& n) { n.extend_block_hashes(hashes, tokens, count, opt); });
-  }
-
- private:
-  std::variant<kvkey::KeyNamespace<kvkey::Sha256>, kvkey::KeyNamespace<kvkey::HmacSha256>> ns_;
-};
+// The Python KeyNamespace: plain or keyed, chosen at run time (kvkey/any_key_namespace.hpp).
+using Namespace = kvkey::AnyKeyNamespace;
 
 std::vector<kvkey::Digest> extend(const Namespace& ns, std::vector<kvkey::Digest> hashes, const Tokens& tokens,
                                   const kvkey::HashOptions& opt) {
@@ -899,29 +665,35 @@ PYBIND11_MODULE(_kvkey, m) {
     m.attr(name) = cls;
     return cls;
   };
-  ex.error = make("Error", py::make_tuple(value_error), "Base of every kvkey exception (a ValueError).");
+  ex.error = make("Error", py::make_tuple(value_error),
+                  "Base of every kvkey exception (a ValueError); .id is the category (\"kvkey.input_error\", ...), "
+                  ".field the offending field or argument (\"\" when none).");
+  ex.error.attr("id") = "kvkey.error";
+  ex.error.attr("field") = "";
   ex.identity_error = make("IdentityError", py::make_tuple(ex.error),
                            "An identity is invalid; .field is the dotted path of the offending field.");
-  ex.identity_error.attr("field") = "";
   ex.input_error = make("InputError", py::make_tuple(ex.error), "A call argument is invalid.");
   ex.io_error = make("IoError", py::make_tuple(ex.error, os_error), "A file could not be read (also an OSError).");
   ex.crypto_error = make("CryptoError", py::make_tuple(ex.error), "OpenSSL reported a failure.");
 
+  // The Python class follows the error's id(); every kvkey exception carries .id and .field.
   py::register_exception_translator([](std::exception_ptr p) {
     if (!p) return;
-    Exceptions& e = exceptions();
     try {
       std::rethrow_exception(p);
-    } catch (const kvkey::identity_error& err) {
-      raise_as(e.identity_error, err.what(), err.field().c_str());
-    } catch (const kvkey::input_error& err) {
-      raise_as(e.input_error, err.what());
-    } catch (const kvkey::io_error& err) {
-      raise_as(e.io_error, err.what());
-    } catch (const kvkey::crypto_error& err) {
-      raise_as(e.crypto_error, err.what());
     } catch (const kvkey::error& err) {
-      raise_as(e.error, err.what());
+      const Exceptions& e = exceptions();
+      const std::pair<std::string_view, const py::object*> classes[] = {
+          {"kvkey.identity_error", &e.identity_error},
+          {"kvkey.input_error", &e.input_error},
+          {"kvkey.io_error", &e.io_error},
+          {"kvkey.crypto_error", &e.crypto_error},
+      };
+      const py::object* cls = &e.error;
+      for (const auto& [id, c] : classes) {
+        if (err.id() == id) cls = c;
+      }
+      raise_as(*cls, err);
     }
   });
 
@@ -957,6 +729,11 @@ PYBIND11_MODULE(_kvkey, m) {
       py::name("fingerprint_file"), py::scope(m), py::arg("path"),
       "SHA-256 of a file's contents, streamed; path: str, bytes or os.PathLike (no NUL byte); IoError (an "
       "OSError) when it cannot be read.");
+
+  m.def(
+      "glob_escape", [](const py::object& s) { return kvkey::glob_escape(to_text(s, "s")); }, py::arg("s"),
+      "s as a literal inside a Redis glob (SCAN MATCH, KEYS): '*', '?', '[', ']' and '\\' get a backslash in "
+      "front. glob_escape(ns.key_prefix) + '*' matches every key under the prefix.");
 
   py::module_ compat = m.def_submodule("compat_lmdeploy");
   bind_lmdeploy(compat);

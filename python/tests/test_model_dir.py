@@ -128,9 +128,10 @@ def test_errors(plain, hf_snapshot):
     with pytest.raises(kvkey.IdentityError) as e:
         kvkey.Identity.from_model_dir(plain, revision="r1", **dict(ARGS, tenant=""))
     assert e.value.field == "tenant"
-    with pytest.raises(kvkey.IdentityError) as e:
+    # An unknown dtype name is an argument that cannot be taken as given: InputError, as in Kv(dtype=...).
+    with pytest.raises(kvkey.InputError) as e:
         kvkey.Identity.from_model_dir(plain, revision="r1", **dict(ARGS, kv_dtype="fp9"))
-    assert e.value.field == "kv.dtype"
+    assert e.value.field == "kv_dtype"
     (plain / "config.json").write_text('{"num_hidden_layers": 16,\n "hidden_size": }')
     with pytest.raises(kvkey.InputError, match=r"config\.json:2:17: invalid JSON"):
         kvkey.Identity.from_model_dir(plain, revision="r1", **ARGS)

@@ -56,3 +56,16 @@ def test_stubs_match_the_runtime(module, stub):
 
 def test_the_package_is_marked_typed():
     assert (STUBS / "py.typed").is_file()
+
+
+def test_the_identity_classes_in_the_stub_are_generated_from_the_field_table():
+    """python/kvkey/__init__.pyi holds the text the module derives from kvkey::Fields (scripts/update-stub.py)."""
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location(
+        "update_stub", pathlib.Path(__file__).resolve().parents[2] / "scripts" / "update-stub.py")
+    update_stub = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(update_stub)
+    text = (STUBS / "__init__.pyi").read_text()
+    start, end = update_stub.generated_region(text)
+    assert text[start:end] == kvkey._kvkey._identity_stub(), "stale stub: run scripts/update-stub.py"

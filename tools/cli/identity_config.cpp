@@ -7,9 +7,11 @@
 #include <algorithm>
 #include <cmath>
 #include <filesystem>
-#include <initializer_list>
+#include <type_traits>
 #include <limits>
 #include <optional>
+#include <string>
+#include <vector>
 
 #include "cli/inputs.hpp"
 #include "cli/toml_config.hpp"
@@ -18,6 +20,11 @@
 namespace kvkey_tool {
 
 namespace {
+
+template <class T>
+struct is_optional : std::false_type {};
+template <class T>
+struct is_optional<std::optional<T>> : std::true_type {};
 
 // Levenshtein distance, for "did you mean" on unknown keys.
 std::size_t edit_distance(std::string_view a, std::string_view b) {
@@ -37,7 +44,7 @@ std::size_t edit_distance(std::string_view a, std::string_view b) {
 
 // The known key an unknown one is probably a typo of: at most 2 edits, and
 // fewer than half the unknown key's length ("zz" is no typo of "kv").
-std::optional<std::string_view> suggestion(std::string_view key, std::initializer_list<std::string_view> known) {
+std::optional<std::string_view> suggestion(std::string_view key, const std::vector<std::string_view>& known) {
   if (key.size() > 64) return std::nullopt;
   std::optional<std::string_view> best;
   std::size_t best_distance = 3;
@@ -74,7 +81,7 @@ std::string describe(const Json& v) {
 /// dotted path so every message names the field.
 class Section {
  public:
-  Section(const Json& j, std::string path, std::initializer_list<std::string_view> keys, const std::string& file)
+  Section(const Json& j, std::string path, const std::vector<std::string_view>& keys, const std::string& file)
       : j_(j), path_(std::move(path)), file_(file) {
     if (!j.is_object()) fail("{}: {}: expected an object, got {}", file_, where(), j.type_name());
     for (const auto& item : j.items()) {
@@ -135,12 +142,6 @@ class Section {
     return parse_digest(string(key, v), fmt::format("{}: {}", file_, field(key)));
   }
 
-  // Optional members: the C++ default when absent.
-  template <class T, class Read>
-  void read(std::string_view key, T& out, Read read_one) const {
-    if (const Json* v = find(key)) out = (this->*read_one)(key, *v);
-  }
-
  private:
   std::string where() const { return path_.empty() ? "the top level" : path_; }
 
@@ -173,59 +174,76 @@ std::optional<kvkey::Digest> read_fingerprint(const Section& s, std::string_view
   }
 }
 
-void read_model(const Section& s, IdentityConfig& c) {
-  kvkey::Model& m = c.identity.model;
-  m.name = s.string("name", s.require("name"));
-  m.revision = s.string("revision", s.require("revision"));
-  s.read("weights_epoch", m.weights_epoch, &Section::unsigned_int<std::uint64_t>);
-  m.weights_fingerprint = read_fingerprint(s, "weights_fingerprint", "weights_file", c);
-  if (const Json* v = s.find("positional_fingerprint")) m.positional_fingerprint = s.digest("positional_fingerprint", *v);
+// "weights_fingerprint" -> "weights_file": the key naming a file to hash instead (kvkey::field_file_alt).
+std::string file_key_of(std::string_view fingerprint_key) {
+  const std::string_view stem = fingerprint_key.substr(0, fingerprint_key.rfind("_fingerprint"));
+  return std::string(stem) + "_file";
 }
 
-void read_quant(const Section& s, IdentityConfig& c) {
-  kvkey::Quant& q = c.identity.kv.quant;
-  s.read("scheme", q.scheme, &Section::string);
-  s.read("group_size", q.group_size, &Section::unsigned_int<std::uint32_t>);
-  if (const Json* v = s.find("scale_dtype")) q.scale_dtype = s.dtype("scale_dtype", *v);
-  s.read("zero_point", q.zero_point, &Section::boolean);
-  q.scales_fingerprint = read_fingerprint(s, "scales_fingerprint", "scales_file", c);
+// The keys a section of part P takes: its members', each "_file" alternative after its digest.
+template <class P>
+std::vector<std::string_view> keys_of() {
+  // Owned strings for the "_file" keys: one static list per part.
+  static const std::vector<std::string> files = [] {
+    std::vector<std::string> out;
+    kvkey::for_each_field<P>([&out](const auto& info) {
+      if ((info.flags & kvkey::field_file_alt) != 0) out.push_back(file_key_of(info.key));
+    });
+    return out;
+  }();
+  std::vector<std::string_view> keys;
+  std::size_t next_file = 0;
+  kvkey::for_each_field<P>([&](const auto& info) {
+    keys.push_back(info.key);
+    if ((info.flags & kvkey::field_file_alt) != 0) keys.push_back(files[next_file++]);
+  });
+  return keys;
 }
 
-void read_kv(const Section& s, IdentityConfig& c) {
-  kvkey::Kv& kv = c.identity.kv;
-  kv.dtype = s.dtype("dtype", s.require("dtype"));
-  if (const Json* q = s.find("quant")) {
-    read_quant(Section(*q, s.field("quant"),
-                       {"scheme", "group_size", "scale_dtype", "zero_point", "scales_fingerprint", "scales_file"},
-                       s.file()),
-               c);
+template <class P>
+void read_part(const Section& s, P& part, IdentityConfig& c);
+
+// One member of a part, read by its type; `info` is its kvkey::FieldInfo.
+template <class Info, class T>
+void read_member(const Section& s, const Info& info, T& out, IdentityConfig& c) {
+  const std::string_view key = info.key;
+  const bool required = (info.flags & kvkey::field_required) != 0;
+  if constexpr (std::is_same_v<T, std::optional<kvkey::Digest>> || std::is_same_v<T, kvkey::Digest>) {
+    if ((info.flags & kvkey::field_file_alt) != 0) {
+      const std::string file = file_key_of(key);
+      const auto fp = read_fingerprint(s, key, file, c);
+      if constexpr (std::is_same_v<T, kvkey::Digest>) {
+        if (!fp) fail("{}: {}: required key is missing (or give {})", s.file(), s.field(key), s.field(file));
+        out = *fp;
+      } else {
+        out = fp;
+      }
+      return;
+    }
   }
-  kv.block_size = s.unsigned_int<std::uint32_t>("block_size", s.require("block_size"));
-  kv.num_layers = s.unsigned_int<std::uint32_t>("num_layers", s.require("num_layers"));
-  kv.num_kv_heads = s.unsigned_int<std::uint32_t>("num_kv_heads", s.require("num_kv_heads"));
-  kv.head_dim = s.unsigned_int<std::uint32_t>("head_dim", s.require("head_dim"));
-  kv.layout = s.string("layout", s.require("layout"));
-  s.read("mla", kv.mla, &Section::boolean);
-}
-
-void read_shard(const Section& s, IdentityConfig& c) {
-  kvkey::Shard& sh = c.identity.shard;
-  s.read("tp_size", sh.tp_size, &Section::unsigned_int<std::uint32_t>);
-  s.read("tp_rank", sh.tp_rank, &Section::unsigned_int<std::uint32_t>);
-  s.read("pp_size", sh.pp_size, &Section::unsigned_int<std::uint32_t>);
-  s.read("pp_rank", sh.pp_rank, &Section::unsigned_int<std::uint32_t>);
-}
-
-void read_adapter(const Section& s, IdentityConfig& c) {
-  kvkey::Adapter a;
-  a.name = s.string("name", s.require("name"));
-  auto fp = read_fingerprint(s, "weights_fingerprint", "weights_file", c);
-  if (!fp) {
-    fail("{}: {}: required key is missing (or give {})", s.file(), s.field("weights_fingerprint"),
-         s.field("weights_file"));
+  const Json* v = required ? &s.require(key) : s.find(key);
+  if (v == nullptr) return;  // absent: the C++ default
+  if constexpr (kvkey::is_identity_part_v<T>) {
+    read_part(Section(*v, s.field(key), keys_of<T>(), s.file()), out, c);
+  } else if constexpr (std::is_same_v<T, std::optional<kvkey::Adapter>>) {
+    read_part(Section(*v, s.field(key), keys_of<kvkey::Adapter>(), s.file()), out.emplace(), c);
+  } else if constexpr (std::is_same_v<T, std::string>) {
+    out = s.string(key, *v);
+  } else if constexpr (std::is_same_v<T, bool>) {
+    out = s.boolean(key, *v);
+  } else if constexpr (std::is_same_v<T, kvkey::KvDtype> || std::is_same_v<T, std::optional<kvkey::KvDtype>>) {
+    out = s.dtype(key, *v);
+  } else if constexpr (std::is_same_v<T, std::optional<kvkey::Digest>> || std::is_same_v<T, kvkey::Digest>) {
+    out = s.digest(key, *v);
+  } else {
+    out = s.unsigned_int<T>(key, *v);
   }
-  a.weights_fingerprint = *fp;
-  c.identity.adapter = std::move(a);
+}
+
+// Every member of a part, in table order (kvkey::Fields).
+template <class P>
+void read_part(const Section& s, P& part, IdentityConfig& c) {
+  kvkey::for_each_field<P>([&](const auto& info) { read_member(s, info, part.*(info.member), c); });
 }
 
 void read_policy(const Section& s, IdentityConfig& c) {
@@ -239,7 +257,32 @@ void read_policy(const Section& s, IdentityConfig& c) {
   }
 }
 
+// A member's value in an identity file, by its type (what read_member reads back).
+template <class T>
+Json member_json(const T& v) {
+  if constexpr (kvkey::is_identity_part_v<T>) {
+    Json j = Json::object();
+    kvkey::for_each_field<T>([&](const auto& info) {
+      const auto& m = v.*(info.member);
+      if constexpr (is_optional<std::decay_t<decltype(m)>>::value) {
+        if (m) j[std::string(info.key)] = member_json(*m);  // absent: left out
+      } else {
+        j[std::string(info.key)] = member_json(m);
+      }
+    });
+    return j;
+  } else if constexpr (std::is_same_v<T, kvkey::KvDtype>) {
+    return std::string(kvkey::to_string(v));
+  } else if constexpr (std::is_same_v<T, kvkey::Digest>) {
+    return v.hex();
+  } else {
+    return v;  // strings, integers, bool
+  }
+}
+
 }  // namespace
+
+Json identity_file_json(const kvkey::Identity& id) { return member_json(id); }
 
 IdentityConfig parse_identity_config(std::string_view bytes, const std::string& path) {
   IdentityConfig c;
@@ -248,21 +291,12 @@ IdentityConfig parse_identity_config(std::string_view bytes, const std::string& 
   const std::string_view text = text_body(bytes, path);
   const bool toml = path.size() > 5 && path.compare(path.size() - 5, 5, ".toml") == 0;
   const Json j = toml ? parse_toml(text, path) : parse_json(text, path);
-  const Section top(j, "", {"tenant", "policy", "model", "kv", "shard", "adapter"}, name);
+  // The top level takes the identity's members and the namespace's "policy" (after "tenant").
+  std::vector<std::string_view> keys = keys_of<kvkey::Identity>();
+  keys.insert(keys.begin() + 1, "policy");
+  const Section top(j, "", keys, name);
   read_policy(top, c);
-  if (const Json* t = top.find("tenant")) c.identity.tenant = top.string("tenant", *t);
-  read_model(Section(top.require("model"), "model",
-                     {"name", "revision", "weights_epoch", "weights_fingerprint", "weights_file",
-                      "positional_fingerprint"},
-                     name),
-             c);
-  read_kv(Section(top.require("kv"), "kv",
-                  {"dtype", "quant", "block_size", "num_layers", "num_kv_heads", "head_dim", "layout", "mla"}, name),
-          c);
-  if (const Json* s = top.find("shard")) read_shard(Section(*s, "shard", {"tp_size", "tp_rank", "pp_size", "pp_rank"}, name), c);
-  if (const Json* a = top.find("adapter")) {
-    read_adapter(Section(*a, "adapter", {"name", "weights_fingerprint", "weights_file"}, name), c);
-  }
+  read_part(top, c.identity, c);
   return c;
 }
 
@@ -274,11 +308,7 @@ kvkey::KeyNamespace<> namespace_for(const IdentityConfig& config) {
   try {
     return kvkey::KeyNamespace<>(config.identity, config.policy);
   } catch (const kvkey::identity_error& e) {
-    // The library's message is "[kvkey.identity_error] <field>: <what>".
-    std::string_view what = without_error_id(e.what());
-    const std::string lead = e.field() + ": ";
-    if (what.substr(0, lead.size()) == lead) what.remove_prefix(lead.size());
-    fail("{}: {}: {}", display_name(config.path), e.field(), what);
+    fail("{}: {}: {}", display_name(config.path), e.field(), e.detail());
   }
 }
 

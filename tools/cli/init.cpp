@@ -1,5 +1,6 @@
 // SPDX-License-Identifier: Apache-2.0
-#include "cli/init.hpp"
+// `kvkey init`: an identity file from the model (and adapter) directory an
+// engine loads (kvkey/model_dir.hpp).
 
 #include <kvkey/errors.hpp>
 #include <kvkey/identity.hpp>
@@ -17,14 +18,41 @@
 #include <cstring>
 #include <filesystem>
 #include <limits>
+#include <memory>
+#include <string>
+#include <vector>
 #include <optional>
 
+#include "cli/command.hpp"
+#include "cli/identity_config.hpp"
 #include "cli/inputs.hpp"
 #include "cli/tool.hpp"
 
 namespace kvkey_tool {
 
 namespace {
+
+struct InitOptions {
+  std::string model;    ///< model directory (plain, HF repo root or snapshot)
+  std::string adapter;  ///< PEFT adapter directory; empty = none
+  std::string adapter_name;
+  std::string name;      ///< model name; empty = from the directory
+  std::string revision;  ///< empty = from the HF cache
+  std::string tenant;
+  std::string kv_dtype;
+  std::string block_size;
+  std::string layout;
+  std::string tp_size = "1";
+  std::string tp_rank = "0";
+  std::string pp_size = "1";
+  std::string pp_rank = "0";
+  std::string weights_epoch = "0";
+  std::string overrides;  ///< JSON object, or @FILE
+  std::string output;     ///< empty = stdout
+  bool verify = false;
+  bool progress = false;  ///< always show the progress bar (default: on a terminal, for >= 1 GiB)
+  bool sources = false;   ///< print where each value came from on stderr
+};
 
 constexpr std::uint64_t progress_threshold = std::uint64_t{1} << 30;  // 1 GiB
 
@@ -117,17 +145,68 @@ std::string_view option_of(std::string_view field) {
   if (field == "kv.layout") return "--layout";
   if (field == "shard.tp_size") return "--tp-size";
   if (field == "shard.tp_rank") return "--tp-rank";
+  if (field == "shard.pp_size") return "--pp-size";
+  if (field == "shard.pp_rank") return "--pp-rank";
   if (field == "model.name") return "--name";
   if (field == "model.revision") return "--revision";
   if (field == "adapter.name") return "--adapter-name";
   return "--model";
 }
 
-std::string hex(const std::optional<kvkey::Digest>& d) { return d ? d->hex() : std::string(); }
+
+
+int run_init(const InitOptions& o, std::string& out) {
+  // The options as the library's deployment parameters; kvkey::identity_from_model_dir does the rest.
+  kvkey::DeploymentParams p;
+  p.tenant = o.tenant;
+  p.kv_dtype = parse_dtype(o.kv_dtype, "--kv-dtype");
+  p.block_size = u32_option(o.block_size, "--block-size");
+  p.layout = o.layout;
+  p.shard.tp_size = u32_option(o.tp_size, "--tp-size");
+  p.shard.tp_rank = u32_option(o.tp_rank, "--tp-rank");
+  p.shard.pp_size = u32_option(o.pp_size, "--pp-size");
+  p.shard.pp_rank = u32_option(o.pp_rank, "--pp-rank");
+  p.weights_epoch = parse_uint_option(o.weights_epoch, 64, "--weights-epoch");
+  if (!o.revision.empty()) p.revision = o.revision;
+  if (!o.name.empty()) p.name = o.name;
+  p.overrides = parse_overrides(o.overrides);
+  if (!o.adapter.empty()) p.adapter_dir = o.adapter;
+  if (!o.adapter_name.empty()) p.adapter_name = o.adapter_name;
+  p.verify = o.verify;
+  if (p.adapter_name && !p.adapter_dir) fail("--adapter-name: needs --adapter");
+  kvkey::ModelDirIdentity made;
+  try {
+    ProgressBar bar(o.progress);
+    p.progress = [&bar](std::uint64_t done, std::uint64_t total) { bar(done, total); };
+    made = kvkey::identity_from_model_dir(o.model, p);
+  } catch (const kvkey::identity_error& e) {
+    fail("{} ({}): {}", option_of(e.field()), e.field(), e.detail());
+  } catch (const kvkey::error& e) {
+    fail("{}", e.message());
+  }
+  const kvkey::Identity& id = made.identity;
+  const std::vector<kvkey::FieldSource>& sources = made.sources;
+
+  // Exactly the identity file format `kvkey identity` reads (docs/cli.md).
+  const Json j = identity_file_json(id);
+  const std::string text = j.dump(2) + "\n";
+
+  if (o.sources) {
+    for (const auto& s : sources) fmt::print(stderr, "  {:<30} {}\n", s.field, s.source);
+  }
+  if (o.output.empty()) {
+    out += text;
+  } else {
+    write_atomically(o.output, text);
+  }
+  return exit_ok;
+}
 
 }  // namespace
 
-CLI::App* add_init_command(CLI::App& app, InitOptions& o) {
+std::vector<Command> add_init_command(CLI::App& app) {
+  auto options = std::make_shared<InitOptions>();
+  InitOptions& o = *options;
   auto* cmd = app.add_subcommand("init", "Write an identity file from the model (and adapter) directory an engine "
                                          "loads: geometry from config.json, name and revision from the Hugging Face "
                                          "cache, weights fingerprints");
@@ -142,6 +221,8 @@ CLI::App* add_init_command(CLI::App& app, InitOptions& o) {
   cmd->add_option("--layout", o.layout, "the engine's byte layout of one stored object")->required();
   cmd->add_option("--tp-size", o.tp_size, "tensor-parallel size (default 1)");
   cmd->add_option("--tp-rank", o.tp_rank, "this rank (default 0)");
+  cmd->add_option("--pp-size", o.pp_size, "pipeline-parallel size (default 1)");
+  cmd->add_option("--pp-rank", o.pp_rank, "this pipeline stage (default 0)");
   cmd->add_option("--weights-epoch", o.weights_epoch, "weights epoch (default 0)");
   cmd->add_option("--name", o.name, "model name (default: ORG/NAME in the cache, else the directory's name)");
   cmd->add_option("--revision", o.revision, "immutable checkpoint id; in a cache repo: the ref or commit "
@@ -153,85 +234,7 @@ CLI::App* add_init_command(CLI::App& app, InitOptions& o) {
                                           "terminal, for 1 GiB or more)");
   cmd->add_flag("--sources", o.sources, "print where each value came from on stderr");
   cmd->add_option("-o,--output", o.output, "write the file atomically (default: stdout)");
-  return cmd;
-}
-
-int run_init(const InitOptions& o, std::string& out) {
-  kvkey::Identity id;
-  id.tenant = o.tenant;
-  id.kv.dtype = parse_dtype(o.kv_dtype, "--kv-dtype");
-  id.kv.block_size = u32_option(o.block_size, "--block-size");
-  id.kv.layout = o.layout;
-  id.shard.tp_size = u32_option(o.tp_size, "--tp-size");
-  id.shard.tp_rank = u32_option(o.tp_rank, "--tp-rank");
-  id.model.weights_epoch = parse_uint_option(o.weights_epoch, 64, "--weights-epoch");
-
-  kvkey::ModelDirOptions mo;
-  if (!o.revision.empty()) mo.revision = o.revision;
-  if (!o.name.empty()) mo.name = o.name;
-  mo.overrides = parse_overrides(o.overrides);
-  mo.hashing.verify = o.verify;
-  std::vector<kvkey::FieldSource> sources;
-  try {
-    {
-      ProgressBar bar(o.progress);
-      mo.hashing.progress = [&bar](std::uint64_t done, std::uint64_t total) { bar(done, total); };
-      const kvkey::ModelDir m = kvkey::read_model_dir(o.model, mo);
-      m.apply(id);
-      sources = m.sources;
-    }
-    if (!o.adapter.empty()) {
-      kvkey::AdapterDirOptions ao;
-      if (!o.adapter_name.empty()) ao.name = o.adapter_name;
-      ao.hashing.verify = o.verify;
-      ProgressBar bar(o.progress);
-      ao.hashing.progress = [&bar](std::uint64_t done, std::uint64_t total) { bar(done, total); };
-      id.adapter = kvkey::read_adapter_dir(o.adapter, ao);
-      sources.push_back({"adapter", "manifest of " + o.adapter + ": adapter_config.json and adapter_model.*"});
-    } else if (!o.adapter_name.empty()) {
-      fail("--adapter-name: needs --adapter");
-    }
-  } catch (const kvkey::error& e) {
-    fail("{}", without_error_id(e.what()));
-  }
-  try {
-    (void)kvkey::validated(id);
-  } catch (const kvkey::identity_error& e) {
-    std::string_view what = without_error_id(e.what());
-    const std::string lead = e.field() + ": ";
-    if (what.substr(0, lead.size()) == lead) what.remove_prefix(lead.size());
-    fail("{} ({}): {}", option_of(e.field()), e.field(), what);
-  }
-
-  // Exactly the identity file format `kvkey identity` reads (docs/cli.md).
-  Json model{{"name", id.model.name},
-             {"revision", id.model.revision},
-             {"weights_epoch", id.model.weights_epoch},
-             {"weights_fingerprint", hex(id.model.weights_fingerprint)},
-             {"positional_fingerprint", hex(id.model.positional_fingerprint)}};
-  Json kv{{"dtype", std::string(kvkey::to_string(id.kv.dtype))},
-          {"block_size", id.kv.block_size},
-          {"num_layers", id.kv.num_layers},
-          {"num_kv_heads", id.kv.num_kv_heads},
-          {"head_dim", id.kv.head_dim},
-          {"layout", id.kv.layout},
-          {"mla", id.kv.mla}};
-  Json j{{"tenant", id.tenant},
-         {"model", model},
-         {"kv", kv},
-         {"shard", Json{{"tp_size", id.shard.tp_size}, {"tp_rank", id.shard.tp_rank}}}};
-  if (id.adapter) j["adapter"] = Json{{"name", id.adapter->name}, {"weights_fingerprint", id.adapter->weights_fingerprint.hex()}};
-  const std::string text = j.dump(2) + "\n";
-
-  if (o.sources) {
-    for (const auto& s : sources) fmt::print(stderr, "  {:<30} {}\n", s.field, s.source);
-  }
-  if (o.output.empty()) {
-    out += text;
-  } else {
-    write_atomically(o.output, text);
-  }
-  return exit_ok;
+  return {{cmd, [options](std::string& out) { return run_init(*options, out); }}};
 }
 
 }  // namespace kvkey_tool

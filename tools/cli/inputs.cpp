@@ -164,12 +164,7 @@ std::optional<std::uint64_t> parse_unsigned(std::string_view text, std::uint64_t
 
 kvkey::KvDtype parse_dtype(const std::string& name, std::string_view where) {
   if (const auto d = kvkey::kv_dtype_from_string(name)) return *d;
-  std::string known;
-  for (const kvkey::KvDtype d : kvkey::all_dtypes()) {
-    if (!known.empty()) known += ", ";
-    known += kvkey::to_string(d);
-  }
-  fail("{}: unknown dtype {} (known: {})", where, quote(name), known);
+  fail("{}: unknown dtype {} (known: {})", where, quote(name), kvkey::known_dtype_names());
 }
 
 std::uint64_t parse_uint_option(std::string_view text, int bits, std::string_view what) {
@@ -354,7 +349,7 @@ kvkey::Digest parse_digest(std::string_view hex, std::string_view what) {
   try {
     return kvkey::Digest::from_hex(hex);
   } catch (const kvkey::input_error& e) {
-    fail("{}: {}", what, without_error_id(e.what()));
+    fail("{}: {}", what, e.message());
   }
 }
 

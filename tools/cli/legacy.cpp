@@ -7,8 +7,11 @@
 #include <fmt/format.h>
 
 #include <iterator>
+#include <memory>
+#include <string>
+#include <vector>
 
-#include "cli/commands.hpp"
+#include "cli/command.hpp"
 #include "cli/inputs.hpp"
 #include "cli/report.hpp"
 #include "cli/tool.hpp"
@@ -18,6 +21,19 @@ namespace kvkey_tool {
 namespace lmdeploy = kvkey::compat::lmdeploy;
 
 namespace {
+
+/// `kvkey legacy ...`: lmdeploy's legacy Mooncake store keys (kvkey/compat/lmdeploy.hpp).
+struct LegacyOptions {
+  std::string cache_prefix;
+  std::string model_name;
+  std::string tokens;  ///< keys: token file, "-" = stdin
+  std::string block_size;
+  std::string adapter;  ///< the request's adapter name ("" = none), lmdeploy's extra_identity
+  std::string tp_size = "1";
+  std::string num_kv_heads;       ///< needed when tp_size > 1
+  std::vector<std::string> keys;  ///< parse: the keys to split
+  bool json = false;
+};
 
 constexpr std::size_t width = 16;
 
@@ -48,7 +64,7 @@ std::uint32_t shard_keys(const LegacyOptions& o) {
   try {
     keys = lmdeploy::shard_key_count(tp_size, heads);
   } catch (const kvkey::input_error& e) {
-    fail("--tp-size: {}", without_error_id(e.what()));
+    fail("--tp-size: {}", e.message());
   }
   if (keys > max_keys_per_block) {
     fail("--tp-size: {} with {} KV heads gives {} keys per block, above the tool's limit of {}", tp_size, heads, keys,
@@ -56,8 +72,6 @@ std::uint32_t shard_keys(const LegacyOptions& o) {
   }
   return keys;
 }
-
-}  // namespace
 
 int run_legacy_keys(const LegacyOptions& o, std::string& out) {
   check_model_name(o);
@@ -160,6 +174,38 @@ int run_legacy_parse(const LegacyOptions& o, std::string& out) {
     append_json(out, all);
   }
   return exit_ok;
+}
+
+}  // namespace
+
+std::vector<Command> add_legacy_command(CLI::App& app) {
+  auto o = std::make_shared<LegacyOptions>();
+  auto* legacy = app.add_subcommand("legacy", "lmdeploy's legacy Mooncake store keys: list, match and split them");
+  legacy->require_subcommand(1);
+  const auto head = [&o](CLI::App* cmd) {
+    cmd->add_option("--model-name", o->model_name, "lmdeploy's model_name (default there: the model "
+                                                   "directory's basename)")
+        ->required();
+    cmd->add_option("--cache-prefix", o->cache_prefix, "lmdeploy's cache_prefix (default: none)");
+  };
+  auto* keys = legacy->add_subcommand("keys", "Print the legacy block hashes and keys of a token list");
+  head(keys);
+  keys->add_option("--block-size", o->block_size, "tokens per block")->required();
+  keys->add_option("--tokens", o->tokens, "token ids, as for kvkey keys; - reads stdin")->required();
+  keys->add_option("--adapter", o->adapter, "the request's adapter name (default: none)");
+  keys->add_option("--tp-size", o->tp_size, "tensor-parallel size (default 1)");
+  keys->add_option("--num-kv-heads", o->num_kv_heads, "KV heads of the model (needed when --tp-size > 1)");
+  keys->add_flag("--json", o->json, "machine-readable output");
+  auto* pattern = legacy->add_subcommand("pattern", "Print the regex and the Redis glob that match "
+                                                    "every legacy key of a model (for purging)");
+  head(pattern);
+  pattern->add_flag("--json", o->json, "machine-readable output");
+  auto* parse = legacy->add_subcommand("parse", "Split legacy keys into their parts");
+  parse->add_option("KEY", o->keys, "legacy keys")->required();
+  parse->add_flag("--json", o->json, "machine-readable output");
+  return {{keys, [o](std::string& out) { return run_legacy_keys(*o, out); }},
+          {pattern, [o](std::string& out) { return run_legacy_pattern(*o, out); }},
+          {parse, [o](std::string& out) { return run_legacy_parse(*o, out); }}};
 }
 
 }  // namespace kvkey_tool

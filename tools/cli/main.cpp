@@ -11,9 +11,10 @@
 #include <cstdio>
 #include <exception>
 #include <string>
+#include <utility>
+#include <vector>
 
-#include "cli/commands.hpp"
-#include "cli/init.hpp"
+#include "cli/command.hpp"
 #include "cli/tool.hpp"
 
 namespace {
@@ -41,87 +42,15 @@ int main(int argc, char** argv) {
                                                 KVKEY_VERSION_MINOR, KVKEY_VERSION_PATCH, kvkey::format_version));
   app.require_subcommand(1);
 
-  std::string config, config_b, header;
-  KeysOptions keys;
-  SealOptions seal;
-  VerifyOptions verify;
-  LegacyOptions legacy;
-  InitOptions init;
-
-  auto* identity_cmd = app.add_subcommand("identity", "Print a configuration's validated identity, encoding, root, "
-                                                      "slice and key prefixes");
-  identity_cmd->add_option("CONFIG", config, "identity file (JSON)")->required();
-
-  auto* keys_cmd = app.add_subcommand("keys", "Print the block hashes and store keys of a token list");
-  keys_cmd->add_option("CONFIG", keys.config, "identity file (JSON)")->required();
-  keys_cmd->add_option("--tokens", keys.tokens,
-                       "token ids: a JSON array, or integers separated by whitespace or commas; - reads stdin")
-      ->required();
-  keys_cmd->add_option("--salt", keys.salt, "per-request salt (default: none)");
-  keys_cmd->add_option("--extra", keys.extras, "per-block extra key BEGIN:END:KEY (token positions); repeatable")
-      ->allow_extra_args(false);
-  keys_cmd->add_flag("--json", keys.json, "machine-readable output");
-
-  auto* seal_cmd = app.add_subcommand("seal", "Write the envelope (header) a deployment stores with a block");
-  seal_cmd->add_option("CONFIG", seal.config, "identity file (JSON)")->required();
-  seal_cmd->add_option("--block", seal.block, "block hash (64 hex)")->required();
-  auto* seal_payload = seal_cmd->add_option("--payload", seal.payload, "the payload (KV bytes) file: its digest is sealed");
-  auto* seal_size = seal_cmd->add_option("--size", seal.size, "size-only envelope (integrity mode none) for this payload size")
-      ->excludes(seal_payload);
-  seal_cmd->callback([seal_payload, seal_size] {
-    if (seal_payload->count() + seal_size->count() == 0) throw CLI::ValidationError("give --payload FILE (or --size N)");
-  });
-  seal_cmd->add_option("-o,--output", seal.output, "file to write; - writes the envelope to stdout")->required();
-
-  auto* inspect_cmd = app.add_subcommand("inspect", "Decode an envelope: the producer's identity, slice, block "
-                                                    "hash, payload size and digest");
-  inspect_cmd->add_option("HEADER_FILE", header, "envelope file (1024 bytes)")->required();
-
-  auto* verify_cmd = app.add_subcommand("verify", "Verify an envelope against a configuration, as a reader would");
-  verify_cmd->add_option("CONFIG", verify.config, "the reader's identity file (JSON)")->required();
-  verify_cmd->add_option("HEADER_FILE", verify.header, "envelope file")->required();
-  verify_cmd->add_option("--block", verify.block, "the block hash the reader looks up (64 hex)")->required();
-  auto* verify_payload = verify_cmd->add_option(
-      "--payload", verify.payload, "the payload (KV bytes) file read with the header: checks size and digest");
-  auto* verify_size = verify_cmd->add_option("--size", verify.size,
-                                             "size-only check without the bytes: the payload size the reader "
-                                             "expects (the digest is not checked)")
-      ->excludes(verify_payload);
-  verify_cmd->callback([verify_payload, verify_size] {
-    if (verify_payload->count() + verify_size->count() == 0) throw CLI::ValidationError("give --payload FILE (or --size N)");
-  });
-
-  auto* diff_cmd = app.add_subcommand("diff", "List the salient fields two configurations differ in and say "
-                                              "whether they can share objects");
-  diff_cmd->add_option("CONFIG_A", config, "identity file (JSON)")->required();
-  diff_cmd->add_option("CONFIG_B", config_b, "identity file (JSON)")->required();
-
-  auto* legacy_cmd = app.add_subcommand("legacy", "lmdeploy's legacy Mooncake store keys: list, match and split them");
-  legacy_cmd->require_subcommand(1);
-  auto legacy_head = [&legacy](CLI::App* cmd) {
-    cmd->add_option("--model-name", legacy.model_name, "lmdeploy's model_name (default there: the model "
-                                                       "directory's basename)")
-        ->required();
-    cmd->add_option("--cache-prefix", legacy.cache_prefix, "lmdeploy's cache_prefix (default: none)");
-  };
-  auto* legacy_keys_cmd = legacy_cmd->add_subcommand("keys", "Print the legacy block hashes and keys of a token list");
-  legacy_head(legacy_keys_cmd);
-  legacy_keys_cmd->add_option("--block-size", legacy.block_size, "tokens per block")->required();
-  legacy_keys_cmd->add_option("--tokens", legacy.tokens, "token ids, as for kvkey keys; - reads stdin")->required();
-  legacy_keys_cmd->add_option("--adapter", legacy.adapter, "the request's adapter name (default: none)");
-  legacy_keys_cmd->add_option("--tp-size", legacy.tp_size, "tensor-parallel size (default 1)");
-  legacy_keys_cmd->add_option("--num-kv-heads", legacy.num_kv_heads, "KV heads of the model (needed when "
-                                                                      "--tp-size > 1)");
-  legacy_keys_cmd->add_flag("--json", legacy.json, "machine-readable output");
-  auto* legacy_pattern_cmd = legacy_cmd->add_subcommand("pattern", "Print the regex and the Redis glob that match "
-                                                                   "every legacy key of a model (for purging)");
-  legacy_head(legacy_pattern_cmd);
-  legacy_pattern_cmd->add_flag("--json", legacy.json, "machine-readable output");
-  auto* legacy_parse_cmd = legacy_cmd->add_subcommand("parse", "Split legacy keys into their parts");
-  legacy_parse_cmd->add_option("KEY", legacy.keys, "legacy keys")->required();
-  legacy_parse_cmd->add_flag("--json", legacy.json, "machine-readable output");
-
-  auto* init_cmd = add_init_command(app, init);
+  // Every command, in the order `--help` lists them. A command's file adds its
+  // subcommand and options and says what runs when it is given (command.hpp).
+  constexpr AddCommand table[] = {&add_identity_command, &add_keys_command,   &add_seal_command,
+                                  &add_inspect_command,  &add_verify_command, &add_diff_command,
+                                  &add_legacy_command,   &add_init_command};
+  std::vector<Command> commands;
+  for (const AddCommand add : table) {
+    for (Command& c : add(app)) commands.push_back(std::move(c));
+  }
 
   // CLI11 would report a mistyped subcommand as "A subcommand is required".
   const CLI::App* level = &app;
@@ -157,16 +86,9 @@ int main(int argc, char** argv) {
   std::string out;
   int status = exit_error;
   try {
-    if (identity_cmd->parsed()) status = run_identity(config, out);
-    if (init_cmd->parsed()) status = run_init(init, out);
-    if (keys_cmd->parsed()) status = run_keys(keys, out);
-    if (seal_cmd->parsed()) status = run_seal(seal, out);
-    if (inspect_cmd->parsed()) status = run_inspect(header, out);
-    if (verify_cmd->parsed()) status = run_verify(verify, out);
-    if (diff_cmd->parsed()) status = run_diff(config, config_b, out);
-    if (legacy_keys_cmd->parsed()) status = run_legacy_keys(legacy, out);
-    if (legacy_pattern_cmd->parsed()) status = run_legacy_pattern(legacy, out);
-    if (legacy_parse_cmd->parsed()) status = run_legacy_parse(legacy, out);
+    for (const Command& c : commands) {
+      if (c.app->parsed()) status = c.run(out);
+    }
   } catch (const Failure& e) {
     return report_error(e.what());
   } catch (const kvkey::error& e) {

@@ -78,4 +78,8 @@ std::string to_hex(const std::vector<std::uint8_t>& bytes) {
   return s;
 }
 
+void append_fields(std::string& out, const std::vector<FieldValue>& fields) {
+  for (const auto& f : fields) append_row(out, f.path, f.value, label_width);
+}
+
 }  // namespace kvkey_tool

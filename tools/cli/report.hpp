@@ -5,7 +5,11 @@
 
 #include <kvkey/identity.hpp>
 
+#include <fmt/format.h>
+
+#include <iterator>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "cli/inputs.hpp"
@@ -24,6 +28,18 @@ std::vector<FieldValue> field_values(const kvkey::Identity& id);
 
 /// The value printed for path in fields, or "(absent)".
 std::string value_of(const std::vector<FieldValue>& fields, std::string_view path);
+
+/// The label column of the identity listings.
+inline constexpr std::size_t label_width = 28;
+
+/// Appends formatted text to out.
+template <class... Args>
+void print(std::string& out, fmt::format_string<Args...> f, Args&&... args) {
+  fmt::format_to(std::back_inserter(out), f, std::forward<Args>(args)...);
+}
+
+/// Appends every field as a row (append_row, label_width).
+void append_fields(std::string& out, const std::vector<FieldValue>& fields);
 
 /// Appends "  <label padded to width> <value>\n".
 void append_row(std::string& out, std::string_view label, std::string_view value, std::size_t width = 30);

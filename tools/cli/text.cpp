@@ -1,5 +1,7 @@
 // SPDX-License-Identifier: Apache-2.0
 // Escaping untrusted text for messages and output (tool.hpp).
+#include <kvkey/text.hpp>
+
 #include <fmt/format.h>
 
 #include <cstdint>
@@ -13,39 +15,6 @@ namespace kvkey_tool {
 
 namespace {
 
-// The UTF-8 sequence at s[i]: its code point and length, or length 0 when the
-// bytes there are not well-formed UTF-8 (overlong, surrogate, truncated, > U+10FFFF).
-struct Utf8 {
-  std::uint32_t cp;
-  std::size_t len;
-};
-Utf8 decode(std::string_view s, std::size_t i) {
-  const auto b = [&](std::size_t k) { return k < s.size() ? static_cast<unsigned char>(s[k]) : 0u; };
-  const unsigned c = b(i);
-  if (c < 0x80) return {c, 1};
-  std::size_t len = 0;
-  std::uint32_t cp = 0, min = 0;
-  if (c >= 0xc2 && c <= 0xdf) len = 2, cp = c & 0x1fu, min = 0x80;
-  else if (c >= 0xe0 && c <= 0xef) len = 3, cp = c & 0x0fu, min = 0x800;
-  else if (c >= 0xf0 && c <= 0xf4) len = 4, cp = c & 0x07u, min = 0x10000;
-  else return {0, 0};
-  for (std::size_t k = 1; k < len; ++k) {
-    if ((b(i + k) & 0xc0u) != 0x80) return {0, 0};
-    cp = (cp << 6) | (b(i + k) & 0x3fu);
-  }
-  if (cp < min || cp > 0x10ffff || (cp >= 0xd800 && cp <= 0xdfff)) return {0, 0};
-  return {cp, len};
-}
-
-// Characters that a terminal does not show as themselves: controls, and the
-// invisible or bidirectional formatting characters (ALM, ZWSP..RLM, LS, PS,
-// LRE..RLO, WJ..U+206F, BOM, interlinear annotations).
-bool hidden(std::uint32_t cp) {
-  return cp < 0x20 || (cp >= 0x7f && cp <= 0x9f) || cp == 0x061c || (cp >= 0x200b && cp <= 0x200f) ||
-         (cp >= 0x2028 && cp <= 0x202e) || (cp >= 0x2060 && cp <= 0x206f) || cp == 0xfeff ||
-         (cp >= 0xfff9 && cp <= 0xfffb);
-}
-
 // The escaped text of s's first max bytes (whole characters); `done` is how
 // many bytes of s it covers.
 std::string escape_prefix(std::string_view s, std::size_t max, bool quoted, std::size_t& done) {
@@ -53,22 +22,22 @@ std::string escape_prefix(std::string_view s, std::size_t max, bool quoted, std:
   auto put = [&out](auto&&... args) { fmt::format_to(std::back_inserter(out), args...); };
   std::size_t i = 0;
   while (i < s.size()) {
-    const Utf8 u = decode(s, i);
-    const std::size_t len = u.len == 0 ? 1 : u.len;
+    const kvkey::Utf8Char u = kvkey::decode_utf8(s, i);
+    const std::size_t len = u.size == 0 ? 1 : u.size;
     if (i + len > max) break;
-    if (u.len == 0) {
+    if (u.size == 0) {
       put("\\x{:02x}", static_cast<unsigned char>(s[i]));
-    } else if (quoted && (u.cp == '"' || u.cp == '\\')) {
+    } else if (quoted && (u.code_point == '"' || u.code_point == '\\')) {
       out.push_back('\\');
-      out.push_back(static_cast<char>(u.cp));
-    } else if (u.cp == '\n') {
+      out.push_back(static_cast<char>(u.code_point));
+    } else if (u.code_point == '\n') {
       out += "\\n";
-    } else if (u.cp == '\t') {
+    } else if (u.code_point == '\t') {
       out += "\\t";
-    } else if (u.cp == '\r') {
+    } else if (u.code_point == '\r') {
       out += "\\r";
-    } else if (hidden(u.cp)) {
-      put("\\u{:04x}", u.cp);
+    } else if (kvkey::is_unsafe_code_point(u.code_point)) {
+      put("\\u{:04x}", u.code_point);
     } else {
       out.append(s.substr(i, len));
     }

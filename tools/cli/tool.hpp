@@ -31,10 +31,10 @@ inline constexpr std::size_t quote_limit = 64;
 inline constexpr std::size_t no_limit = std::string_view::npos;
 
 /// s with everything that could change how a terminal shows the text escaped:
-/// C0 controls and DEL (\n, \t, \u001b), C1 controls and invisible or
-/// bidirectional formatting characters in UTF-8 (\u0085, \u202e) and bytes that
-/// are not UTF-8 (\xff). When s is longer than max bytes, only its first max
-/// bytes (whole characters) are kept, followed by "... (N bytes)".
+/// the unsafe code points of kvkey/text.hpp, the ones identity validation
+/// refuses (\n, \t, \u001b, \u0085, \u202e), and bytes that are not UTF-8
+/// (\xff). When s is longer than max bytes, only its first max bytes (whole
+/// characters) are kept, followed by "... (N bytes)".
 std::string escape(std::string_view s, std::size_t max = no_limit);
 
 /// Untrusted text in a message or output: "escaped" like a JSON string ('"' and
@@ -45,15 +45,6 @@ template <class... Args>
 [[noreturn]] void fail(fmt::format_string<Args...> f, Args&&... args) {
   // Whatever a caller formatted in, the message is one printable line.
   throw Failure(escape(fmt::format(f, std::forward<Args>(args)...)));
-}
-
-/// A kvkey exception's message without its "[kvkey.<type>] " id.
-inline std::string_view without_error_id(std::string_view what) {
-  if (!what.empty() && what.front() == '[') {
-    const auto end = what.find("] ");
-    if (end != std::string_view::npos) return what.substr(end + 2);
-  }
-  return what;
 }
 
 }  // namespace kvkey_tool

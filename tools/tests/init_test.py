@@ -133,8 +133,11 @@ class InitTest(unittest.TestCase):
         self.assertEqual(cached["model"]["name"], "Qwen/Qwen2.5-0.5B")
         self.assertEqual(cached["model"]["revision"], COMMIT)
         self.assertEqual(plain["model"]["name"], "plain")
-        self.assertEqual(cached["kv"], {"dtype": "fp16", "block_size": 64, "num_layers": 24, "num_kv_heads": 2,
+        self.assertEqual(cached["kv"], {"dtype": "fp16",
+                                        "quant": {"scheme": "none", "group_size": 0, "zero_point": False},
+                                        "block_size": 64, "num_layers": 24, "num_kv_heads": 2,
                                         "head_dim": 64, "layout": "vllm.v1", "mla": False})
+        self.assertEqual(cached["shard"], {"tp_size": 1, "tp_rank": 0, "pp_size": 1, "pp_rank": 0})
         self.assertEqual(cached["model"]["positional_fingerprint"], canonical_positional(QWEN2))
         self.assertEqual(cached["model"]["positional_fingerprint"], plain["model"]["positional_fingerprint"])
 

@@ -149,9 +149,8 @@ class Lookup:
 # ---- the connector --------------------------------------------------------------------------
 
 
-def glob_escape(prefix: str) -> str:
-    """prefix with the Redis glob specials (* ? [ ] \\) escaped, for SCAN MATCH."""
-    return "".join("\\" + c if c in "*?[]\\" else c for c in prefix)
+#: prefix with the Redis glob specials (* ? [ ] \\) escaped, for SCAN MATCH (the library's helper).
+glob_escape = kvkey.glob_escape
 
 
 def rotate_epoch(ranks: Sequence[kvkey.KeyNamespace], epoch: int) -> list:

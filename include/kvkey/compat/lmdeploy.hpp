@@ -25,6 +25,7 @@
 #include "kvkey/digest.hpp"
 #include "kvkey/errors.hpp"
 #include "kvkey/sha256.hpp"
+#include "kvkey/text.hpp"
 
 KVKEY_BEGIN_NAMESPACE
 namespace compat {
@@ -85,15 +86,6 @@ inline void append_regex_literal(std::string& out, std::string_view s) {
       default:
         break;
     }
-    out.push_back(c);
-  }
-}
-
-// Redis glob (SCAN MATCH / KEYS): '*', '?', '[', ']' and '\' are special and a
-// backslash makes the next character literal.
-inline void append_glob_literal(std::string& out, std::string_view s) {
-  for (char c : s) {
-    if (c == '*' || c == '?' || c == '[' || c == ']' || c == '\\') out.push_back('\\');
     out.push_back(c);
   }
 }
@@ -363,7 +355,7 @@ inline bool is_legacy_key_of(std::string_view key, std::string_view cache_prefix
 [[nodiscard]] inline std::string purge_glob(std::string_view cache_prefix, std::string_view model_name) {
   detail::check_model_name(model_name, "purge_glob");
   std::string g;
-  detail::append_glob_literal(g, detail::key_head(cache_prefix, model_name));
+  g += glob_escape(detail::key_head(cache_prefix, model_name));
   g.append("@tp_rank:*@group:0@");
   for (std::size_t i = 0; i < 2 * Digest::size_bytes; ++i) g.append("[0-9a-f]");
   return g;
