@@ -129,8 +129,9 @@ TEST_CASE("damaged values are rejected with the right reason, then recomputed", 
 namespace {
 
 // A TCP server on 127.0.0.1 that answers the first request on its first
-// connection with fixed bytes, then closes (or, with close_after false, stays
-// silent until destroyed).
+// connection with fixed bytes, then closes (or, with close_after false, answers
+// the request's closing ECHO sentinel as Redis would, so the connector reads
+// the fixed replies in step, and stays silent until destroyed).
 class FakeServer {
  public:
   FakeServer(std::string reply, bool close_after) : reply_(std::move(reply)), close_after_(close_after) {
@@ -168,8 +169,21 @@ class FakeServer {
     conn_ = ::accept(fd_, nullptr, nullptr);
     if (conn_ < 0) return;
     char buf[4096];
-    if (::read(conn_, buf, sizeof buf) <= 0) return;
-    if (!reply_.empty()) (void)!::write(conn_, reply_.data(), reply_.size());
+    std::string request;
+    std::string echo;  // the reply to the request's last command, ECHO <nonce>
+    while (echo.empty()) {
+      const ssize_t n = ::read(conn_, buf, sizeof buf);
+      if (n <= 0) return;
+      request.append(buf, static_cast<std::size_t>(n));
+      const std::size_t at = request.rfind("ECHO\r\n$");
+      const std::size_t end = at == std::string::npos ? at : request.find("\r\n", at + 7);
+      if (end == std::string::npos) continue;
+      const std::size_t len = std::stoul(request.substr(at + 7, end - at - 7));
+      if (request.size() < end + 2 + len + 2) continue;
+      echo = "$" + std::to_string(len) + "\r\n" + request.substr(end + 2, len) + "\r\n";
+    }
+    const std::string reply = close_after_ || reply_.empty() ? reply_ : reply_ + echo;  // "": silent
+    if (!reply.empty()) (void)!::write(conn_, reply.data(), reply.size());
     if (close_after_) {
       ::shutdown(conn_, SHUT_RDWR);
       return;
