@@ -213,12 +213,23 @@ class Connector {
   /// otherwise.
   void save(const Namespace& ns, const std::vector<BlockPayload>& blocks);
 
-  /// Counts the leading blocks that every rank can serve: one EXISTS per
-  /// (block, rank) key, block-major, in one pipeline. `ranks` are the
-  /// namespaces of every rank of one deployment (replicas may repeat a key).
-  /// max_tokens caps the count (engines pass prompt_len - 1).
+  /// Counts the leading blocks that every rank can serve, verified: one
+  /// `GETRANGE key 0 1023` per (block, rank) key, block-major, in one pipeline,
+  /// and a block counts only when the header read on every rank verifies for
+  /// that rank's namespace and the block (KeyNamespace::verify_header, in
+  /// place in hiredis' read buffer). A missing, short, foreign (another
+  /// identity, epoch or format version) or damaged header is a miss. The
+  /// payload is checked at load. `ranks` are the namespaces of every rank of
+  /// one deployment (replicas may repeat a key). max_tokens caps the count
+  /// (engines pass prompt_len - 1).
   Lookup lookup(const std::vector<const Namespace*>& ranks, std::vector<kvkey::Digest> blocks,
                 std::size_t max_tokens = std::numeric_limits<std::size_t>::max());
+
+  /// As lookup, but counts every key that exists (one EXISTS per key): it
+  /// counts foreign and damaged objects too, which the load then rejects.
+  /// Cheaper on the wire; for stores whose writers are all trusted.
+  Lookup lookup_existing(const std::vector<const Namespace*>& ranks, std::vector<kvkey::Digest> blocks,
+                         std::size_t max_tokens = std::numeric_limits<std::size_t>::max());
 
   /// As above, hashing the prompt's full blocks first.
   template <class Token>
@@ -227,6 +238,13 @@ class Connector {
                 std::size_t max_tokens = std::numeric_limits<std::size_t>::max()) {
     if (ranks.empty()) throw std::invalid_argument("lookup: no ranks given");
     return lookup(ranks, ranks.front()->block_hashes(tokens, options), max_tokens);
+  }
+  template <class Token>
+  Lookup lookup_existing(const std::vector<const Namespace*>& ranks, const std::vector<Token>& tokens,
+                         const kvkey::HashOptions& options = {},
+                         std::size_t max_tokens = std::numeric_limits<std::size_t>::max()) {
+    if (ranks.empty()) throw std::invalid_argument("lookup_existing: no ranks given");
+    return lookup_existing(ranks, ranks.front()->block_hashes(tokens, options), max_tokens);
   }
 
   /// Fetches every block (pipelined GET) and verifies its header and the

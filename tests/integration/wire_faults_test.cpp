@@ -102,9 +102,15 @@ Counts run_mode(const Oracle& o, const Mode& mode, std::uint32_t seed) {
     try {
       if (op == 0) {
         const std::size_t got = store.lookup(o.d.all_ranks(), blocks).prefix.blocks;
+        const std::size_t want = o.prefix(blocks);
+        c.unsaved_counted += got > want;
+        // A header damaged in transit is a miss (fewer blocks), never more.
+        in_step = mode.damages_bytes ? got <= want : got == want;
+      } else if (op == 1) {
+        const std::size_t got = store.lookup_existing(o.d.all_ranks(), blocks).prefix.blocks;
         // Existence cannot be verified: a flipped ":0" reads as ":1".
         in_step = mode.damages_bytes || got == o.prefix(blocks);
-      } else if (op == 1 || op == 2) {
+      } else if (op == 2) {
         const auto got = store.load(o.d.rank(r), blocks, size);
         for (std::size_t i = 0; i < blocks.size(); ++i) {
           const bool saved = o.is_saved(blocks[i]);
@@ -277,4 +283,22 @@ TEST_CASE("a trickling server cannot stretch a call past its deadline", "[wire]"
   CHECK(threw);
   CHECK(kind == StoreError::Kind::timeout);
   CHECK_FALSE(store.connection().connected());
+}
+
+TEST_CASE("a flipped bit in the first GETRANGE reply's length leaves no lookup out of step", "[wire]") {
+  // A verified lookup reads 1024-byte headers: "$1024" becomes "$1020".
+  const Deployment d("repro-lookup", tp2(it::unique_tenant("repro-lookup")));
+  const auto blocks = d.rank(0).block_hashes(it::prompt(26, 0, 3));
+  const auto never = d.rank(0).block_hashes(it::prompt(27, 0, 1)).front();
+  {
+    kvkey_redis::Connector direct(it::shared_server());
+    d.save_all_ranks(direct, blocks);
+  }
+  it::FaultProxy proxy(shared_port(), {"--flip-at", "0:4:0x04"});
+  kvkey_redis::Connector store(proxy.options());
+  CHECK_THROWS_AS(store.lookup(d.all_ranks(), blocks), StoreError);
+  CHECK_FALSE(store.connection().connected());
+  CHECK(store.lookup(d.all_ranks(), blocks).prefix.blocks == 3);
+  CHECK(store.lookup(d.all_ranks(), {blocks[0], never, blocks[1]}).prefix.blocks == 1);
+  CHECK(d.count_exact_loads(store, 1, blocks) == 3);
 }
