@@ -33,6 +33,9 @@
 #include <cstddef>
 #include <cstdint>
 #include <cstring>
+#include <limits>
+#include <stdexcept>
+#include <string>
 #include <type_traits>
 #include <utility>
 
@@ -53,24 +56,47 @@ struct ConstBuffer {
 /// A non-owning view of one stored object's KV bytes: one range, or
 /// scatter-gather parts (e.g. per-layer buffers) whose concatenation is the
 /// object. The parts array and the bytes must outlive the call it is passed to.
+///
+/// Both constructors check the view: a null pointer with a nonzero size (the
+/// range, the parts array, or any part) and parts whose sizes add up to more
+/// than SIZE_MAX are input_error. A null pointer with size 0 is an empty payload.
 class Payload {
  public:
-  Payload(const void* data, std::size_t size) noexcept : one_{data, size} {}
-  Payload(const ConstBuffer* parts, std::size_t count) noexcept : parts_(parts), count_(count) {}
+  Payload(const void* data, std::size_t size) : one_{data, size}, size_(size) {
+    if (data == nullptr && size != 0) {
+      throw input_error("payload is a null pointer with size " + std::to_string(size));
+    }
+  }
+  /// Payload(nullptr, n) is the range form.
+  Payload(std::nullptr_t, std::size_t size) : Payload(static_cast<const void*>(nullptr), size) {}
+  Payload(const ConstBuffer* parts, std::size_t count) : parts_(parts), count_(count) {
+    if (parts == nullptr && count != 0) {
+      throw input_error("payload parts array is a null pointer with " + std::to_string(count) + " parts");
+    }
+    for (std::size_t i = 0; i < count; ++i) {
+      const ConstBuffer& b = parts[i];
+      if (b.data == nullptr && b.size != 0) {
+        throw input_error("payload part " + std::to_string(i) + " is a null pointer with size " +
+                          std::to_string(b.size));
+      }
+      if (b.size > std::numeric_limits<std::size_t>::max() - size_) {
+        throw input_error("payload parts overflow: the sizes up to part " + std::to_string(i) +
+                          " add up to more than SIZE_MAX bytes");
+      }
+      size_ += b.size;
+    }
+  }
 
   const ConstBuffer* begin() const noexcept { return parts_ != nullptr ? parts_ : &one_; }
   const ConstBuffer* end() const noexcept { return begin() + count_; }
-  /// Total bytes over all parts.
-  std::uint64_t size() const noexcept {
-    std::uint64_t n = 0;
-    for (const ConstBuffer& b : *this) n += b.size;
-    return n;
-  }
+  /// Total bytes over all parts (checked at construction: it cannot wrap).
+  std::uint64_t size() const noexcept { return size_; }
 
  private:
   ConstBuffer one_{};
   const ConstBuffer* parts_ = nullptr;
   std::size_t count_ = 1;
+  std::size_t size_ = 0;
 };
 
 namespace detail {
