@@ -261,6 +261,32 @@ class MacSlot {
   bool owned_;
 };
 
+/// The finish() state of a streaming sealer or verifier: after finish(), and
+/// once moved from, every further update() or finish() throws
+/// std::logic_error (the hash state is spent; reusing it must not crash).
+class StreamState {
+ public:
+  StreamState() noexcept = default;
+  StreamState(StreamState&& o) noexcept : finished_(std::exchange(o.finished_, true)) {}
+  StreamState& operator=(StreamState&&) = delete;
+  StreamState(const StreamState&) = delete;
+
+  void check(const char* call) const {
+    if (finished_) {
+      throw std::logic_error(std::string(call) + " after finish(): a sealer or verifier checks one object; make "
+                                                 "a new one for the next");
+    }
+  }
+  /// check(), then marks the stream finished.
+  void finish(const char* call) {
+    check(call);
+    finished_ = true;
+  }
+
+ private:
+  bool finished_ = false;
+};
+
 /// What a namespace hands its sealer and verifier.
 struct PayloadScheme {
   IntegrityMode mode;        ///< xxh3_128 or poly1305
@@ -291,11 +317,15 @@ class PayloadSealer {
  public:
   PayloadSealer(PayloadSealer&&) noexcept = default;
 
+  /// Throws std::logic_error after finish() (or on a moved-from sealer).
   void update(const void* data, std::size_t size) {
+    state_.check("PayloadSealer::update()");
     hasher_.update(data, size);
     size_ += size;
   }
+  /// Once only: a second call throws std::logic_error.
   [[nodiscard]] Envelope finish() {
+    state_.finish("PayloadSealer::finish()");
     detail::store_u64(header_.data() + envelope_layout::payload_size, size_);
     const PayloadDigest d = hasher_.finish(header_);
     std::memcpy(header_.data() + envelope_layout::payload_digest, d.data(), d.size());
@@ -320,6 +350,7 @@ class PayloadSealer {
   detail::MacSlot mac_;
   detail::PayloadHasher hasher_;
   std::uint64_t size_ = 0;
+  detail::StreamState state_;
 };
 
 /// Verifies one object whose bytes arrive in pieces: update() each piece in
@@ -330,11 +361,15 @@ class PayloadVerifier {
  public:
   PayloadVerifier(PayloadVerifier&&) noexcept = default;
 
+  /// Throws std::logic_error after finish() (or on a moved-from verifier).
   void update(const void* data, std::size_t size) {
+    state_.check("PayloadVerifier::update()");
     hasher_.update(data, size);
     size_ += size;
   }
+  /// Once only: a second call throws std::logic_error.
   [[nodiscard]] Verdict finish() {
+    state_.finish("PayloadVerifier::finish()");
     if (!length_ok_) return {Reason::malformed, "envelope.size"};
     detail::store_u64(expected_.data() + envelope_layout::payload_size, size_);
     if (hasher_.mode() != IntegrityMode::none) {
@@ -375,6 +410,7 @@ class PayloadVerifier {
   detail::MacSlot mac_;
   detail::PayloadHasher hasher_;
   std::uint64_t size_ = 0;
+  detail::StreamState state_;
 };
 
 KVKEY_END_NAMESPACE
