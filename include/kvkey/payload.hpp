@@ -387,7 +387,11 @@ class PayloadVerifier {
     length_ok_ = header != nullptr && len == envelope_size;
     if (length_ok_) std::memcpy(header_.data(), header, envelope_size);
     const std::uint8_t theirs = length_ok_ ? header_[L::integrity_mode] : 0;
-    if (theirs == static_cast<std::uint8_t>(IntegrityMode::none) && scheme.check == PayloadCheck::size_only) {
+    // A plain reader that opted out accepts a header sealed without a digest.
+    // A keyed reader never does: its tag is the only proof that someone holding
+    // the secret wrote the header (docs/security.md, "Payload MAC").
+    if (theirs == static_cast<std::uint8_t>(IntegrityMode::none) && scheme.check == PayloadCheck::size_only &&
+        scheme.mode != IntegrityMode::poly1305) {
       hasher_.start_none();  // opted out, and sealed without a digest: nothing to check
       return;
     }

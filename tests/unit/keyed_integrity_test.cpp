@@ -1,0 +1,106 @@
+// Keyed namespaces authenticate every payload: no header verifies unless its
+// Poly1305 tag was checked over the payload bytes, whatever the Policy
+// (docs/security.md, "The keyed payload rule").
+#include "support/fixtures.hpp"
+
+#include <catch2/catch.hpp>
+
+#include <algorithm>
+#include <cstddef>
+#include <cstdint>
+#include <random>
+#include <string>
+#include <vector>
+
+namespace {
+
+using kvkey::Envelope;
+using kvkey::Payload;
+using kvkey::Reason;
+using kvkey_test::ByteVec;
+namespace L = kvkey::envelope_layout;
+
+const kvkey::Policy size_only{kvkey::TenantPolicy::required, kvkey::PayloadCheck::size_only};
+using Keyed = kvkey::KeyNamespace<kvkey::HmacSha256>;
+using Plain = kvkey::KeyNamespace<>;
+
+ByteVec pattern(std::size_t n, std::uint32_t seed) {
+  ByteVec b(n);
+  std::mt19937 rng(seed);
+  for (auto& x : b) x = static_cast<std::uint8_t>(rng());
+  return b;
+}
+
+kvkey::TenantSecret secret(char c) { return kvkey::TenantSecret(std::string(40, c)); }
+
+void check_rejected(const kvkey::Verdict& v, Reason r, const std::string& field) {
+  CHECK(kvkey::to_string(v.reason) == kvkey::to_string(r));
+  CHECK(v.field == field);
+}
+
+// What a writer without the secret can make of a genuine keyed header:
+// mode none with the nonce and tag zeroed (a well-formed size-only header).
+Envelope downgraded(Envelope e, std::uint64_t payload_size) {
+  e[L::integrity_mode] = 0;
+  std::fill(e.begin() + L::nonce, e.begin() + L::identity, std::uint8_t{0});
+  kvkey::detail::store_u64(e.data() + L::payload_size, payload_size);
+  return e;
+}
+
+}  // namespace
+
+TEST_CASE("keyed: a header downgraded to integrity mode none never verifies, whatever the policy",
+          "[keyed][security][payload]") {
+  const kvkey::Identity id = kvkey_test::base_identity();
+  const ByteVec bytes = pattern(3000, 1);
+  const ByteVec forged = pattern(3000, 2);
+  const ByteVec longer = pattern(5000, 3);
+  for (const kvkey::Policy& policy : {kvkey::Policy{}, size_only}) {
+    const Keyed ns{id, secret('k'), policy};
+    const auto blocks = ns.block_hashes(kvkey_test::tokens(2 * ns.block_size()));
+    const Envelope genuine = ns.seal(blocks[0], Payload(bytes.data(), bytes.size()));
+    REQUIRE(ns.verify(genuine, blocks[0], Payload(bytes.data(), bytes.size())).ok());
+
+    // Byte 73 to 0, nonce and tag zeroed, with the bytes the attacker chose.
+    const Envelope none = downgraded(genuine, forged.size());
+    REQUIRE(kvkey::parse_envelope(none.data(), none.size()).verdict.ok());  // well-formed
+    check_rejected(ns.verify(none, blocks[0], Payload(forged.data(), forged.size())), Reason::payload_mismatch,
+                   "envelope.integrity_mode");
+    // ... with the genuine bytes too: nothing was authenticated.
+    const Envelope none_same = downgraded(genuine, bytes.size());
+    check_rejected(ns.verify(none_same, blocks[0], Payload(bytes.data(), bytes.size())), Reason::payload_mismatch,
+                   "envelope.integrity_mode");
+    // ... with another length, and with an empty payload.
+    const Envelope none_long = downgraded(genuine, longer.size());
+    check_rejected(ns.verify(none_long, blocks[0], Payload(longer.data(), longer.size())),
+                   Reason::payload_mismatch, "envelope.integrity_mode");
+    const Envelope none_empty = downgraded(genuine, 0);
+    check_rejected(ns.verify(none_empty, blocks[0], Payload(nullptr, 0)), Reason::payload_mismatch,
+                   "envelope.integrity_mode");
+    // Mode none with the nonce and tag left in place is not even well-formed.
+    Envelope kept = genuine;
+    kept[L::integrity_mode] = 0;
+    CHECK_FALSE(ns.verify(kept, blocks[0], Payload(bytes.data(), bytes.size())).ok());
+    // The streaming verifier agrees.
+    auto v = ns.verifier(none.data(), none.size(), blocks[0]);
+    v.update(forged.data(), forged.size());
+    check_rejected(v.finish(), Reason::payload_mismatch, "envelope.integrity_mode");
+    // A size-only check authenticates nothing, so it is never ok in a keyed namespace,
+    // for a downgraded header or a genuine one.
+    check_rejected(ns.verify(none, blocks[0], forged.size()), Reason::payload_mismatch, "envelope.integrity_mode");
+    check_rejected(ns.verify(genuine, blocks[0], bytes.size()), Reason::payload_mismatch, "payload");
+    check_rejected(ns.verify(genuine, blocks[0], bytes.size() + 1), Reason::size_mismatch, "payload_size");
+    // And the namespace never writes such a header.
+    CHECK_THROWS_AS(ns.seal(blocks[0], std::uint64_t{4096}), kvkey::input_error);
+    CHECK_THROWS_WITH(ns.seal(blocks[0], std::uint64_t{4096}), Catch::Contains("keyed"));
+  }
+}
+
+TEST_CASE("keyed: a plain namespace keeps the size-only opt-out", "[keyed][payload][policy]") {
+  const Plain loose{kvkey_test::base_identity(), size_only};
+  const auto blocks = loose.block_hashes(kvkey_test::tokens(loose.block_size()));
+  const Envelope e = loose.seal(blocks[0], std::uint64_t{64});
+  CHECK(loose.verify(e, blocks[0], std::uint64_t{64}).ok());
+  const ByteVec bytes(64, 7);
+  CHECK(loose.verify(e, blocks[0], Payload(bytes.data(), bytes.size())).ok());
+}
