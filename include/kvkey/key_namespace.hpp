@@ -240,6 +240,32 @@ class KeyNamespace {
     return verify(header.data(), header.size(), block_hash, payload_size);
   }
 
+  /// Header-only check, for counting lookups only, never sufficient to serve a
+  /// block: loading verifies the payload (verify() with the bytes). `header`
+  /// must be exactly the envelope_size envelope bytes (e.g. a GETRANGE 0 1023
+  /// reply); any other length is malformed ("envelope.size"). Checks what the
+  /// header alone shows: magic, format version, namespace kind, identity,
+  /// shard, block hash and an integrity mode this namespace accepts (a header
+  /// without a digest is payload_mismatch "envelope.integrity_mode" in a keyed
+  /// namespace and under PayloadCheck::required). The payload size and the
+  /// digest or tag are not checked. Never throws for any header bytes.
+  Verdict verify_header(const std::uint8_t* header, std::size_t header_len, const Digest& block_hash) const {
+    namespace L = envelope_layout;
+    Envelope expected = header_for(block_hash, 0);
+    if (header != nullptr && header_len == envelope_size) {  // any size: the bytes are not here
+      std::memcpy(&expected[L::payload_size], header + L::payload_size, 8);
+    }
+    Verdict v = verify_except_payload(header, header_len, expected);
+    if (v.ok() && header[L::integrity_mode] == 0 &&
+        (namespace_kind == NamespaceKind::keyed || policy_.payload == PayloadCheck::required)) {
+      return {Reason::payload_mismatch, "envelope.integrity_mode"};
+    }
+    return v;
+  }
+  Verdict verify_header(const Envelope& header, const Digest& block_hash) const {
+    return verify_header(header.data(), header.size(), block_hash);
+  }
+
   // ---- accounting -----------------------------------------------------------------
 
   /// reusable_prefix() with this namespace's block size.

@@ -1,6 +1,7 @@
 // Keyed namespaces authenticate every payload: no header verifies unless its
 // Poly1305 tag was checked over the payload bytes, whatever the Policy
-// (docs/security.md, "The keyed payload rule").
+// (docs/security.md, "The keyed payload rule"). Also the header-only check for lookups
+// (verify_header).
 #include "support/fixtures.hpp"
 
 #include <catch2/catch.hpp>
@@ -103,4 +104,63 @@ TEST_CASE("keyed: a plain namespace keeps the size-only opt-out", "[keyed][paylo
   CHECK(loose.verify(e, blocks[0], std::uint64_t{64}).ok());
   const ByteVec bytes(64, 7);
   CHECK(loose.verify(e, blocks[0], Payload(bytes.data(), bytes.size())).ok());
+}
+
+TEST_CASE("verify_header: checks what a header alone shows, for counting lookups", "[keyed][envelope]") {
+  const kvkey::Identity id = kvkey_test::base_identity();
+  const ByteVec bytes = pattern(2048, 4);
+  const Payload payload(bytes.data(), bytes.size());
+
+  SECTION("plain") {
+    const Plain ns{id};
+    const Plain loose{id, size_only};
+    const auto blocks = ns.block_hashes(kvkey_test::tokens(2 * ns.block_size()));
+    const Envelope e = ns.seal(blocks[0], payload);
+    CHECK(ns.verify_header(e, blocks[0]).ok());
+    CHECK(ns.verify_header(e.data(), e.size(), blocks[0]).ok());
+    // Any payload size, any digest: the header alone cannot show them wrong.
+    Envelope other_size = e;
+    kvkey::detail::store_u64(other_size.data() + L::payload_size, 12345);
+    CHECK(ns.verify_header(other_size, blocks[0]).ok());
+    check_rejected(ns.verify_header(e, blocks[1]), Reason::block_mismatch, "block_hash");
+    check_rejected(ns.verify_header(e.data(), 1023, blocks[0]), Reason::malformed, "envelope.size");
+    check_rejected(ns.verify_header(nullptr, 1024, blocks[0]), Reason::malformed, "envelope.size");
+    ByteVec longer(e.begin(), e.end());
+    longer.push_back(0);
+    check_rejected(ns.verify_header(longer.data(), longer.size(), blocks[0]), Reason::malformed, "envelope.size");
+    Envelope bad_magic = e;
+    bad_magic[0] ^= 1;
+    check_rejected(ns.verify_header(bad_magic, blocks[0]), Reason::malformed, "envelope.magic");
+    kvkey::Identity other_id = id;
+    other_id.model.weights_epoch = 3;
+    check_rejected(Plain{other_id}.verify_header(e, blocks[0]), Reason::identity_mismatch, "model.weights_epoch");
+    // Mode none: as the payload check would say it under each policy.
+    const Envelope none = loose.seal(blocks[0], std::uint64_t{2048});
+    CHECK(loose.verify_header(none, blocks[0]).ok());
+    check_rejected(ns.verify_header(none, blocks[0]), Reason::payload_mismatch, "envelope.integrity_mode");
+    // A keyed header is another namespace kind.
+    const Keyed keyed{id, secret('k')};
+    const Envelope ke = keyed.seal(blocks[0], payload);
+    check_rejected(ns.verify_header(ke, blocks[0]), Reason::identity_mismatch, "envelope.namespace_kind");
+  }
+  SECTION("keyed") {
+    for (const kvkey::Policy& policy : {kvkey::Policy{}, size_only}) {
+      const Keyed ns{id, secret('k'), policy};
+      const auto blocks = ns.block_hashes(kvkey_test::tokens(2 * ns.block_size()));
+      const Envelope e = ns.seal(blocks[0], payload);
+      CHECK(ns.verify_header(e, blocks[0]).ok());
+      check_rejected(ns.verify_header(e, blocks[1]), Reason::block_mismatch, "block_hash");
+      // A downgraded header is refused, under either policy.
+      check_rejected(ns.verify_header(downgraded(e, bytes.size()), blocks[0]), Reason::payload_mismatch,
+                     "envelope.integrity_mode");
+      // A plain header of the same identity is another kind.
+      const Plain plain{id};
+      check_rejected(ns.verify_header(plain.seal(blocks[0], payload), blocks[0]), Reason::identity_mismatch,
+                     "envelope.namespace_kind");
+      // Another secret: its block hashes differ.
+      const Keyed other{id, secret('x'), policy};
+      check_rejected(other.verify_header(e, other.block_hashes(kvkey_test::tokens(ns.block_size()))[0]),
+                     Reason::block_mismatch, "block_hash");
+    }
+  }
 }
