@@ -80,6 +80,17 @@ class KeyNamespace {
   const Digest& root() const noexcept { return chain_.root(); }
   std::uint32_t block_size() const noexcept { return id_.kv.block_size; }
 
+  /// This namespace under weights epoch `epoch`: identical in every other
+  /// respect (identity, hasher, so a keyed namespace keeps its tenant secret,
+  /// and Policy). The rotation of docs/security.md, "Rotating": switch every
+  /// rank to ns.with_epoch(n) together.
+  [[nodiscard]] KeyNamespace with_epoch(std::uint64_t epoch) const {
+    Identity id = id_;
+    if (policy_.tenant == TenantPolicy::single_tenant) id.tenant.clear();  // validated() names it again
+    id.model.weights_epoch = epoch;
+    return KeyNamespace(id, chain_.hasher(), policy_, chain_.native());
+  }
+
   // ---- the chain ------------------------------------------------------------
 
   /// Hashes of every full block of tokens (a partial tail is not hashed).

@@ -1,7 +1,7 @@
 // Keyed namespaces authenticate every payload: no header verifies unless its
 // Poly1305 tag was checked over the payload bytes, whatever the Policy
 // (docs/security.md, "The keyed payload rule"). Also the header-only check for lookups
-// (verify_header).
+// (verify_header) and the epoch rotation (with_epoch).
 #include "support/fixtures.hpp"
 
 #include <catch2/catch.hpp>
@@ -162,5 +162,52 @@ TEST_CASE("verify_header: checks what a header alone shows, for counting lookups
       check_rejected(other.verify_header(e, other.block_hashes(kvkey_test::tokens(ns.block_size()))[0]),
                      Reason::block_mismatch, "block_hash");
     }
+  }
+}
+
+TEST_CASE("with_epoch: the same namespace under another weights epoch", "[keyed][identity]") {
+  const kvkey::Identity id = kvkey_test::sharded_identity();
+  kvkey::Identity id7 = id;
+  id7.model.weights_epoch = id.model.weights_epoch + 7;
+  const auto tokens = kvkey_test::tokens(3 * id.kv.block_size);
+  const ByteVec bytes = pattern(512, 5);
+  const Payload payload(bytes.data(), bytes.size());
+
+  SECTION("keyed: keeps the secret and the policy") {
+    for (const kvkey::Policy& policy : {kvkey::Policy{}, size_only}) {
+      const Keyed ns{id, secret('k'), policy};
+      const Keyed rotated = ns.with_epoch(id7.model.weights_epoch);
+      const Keyed direct{id7, secret('k'), policy};
+      CHECK(rotated.identity().model.weights_epoch == id7.model.weights_epoch);
+      CHECK(rotated.root() == direct.root());
+      CHECK(rotated.key_prefix() == direct.key_prefix());
+      CHECK(rotated.slice() == direct.slice());
+      CHECK(rotated.policy().payload == policy.payload);
+      CHECK(rotated.block_hashes(tokens) == direct.block_hashes(tokens));
+      const auto h = rotated.block_hashes(tokens);
+      CHECK(rotated.store_key(h[0]) == direct.store_key(h[0]));
+      CHECK(rotated.store_key(h[0]) != Plain{id7}.store_key(Plain{id7}.block_hashes(tokens)[0]));
+      const Envelope e = rotated.seal(h[0], payload);
+      CHECK(e[L::integrity_mode] == static_cast<std::uint8_t>(kvkey::IntegrityMode::poly1305));
+      CHECK(direct.verify(e, h[0], payload).ok());
+      // The old epoch's headers are refused.
+      const Envelope old = ns.seal(ns.block_hashes(tokens)[0], payload);
+      check_rejected(rotated.verify(old, h[0], payload), Reason::identity_mismatch, "model.weights_epoch");
+      // Back to the same epoch: the same namespace.
+      CHECK(rotated.with_epoch(id.model.weights_epoch).root() == ns.root());
+    }
+  }
+  SECTION("plain and single tenant") {
+    kvkey::Identity single = id;
+    single.tenant.clear();
+    const Plain ns{single, kvkey::single_tenant};
+    const Plain rotated = ns.with_epoch(id7.model.weights_epoch);
+    kvkey::Identity single7 = single;
+    single7.model.weights_epoch = id7.model.weights_epoch;
+    const Plain direct{single7, kvkey::single_tenant};
+    CHECK(rotated.root() == direct.root());
+    CHECK(rotated.policy().tenant == kvkey::TenantPolicy::single_tenant);
+    CHECK(rotated.identity().tenant == direct.identity().tenant);
+    CHECK(rotated.block_hashes(tokens) == direct.block_hashes(tokens));
   }
 }
