@@ -564,14 +564,14 @@ std::size_t to_max_tokens(const py::handle& max_tokens) {
 }
 
 // A header argument: any bytes-like object (strides included); verify never raises on its contents.
-// An int is a payload size (size-only check); anything else is the payload's bytes.
-bool is_payload_size(const py::handle& payload) { return PyLong_Check(payload.ptr()) != 0; }
-
+// An integer (is_integer: a Python int, a numpy integer scalar, anything else
+// with __index__ that is not an array) is a payload size (size-only check);
+// anything else is the payload's bytes.
 kvkey::Verdict verify_header(const Namespace& ns, const py::handle& header, const py::handle& block_hash,
                              const py::handle& payload) {
   const kvkey::Digest block = to_digest(block_hash, "block_hash");
   const ByteString bytes(header, "header", ByteString::Str::refuse);
-  if (is_payload_size(payload)) return ns.verify(bytes.data(), bytes.size(), block, to_uint<std::uint64_t>(payload, "payload"));
+  if (is_integer(payload)) return ns.verify(bytes.data(), bytes.size(), block, to_uint<std::uint64_t>(payload, "payload"));
   const ByteString kv(payload, "payload", ByteString::Str::refuse);
   py::gil_scoped_release release;  // both buffers are held; no Python object is touched
   return ns.verify(bytes.data(), bytes.size(), block, kvkey::Payload(kv.data(), kv.size()));
@@ -749,7 +749,7 @@ void bind_namespace(py::module_& m) {
           "seal",
           [](const Namespace& ns, const py::object& h, const py::object& payload) {
             const kvkey::Digest block = to_digest(h, "block_hash");
-            if (is_payload_size(payload)) {  // size only: the policy must opt out
+            if (is_integer(payload)) {  // size only: the policy must opt out
               const kvkey::Envelope e = ns.seal(block, to_uint<std::uint64_t>(payload, "payload"));
               return py::bytes(reinterpret_cast<const char*>(e.data()), e.size());
             }
