@@ -7,7 +7,6 @@
 #include <cstring>
 #include <exception>
 #include <set>
-#include <type_traits>
 #include <sys/socket.h>
 #include <sys/time.h>
 #include <utility>
@@ -267,27 +266,6 @@ Reply Connection::command(const Command& command) { return std::move(pipeline({c
 
 namespace {
 
-// KeyNamespace::verify_header where the library has it; until then the
-// size-only check with the size the header claims, its digest left unchecked.
-template <class NS, class = void>
-struct has_verify_header : std::false_type {};
-template <class NS>
-struct has_verify_header<NS, std::void_t<decltype(std::declval<const NS&>().verify_header(
-                                 std::declval<const std::uint8_t*>(), std::size_t{},
-                                 std::declval<const kvkey::Digest&>()))>> : std::true_type {};
-
-template <class NS>
-kvkey::Verdict header_verdict(const NS& ns, const std::uint8_t* header, std::size_t len, const kvkey::Digest& block) {
-  if constexpr (has_verify_header<NS>::value) {
-    return ns.verify_header(header, len, block);
-  } else {
-    const auto decoded = kvkey::decode_envelope(header, len);
-    kvkey::Verdict v = ns.verify(header, len, block, decoded ? decoded->payload_size : std::uint64_t{0});
-    if (v.reason == kvkey::Reason::payload_mismatch && v.field == "payload") return {kvkey::Reason::ok, ""};
-    return v;
-  }
-}
-
 void check_same_deployment(const std::vector<const Namespace*>& ranks) {
   if (ranks.empty()) throw std::invalid_argument("lookup: no ranks given");
   for (const Namespace* ns : ranks) {
@@ -350,7 +328,7 @@ Lookup Connector::lookup(const std::vector<const Namespace*>& ranks, std::vector
   std::vector<bool> found(keys.size(), false);
   const Connection::StringTap verify_header = [&](std::size_t i, const char* data, std::size_t len) {
     const Namespace& ns = *ranks[i % ranks.size()];
-    found[i] = header_verdict(ns, reinterpret_cast<const std::uint8_t*>(data), len, blocks[i / ranks.size()]).ok();
+    found[i] = ns.verify_header(reinterpret_cast<const std::uint8_t*>(data), len, blocks[i / ranks.size()]).ok();
     return true;
   };
   guarded([&] {
