@@ -77,11 +77,12 @@ void Connection::disconnect() noexcept {
 
 redisContext* Connection::context() {
   if (ctx_ != nullptr) {
-    // Bytes (or the end of the stream) waiting before anything was sent are
-    // not this call's: start on a fresh connection rather than fail the call.
+    // Bytes, the end of the stream or an error waiting before anything was
+    // sent are not this call's: start on a fresh connection rather than fail.
     char byte = 0;
-    const bool stale = ctx_->reader->pos < ctx_->reader->len || fed_ < received_ ||
-                       ::recv(ctx_->fd, &byte, 1, MSG_PEEK | MSG_DONTWAIT) >= 0;
+    const ssize_t peeked = ::recv(ctx_->fd, &byte, 1, MSG_PEEK | MSG_DONTWAIT);
+    const bool stale = ctx_->reader->pos < ctx_->reader->len || fed_ < received_ || peeked >= 0 ||
+                       (errno != EAGAIN && errno != EWOULDBLOCK);
     if (!stale) return ctx_;
     disconnect();
   }
