@@ -70,6 +70,10 @@ class AnyKeyNamespace {
     return visit([](const auto& n) -> const std::string& { return n.key_prefix(); });
   }
   [[nodiscard]] std::string tenant_prefix() const { return visit([](const auto& n) { return n.tenant_prefix(); }); }
+  /// The same namespace (kind, secret, policy) under weights epoch `epoch`.
+  [[nodiscard]] AnyKeyNamespace with_epoch(std::uint64_t epoch) const {
+    return visit([&](const auto& n) { return AnyKeyNamespace(n.with_epoch(epoch)); });
+  }
   [[nodiscard]] IntegrityMode integrity_mode() const noexcept {
     return visit([](const auto& n) { return n.integrity_mode(); });
   }
@@ -111,6 +115,10 @@ class AnyKeyNamespace {
   [[nodiscard]] Verdict verify(const std::uint8_t* header, std::size_t header_len, const Digest& block_hash,
                                std::uint64_t payload_size) const {
     return visit([&](const auto& n) { return n.verify(header, header_len, block_hash, payload_size); });
+  }
+  [[nodiscard]] Verdict verify_header(const std::uint8_t* header, std::size_t header_len,
+                                      const Digest& block_hash) const {
+    return visit([&](const auto& n) { return n.verify_header(header, header_len, block_hash); });
   }
   [[nodiscard]] PayloadSealer sealer(const Digest& block_hash) const {
     return visit([&](const auto& n) { return n.sealer(block_hash); });
