@@ -10,7 +10,7 @@ root="${KVKEY_ROOT:-$(cd "$(dirname "$0")/../../.." && pwd)}"
 jobs="${KVKEY_JOBS:-$(nproc)}"
 dir="$root/build/lint"
 
-cmake -S "$root" -B "$dir" -DCMAKE_BUILD_TYPE=RelWithDebInfo -DCMAKE_C_COMPILER=clang-14 \
+cmake -S "$root" -B "$dir" -DCMAKE_BUILD_TYPE=RelWithDebInfo \
   -DCMAKE_CXX_COMPILER=clang++-14 -DCMAKE_EXPORT_COMPILE_COMMANDS=ON -DKVKEY_BUILD_TOOLS=OFF \
   -DKVKEY_BUILD_EXAMPLES=OFF >/dev/null
 units=("$dir"/tests/header_check/cxx17/*.cpp)
