@@ -12,6 +12,7 @@
 #include <cstdint>
 #include <cstring>
 #include <limits>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <type_traits>
@@ -26,6 +27,7 @@
 #include "kvkey/encode.hpp"
 #include "kvkey/envelope.hpp"
 #include "kvkey/errors.hpp"
+#include "kvkey/geometry.hpp"
 #include "kvkey/hash_options.hpp"
 #include "kvkey/identity.hpp"
 #include "kvkey/payload.hpp"
@@ -237,6 +239,14 @@ class KeyNamespace {
   Verdict verify(const Envelope& header, const Digest& block_hash, std::uint64_t payload_size) const {
     return verify(header.data(), header.size(), block_hash, payload_size);
   }
+
+  // ---- geometry (kvkey/geometry.hpp) ----------------------------------------------
+
+  /// One block's KV bytes in this rank's slice (kvkey::payload_size of the
+  /// identity's kv and slice()): dense 2 x layers x heads x head_dim x
+  /// block_size x itemsize, MLA layers x head_dim x block_size x itemsize;
+  /// nullopt where quantization scales make the size engine-specific.
+  std::optional<std::uint64_t> payload_size() const noexcept { return kvkey::payload_size(id_.kv, slice_); }
 
   // ---- accounting -----------------------------------------------------------------
 
