@@ -80,6 +80,8 @@ class ByteString {
   std::string str() const { return std::string(view_); }
   const std::uint8_t* data() const noexcept { return reinterpret_cast<const std::uint8_t*>(view_.data()); }
   std::size_t size() const noexcept { return view_.size(); }
+  /// True when the bytes are read in place from the object's buffer (not copied, not a str).
+  bool in_place() const noexcept { return held_ && copy_.empty() && buffer_.len != 0; }
 
  private:
   Py_buffer buffer_{};

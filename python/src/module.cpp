@@ -23,6 +23,7 @@
 #include "batch.hpp"
 #include "convert.hpp"
 #include "tokens.hpp"
+#include "value.hpp"
 
 namespace py = pybind11;
 namespace lm = kvkey::compat::lmdeploy;
@@ -934,6 +935,7 @@ PYBIND11_MODULE(_kvkey, m) {
 
   bind_identity(m);
   bind_namespace(m);
+  bind_values<Namespace, PyVerdict>(m);  // value.hpp
   bind_model_dir(m);
 
   m.def(
