@@ -22,6 +22,7 @@
 
 #include "batch.hpp"
 #include "convert.hpp"
+#include "messages.hpp"
 #include "tokens.hpp"
 #include "value.hpp"
 
@@ -44,9 +45,9 @@ Exceptions& exceptions() {
   return *e;
 }
 
-// Raises cls(message), with extra attributes, as the active Python exception.
+// Raises cls(message in Python's names), with extra attributes, as the active Python exception.
 void raise_as(const py::object& cls, const char* message, const char* field = nullptr) {
-  py::object exc = cls(message);
+  py::object exc = cls(python_message(message));
   if (field != nullptr) exc.attr("field") = field;
   PyErr_SetObject(cls.ptr(), exc.ptr());
 }
