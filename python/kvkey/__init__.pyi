@@ -162,7 +162,7 @@ class ReusablePrefix:
     @property
     def tokens(self) -> int: ...
 
-_Results = Iterable[Union[bool, np.bool_, Verdict]]
+_Results = Iterable[Union[bool, np.bool_, SupportsIndex, Verdict]]
 
 class OpenedValue:
     @property

@@ -179,6 +179,21 @@ inline bool to_bool(const py::handle& obj, const std::string& field) {
   return PyObject_IsTrue(obj.ptr()) == 1;
 }
 
+// 1 or 0 for an int equal to 1 or 0 (Python's, numpy's: anything with
+// __index__ but a bool or a float); -1 for anything else.
+inline int zero_or_one(const py::handle& obj) {
+  if (is_bool(obj) || PyFloat_Check(obj.ptr()) || !PyIndex_Check(obj.ptr())) return -1;
+  const auto index = py::reinterpret_steal<py::object>(PyNumber_Index(obj.ptr()));
+  if (!index) {
+    PyErr_Clear();
+    return -1;
+  }
+  int overflow = 0;
+  const long v = PyLong_AsLongAndOverflow(index.ptr(), &overflow);
+  if (v == -1 && PyErr_Occurred() != nullptr) PyErr_Clear();
+  return overflow == 0 && (v == 0 || v == 1) ? static_cast<int>(v) : -1;
+}
+
 // ---- containers and instances -----------------------------------------------------------------
 
 // Calls f(item, index) for each item of an iterable; a non-iterable is a TypeError naming the field.
