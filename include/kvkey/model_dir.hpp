@@ -313,7 +313,8 @@ inline FileToHash weight_entry(const std::filesystem::path& dir, const std::stri
 /// `stop` is set.
 inline Digest hash_file_counting(const std::filesystem::path& path, std::atomic<std::uint64_t>& done,
                                  const std::atomic<bool>& stop) {
-  return sha256_file(path.string(), std::size_t{4} << 20, [&](std::size_t n) {
+  InputFile file(path.string());  // a file swapped for a FIFO since weight_entry looked is refused, never waited on
+  return sha256_file(file, std::size_t{4} << 20, [&](std::size_t n) {
     done.fetch_add(n, std::memory_order_relaxed);
     return !stop.load(std::memory_order_relaxed);
   });
