@@ -149,7 +149,9 @@ class Connection {
   redisContext* context();
   std::vector<Reply> exchange(const std::vector<Command>& commands, const StringTap& tap);
   void arm();  // the socket timeout for the next read or write: per-read, or the time left
+  void read_more(std::string_view during);  // feeds the reader more bytes, reading the socket if need be
   [[noreturn]] void fail(std::string_view during, int saved_errno);
+  [[noreturn]] void fail_io(std::string_view during, int saved_errno, std::string detail);
   [[noreturn]] void past_deadline(std::string_view during);
   std::string next_nonce();
   static void* create_string(const redisReadTask* task, char* str, std::size_t len);
@@ -159,6 +161,9 @@ class Connection {
   Clock::time_point deadline_ = Clock::time_point::max();  // of the call under way
   std::chrono::microseconds armed_{-1};                    // the socket's timeout now
   bool armed_by_deadline_ = false;                         // ... shortened to the time left
+  std::vector<char> inbuf_;                                // bytes read from the socket ...
+  std::size_t received_ = 0;                               // ... how many
+  std::size_t fed_ = 0;                                    // ... fed to hiredis' reader so far
   std::mt19937_64 nonce_rng_;                              // seeded from std::random_device
   std::size_t tap_limit_ = 0;                              // replies [0, tap_limit_) are tapped
   redisReplyObjectFunctions functions_{};  // hiredis' own, createString routed through tap_
