@@ -14,13 +14,13 @@ import dataclasses
 import threading
 from typing import Any, Iterable, List, Optional, Sequence, Tuple, TypeVar, Union
 
-from . import _kvkey
+from . import InputError, KeyNamespace, Verdict, envelope_size
 from .stores import Store, StoreError
 
 __all__ = ["BlockResult", "Connector"]
 
 _T = TypeVar("_T")
-_HEADER = _kvkey.envelope_size
+_HEADER = envelope_size
 _COUNTED_LIMIT = 1 << 16  # block hashes remembered from lookups, for false-hit counts
 
 
@@ -34,7 +34,7 @@ class BlockResult:
     ``verdict`` says why). ``nbytes`` is the number of bytes copied."""
 
     status: str
-    verdict: Optional[_kvkey.Verdict] = None
+    verdict: Optional[Verdict] = None
     nbytes: int = 0
 
     @property
@@ -53,7 +53,7 @@ def _checked(replies: Iterable[_T], keys: Sequence[str], call: str) -> List[_T]:
     return out
 
 
-_Namespaces = Union[_kvkey.KeyNamespace, Sequence[_kvkey.KeyNamespace]]
+_Namespaces = Union[KeyNamespace, Sequence[KeyNamespace]]
 
 
 class Connector:
@@ -81,20 +81,20 @@ class Connector:
 
     def __init__(self, store: Store, ns: _Namespaces, *, metrics: Any = None,
                  payload_size: Optional[int] = None, raise_errors: bool = False) -> None:
-        ranks = [ns] if isinstance(ns, _kvkey.KeyNamespace) else list(ns)
+        ranks = [ns] if isinstance(ns, KeyNamespace) else list(ns)
         if not ranks:
-            raise _kvkey.InputError("[kvkey.input_error] Connector: no namespace given")
+            raise InputError("[kvkey.input_error] Connector: no namespace given")
         for i, r in enumerate(ranks):
-            if not isinstance(r, _kvkey.KeyNamespace):
+            if not isinstance(r, KeyNamespace):
                 raise TypeError(f"Connector: ns[{i}] is a {type(r).__name__}, expected kvkey.KeyNamespace")
             if r.root != ranks[0].root or r.key_prefix != ranks[0].key_prefix or r.keyed != ranks[0].keyed:
-                raise _kvkey.InputError(f"[kvkey.input_error] Connector: ns[{i}] belongs to another deployment "
+                raise InputError(f"[kvkey.input_error] Connector: ns[{i}] belongs to another deployment "
                                         "than ns[0] (the ranks of one deployment differ only in their shard)")
         if payload_size is not None and (not isinstance(payload_size, int) or payload_size < 0):
-            raise _kvkey.InputError(f"[kvkey.input_error] Connector: payload_size is {payload_size!r}, "
+            raise InputError(f"[kvkey.input_error] Connector: payload_size is {payload_size!r}, "
                                     "must be a non-negative int or None")
         self.store = store
-        self.ranks: List[_kvkey.KeyNamespace] = ranks
+        self.ranks: List[KeyNamespace] = ranks
         self.metrics = metrics
         self.payload_size = payload_size
         self.raise_errors = raise_errors
@@ -103,7 +103,7 @@ class Connector:
         self._counted: "collections.OrderedDict[bytes, None]" = collections.OrderedDict()
 
     @property
-    def ns(self) -> _kvkey.KeyNamespace:
+    def ns(self) -> KeyNamespace:
         """Rank 0's namespace."""
         return self.ranks[0]
 
@@ -115,9 +115,9 @@ class Connector:
 
     # -- plumbing
 
-    def _rank(self, rank: int) -> _kvkey.KeyNamespace:
+    def _rank(self, rank: int) -> KeyNamespace:
         if not isinstance(rank, int) or not 0 <= rank < len(self.ranks):
-            raise _kvkey.InputError(f"[kvkey.input_error] rank is {rank!r}, must lie in [0, {len(self.ranks)})")
+            raise InputError(f"[kvkey.input_error] rank is {rank!r}, must lie in [0, {len(self.ranks)})")
         return self.ranks[rank]
 
     def _store_error(self, e: StoreError) -> None:
@@ -153,7 +153,7 @@ class Connector:
         if max_tokens is None:
             return n
         if not isinstance(max_tokens, int) or max_tokens < 0:
-            raise _kvkey.InputError(f"[kvkey.input_error] max_tokens is {max_tokens!r}, must be a non-negative int")
+            raise InputError(f"[kvkey.input_error] max_tokens is {max_tokens!r}, must be a non-negative int")
         return min(n, max_tokens // self.ranks[0].block_size)
 
     # -- save
@@ -165,12 +165,12 @@ class Connector:
         ns = self._rank(rank)
         hashes, payloads = list(block_hashes), list(payloads)
         if len(hashes) != len(payloads):
-            raise _kvkey.InputError(f"[kvkey.input_error] save: {len(hashes)} block hashes but "
+            raise InputError(f"[kvkey.input_error] save: {len(hashes)} block hashes but "
                                     f"{len(payloads)} payloads")
         if self.payload_size is not None:
             for i, p in enumerate(payloads):
                 if memoryview(p).nbytes != self.payload_size:
-                    raise _kvkey.InputError(f"[kvkey.input_error] save: payloads[{i}] has {memoryview(p).nbytes} "
+                    raise InputError(f"[kvkey.input_error] save: payloads[{i}] has {memoryview(p).nbytes} "
                                             f"bytes, this deployment's blocks have {self.payload_size}")
         values = [ns.seal_value(h, p) for h, p in zip(hashes, payloads)]
         keys = [ns.store_key(h) for h in hashes]
@@ -248,7 +248,7 @@ class Connector:
 
     # -- load
 
-    def _open(self, ns: _kvkey.KeyNamespace, hashes: List[bytes], what: str
+    def _open(self, ns: KeyNamespace, hashes: List[bytes], what: str
               ) -> Tuple[List[Optional[memoryview]], List[Optional[Any]], List[Optional[bytes]]]:
         """Reads and verifies every block: (payload or None, verdict or None when
         missing, raw value) per block. Records the load's metrics but the bytes."""
@@ -310,7 +310,7 @@ class Connector:
         hashes = list(block_hashes)
         bufs = list(buffers)
         if len(bufs) != len(hashes):
-            raise _kvkey.InputError(f"[kvkey.input_error] load_into: {len(hashes)} block hashes but "
+            raise InputError(f"[kvkey.input_error] load_into: {len(hashes)} block hashes but "
                                     f"{len(bufs)} buffers")
         views = []
         for i, b in enumerate(bufs):

@@ -20,6 +20,7 @@ See docs/python.md, "Connector and stores".
 
 from __future__ import annotations
 
+import importlib
 import threading
 from typing import Any, Callable, Dict, Iterator, List, Optional, Protocol, Sequence, TypeVar, runtime_checkable
 
@@ -76,7 +77,8 @@ class Store(Protocol):
         ...
 
     def scan_prefix(self, prefix: str) -> Iterator[str]:
-        """Every key that starts with ``prefix`` (at least once; order unspecified)."""
+        """Every key that starts with ``prefix`` (at least once; order unspecified). A store
+        that cannot list its keys raises NotImplementedError."""
         ...
 
 
@@ -131,7 +133,7 @@ class MemoryStore:
 
 def _redis_error_kind(e: BaseException) -> Optional[str]:
     """The StoreError kind of a redis-py exception (None: not a store error)."""
-    import redis.exceptions as rex
+    rex: Any = importlib.import_module("redis.exceptions")  # only when a Redis store is used
 
     if isinstance(e, rex.TimeoutError):
         return "timeout"
@@ -208,30 +210,31 @@ class _RedisBase:
         return self._call(during, run) if items else []
 
     def get(self, keys: Sequence[str]) -> List[Optional[bytes]]:
-        replies = self._each("get", keys, lambda p, k: p.get(k))
+        replies = self._each("get", keys, lambda p, k: p.execute_command("GET", k))
         return [_as_bytes(r, "GET") for r in replies]
 
     def get_prefix(self, keys: Sequence[str], length: int) -> List[Optional[bytes]]:
         if length < 1:
             raise ValueError(f"get_prefix: length is {length}, must be at least 1")
-        replies = self._each("get_prefix", keys, lambda p, k: p.getrange(k, 0, length - 1))
+        replies = self._each("get_prefix", keys, lambda p, k: p.execute_command("GETRANGE", k, 0, length - 1))
         # GETRANGE answers "" for a missing key: an empty value reads as missing too.
         return [_as_bytes(r, "GETRANGE") or None for r in replies]
 
     def put(self, keys: Sequence[str], values: Sequence[Any]) -> List[bool]:
         if len(keys) != len(values):
             raise ValueError(f"put: {len(keys)} keys but {len(values)} values")
-        replies = self._each("put", list(zip(keys, values)), lambda p, kv: p.set(kv[0], bytes(kv[1])))
+        replies = self._each("put", list(zip(keys, values)),
+                             lambda p, kv: p.execute_command("SET", kv[0], bytes(kv[1])))
         return [r is True for r in replies]
 
     def delete(self, keys: Sequence[str]) -> int:
-        replies = self._each("delete", list(dict.fromkeys(keys)), lambda p, k: p.unlink(k))
+        replies = self._each("delete", list(dict.fromkeys(keys)), lambda p, k: p.execute_command("UNLINK", k))
         if any(not isinstance(r, int) for r in replies):
             raise StoreError("protocol", "delete: UNLINK answered a non-integer")
         return sum(replies)
 
     def exists(self, keys: Sequence[str]) -> List[bool]:
-        replies = self._each("exists", keys, lambda p, k: p.exists(k))
+        replies = self._each("exists", keys, lambda p, k: p.execute_command("EXISTS", k))
         if any(r not in (0, 1) for r in replies):
             raise StoreError("protocol", "exists: EXISTS answered something other than 0 or 1")
         return [r == 1 for r in replies]
@@ -240,8 +243,10 @@ class _RedisBase:
         pattern = glob_escape(prefix) + "*"
         cursor: Any = 0
         while True:  # ends when the server returns cursor 0: SCAN visits every key once or more
-            cursor, batch = self._call("scan_prefix", lambda: node_client.scan(cursor=cursor, match=pattern,
-                                                                                count=1000))
+            def scan_once(at: Any = cursor) -> Any:
+                return node_client.scan(cursor=at, match=pattern, count=1000)
+
+            cursor, batch = self._call("scan_prefix", scan_once)
             for k in batch:
                 yield k.decode("utf-8", "surrogateescape") if isinstance(k, bytes) else str(k)
             if int(cursor) == 0:

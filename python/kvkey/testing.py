@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import collections
 import dataclasses
+import functools
 import hashlib
 import os
 import secrets
@@ -25,7 +26,7 @@ import threading
 import traceback
 from typing import Any, Callable, Dict, List, Optional, Sequence, Set, Tuple
 
-from . import _kvkey as kv
+import kvkey as kv
 from .connector import Connector
 from .stores import Store
 
@@ -263,7 +264,10 @@ class _Case:
 
     def cleanup(self) -> None:
         for prefix in sorted(self.tenants):
-            keys = list(self.store.scan_prefix(prefix))
+            try:
+                keys = list(self.store.scan_prefix(prefix))
+            except NotImplementedError:  # a store that cannot list keys: its values stay
+                return
             if keys:
                 self.store.delete(keys)
             left = list(self.store.scan_prefix(prefix))
@@ -375,8 +379,13 @@ def _swap_ranks(case: _Case, d: _Deployment, hashes: List[bytes]) -> None:
     case.put_raw(ns1.store_key(hashes[2]), a)
 
 
-def _version(v: bytes, case: _Case, d: _Deployment, hashes: List[bytes], version: int) -> bytes:
-    return v[:8] + version.to_bytes(2, "little") + v[10:]
+def _version(version: int) -> Callable[[bytes, _Case, _Deployment, List[bytes]], Optional[bytes]]:
+    """The value with another format version in its header (offset 8, u16le)."""
+
+    def change(v: bytes, case: _Case, d: _Deployment, hashes: List[bytes]) -> bytes:
+        return v[:8] + version.to_bytes(2, "little") + v[10:]
+
+    return change
 
 
 def _fault_cases() -> List[Tuple[str, _Damage, bool]]:
@@ -414,8 +423,8 @@ def _fault_cases() -> List[Tuple[str, _Damage, bool]]:
         ("swapped values (blocks)", _swap_blocks, False),
         ("swapped values (ranks)", _swap_ranks, False),
         ("swapped values, keyed", _swap_blocks, True),
-        ("format version 1", _rewrite(lambda v, *a: _version(v, *a, 1)), False),
-        ("format version 3", _rewrite(lambda v, *a: _version(v, *a, 3)), False),
+        ("format version 1", _rewrite(_version(1)), False),
+        ("format version 3", _rewrite(_version(3)), False),
         ("plain value under a keyed reader's key", _keyed_mix(reader_keyed=True), True),
         ("keyed value under a plain reader's key", _keyed_mix(reader_keyed=False), False),
         ("value keyed with another secret", _keyed_mix(reader_keyed=True, other_secret=True), True),
@@ -611,7 +620,7 @@ def check_store(make_store: Callable[[], Store], *, make_connector: Optional[_Ma
         ("baseline, keyed", lambda c: _baseline(c, True)),
     ]
     for name, damage, keyed in _fault_cases():
-        plan.append((name, lambda c, dmg=damage, k=keyed: _run_fault(c, dmg, k)))
+        plan.append((name, functools.partial(_run_fault, damage=damage, keyed=keyed)))
     plan += [
         ("epoch bump", _epoch_bump),
         ("cross-tenant read", _cross_tenant),
