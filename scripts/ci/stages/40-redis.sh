@@ -2,7 +2,8 @@
 # The Redis integration tests (tests/integration, examples/redis_connector):
 # builds them in build/integration, starts a redis-server on 127.0.0.1 (a free
 # port, no persistence), runs `ctest -L integration` with KVKEY_REDIS_PORT set,
-# and stops the server on every exit path.
+# then the Python stores' tests against the same server, and stops the server
+# on every exit path.
 set -euo pipefail
 root="${KVKEY_ROOT:-$(cd "$(dirname "$0")/../../.." && pwd)}"
 jobs="${KVKEY_JOBS:-$(nproc)}"
@@ -57,4 +58,20 @@ ctest --test-dir "$dir/tests/integration" -L integration --output-on-failure -j"
 # What the tests measured: ctest keeps a passing test's output only in its log.
 echo "=== integration results ==="
 grep -E '^(isolation|epoch|purge|faults|restart|load|load_into): ' "$dir/tests/integration/Testing/Temporary/LastTest.log" || true
+
+# The Python stores on the same server: kvkey.stores.RedisStore, the connector and
+# kvkey.testing.check_store (python/tests/test_redis_stores.py). They use the installed
+# module (stage 30-python) or, failing that, one built here.
+py=/usr/bin/python3
+if ! (cd / && "$py" -c 'import kvkey.testing' 2>/dev/null); then
+  pydir="$root/build/redis-python"
+  echo "40-redis: kvkey is not importable; building the module in $pydir"
+  cmake -S "$root" -B "$pydir" -DCMAKE_BUILD_TYPE=RelWithDebInfo -DKVKEY_BUILD_PYTHON=ON -DPython_EXECUTABLE="$py" \
+    -DCMAKE_INTERPROCEDURAL_OPTIMIZATION=OFF -DKVKEY_BUILD_TESTS=OFF -DKVKEY_BUILD_EXAMPLES=OFF \
+    -DKVKEY_BUILD_TOOLS=OFF >/dev/null
+  cmake --build "$pydir" --target kvkey_python -j"$jobs"
+  export PYTHONPATH="$pydir/python${PYTHONPATH:+:$PYTHONPATH}"
+fi
+(cd "$root/python/tests" && KVKEY_REQUIRE_REDIS=1 "$py" -m pytest -q -s -p no:cacheprovider -k "not cluster" \
+  test_redis_stores.py) || status=$?
 exit "$status"
