@@ -53,6 +53,21 @@ def _checked(replies: Iterable[_T], keys: Sequence[str], call: str) -> List[_T]:
     return out
 
 
+def _check_header(ns: KeyNamespace, header: Any, block_hash: bytes) -> Verdict:
+    """The header's verdict, and, where the store told the value's total size (a
+    ``stores.Prefix``, or a whole value), whether the header's payload size agrees."""
+    view = memoryview(header)
+    verdict = ns.verify_header(view[:_HEADER], block_hash)
+    total = getattr(header, "total_size", None)
+    if total is None and len(view) > _HEADER:
+        total = len(view)
+    if verdict.ok and total is not None:
+        sized = ns.verify(view[:_HEADER], block_hash, max(0, total - _HEADER))
+        if sized.reason == "size_mismatch":  # ok or payload_mismatch: the size agrees
+            return sized
+    return verdict
+
+
 _Namespaces = Union[KeyNamespace, Sequence[KeyNamespace]]
 
 
@@ -211,7 +226,7 @@ class Connector:
                 if header is None:
                     block_ok = False
                     continue
-                verdict = ns.verify_header(memoryview(header)[:_HEADER], hashes[b])
+                verdict = _check_header(ns, header, hashes[b])
                 if not verdict.ok:
                     block_ok = False
                     if block_rejected is None:

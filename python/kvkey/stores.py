@@ -7,8 +7,8 @@ nothing: the connector verifies every value it reads, so a store that loses, dam
 truncates or swaps values causes misses, never wrong loads.
 
 - ``MemoryStore()``: a dict behind a lock (tests, docs, single-process caches).
-- ``RedisStore(redis.Redis)``: one Redis node, pipelined ``GETRANGE key 0 1023`` for
-  headers, ``MGET`` for values, pipelined ``SET`` / ``EXISTS`` / ``UNLINK``.
+- ``RedisStore(redis.Redis)``: one Redis node, pipelined ``GETRANGE key 0 1023`` (with
+  ``STRLEN``) for headers, pipelined ``GET`` / ``SET`` / ``EXISTS`` / ``UNLINK``.
 - ``RedisClusterStore(redis.RedisCluster)``: the same through redis-py's cluster
   pipeline, which groups the single-key commands per node; ``scan_prefix`` visits
   every primary.
@@ -24,7 +24,7 @@ import importlib
 import threading
 from typing import Any, Callable, Dict, Iterator, List, Optional, Protocol, Sequence, TypeVar, runtime_checkable
 
-__all__ = ["MemoryStore", "RedisClusterStore", "RedisStore", "Store", "StoreError", "glob_escape"]
+__all__ = ["MemoryStore", "Prefix", "RedisClusterStore", "RedisStore", "Store", "StoreError", "glob_escape"]
 
 _T = TypeVar("_T")
 
@@ -60,7 +60,9 @@ class Store(Protocol):
 
     def get_prefix(self, keys: Sequence[str], length: int) -> Sequence[Optional[bytes]]:
         """The first ``length`` bytes of each value (all of it when shorter), or None
-        where there is none. A store that cannot read a range returns whole values."""
+        where there is none. A store that cannot read a range returns whole values; one
+        that knows the value's size returns ``Prefix(data, total_size)``, and the lookup
+        then also rejects a value whose length disagrees with its header."""
         ...
 
     def put(self, keys: Sequence[str], values: Sequence[Any]) -> Optional[Sequence[bool]]:
@@ -80,6 +82,17 @@ class Store(Protocol):
         """Every key that starts with ``prefix`` (at least once; order unspecified). A store
         that cannot list its keys raises NotImplementedError."""
         ...
+
+
+class Prefix(bytes):
+    """The first bytes of a stored value, with the value's total size (``total_size``)."""
+
+    total_size: int
+
+    def __new__(cls, data: bytes, total_size: int) -> "Prefix":
+        obj = super().__new__(cls, data)
+        obj.total_size = total_size
+        return obj
 
 
 def glob_escape(prefix: str) -> str:
@@ -102,7 +115,7 @@ class MemoryStore:
     def get_prefix(self, keys: Sequence[str], length: int) -> List[Optional[bytes]]:
         with self._lock:
             found = [self.values.get(k) for k in keys]
-        return [None if v is None else v[:length] for v in found]
+        return [None if v is None else Prefix(v[:length], len(v)) for v in found]
 
     def put(self, keys: Sequence[str], values: Sequence[Any]) -> None:
         if len(keys) != len(values):
@@ -191,8 +204,9 @@ class _RedisBase:
             self._drop_connections()
             raise StoreError(kind, f"{during}: {type(e).__name__}: {e}") from e
 
-    def _each(self, during: str, items: Sequence[_T], command: Callable[[Any, _T], Any]) -> List[Any]:
-        """One command per item, pipelined in batches; the replies in item order."""
+    def _each(self, during: str, items: Sequence[_T], command: Callable[[Any, _T], Any],
+              per_item: int = 1) -> List[Any]:
+        """``per_item`` commands per item, pipelined in batches; the replies in order."""
 
         def run() -> List[Any]:
             out: List[Any] = []
@@ -202,8 +216,9 @@ class _RedisBase:
                 for item in chunk:
                     command(pipe, item)
                 replies = pipe.execute(raise_on_error=True)
-                if len(replies) != len(chunk):
-                    raise StoreError("protocol", f"{during}: {len(replies)} replies to {len(chunk)} commands")
+                if len(replies) != len(chunk) * per_item:
+                    raise StoreError("protocol", f"{during}: {len(replies)} replies to "
+                                     f"{len(chunk) * per_item} commands")
                 out.extend(replies)
             return out
 
@@ -216,9 +231,19 @@ class _RedisBase:
     def get_prefix(self, keys: Sequence[str], length: int) -> List[Optional[bytes]]:
         if length < 1:
             raise ValueError(f"get_prefix: length is {length}, must be at least 1")
-        replies = self._each("get_prefix", keys, lambda p, k: p.execute_command("GETRANGE", k, 0, length - 1))
-        # GETRANGE answers "" for a missing key: an empty value reads as missing too.
-        return [_as_bytes(r, "GETRANGE") or None for r in replies]
+        def both(p: Any, k: str) -> None:
+            p.execute_command("GETRANGE", k, 0, length - 1)
+            p.execute_command("STRLEN", k)
+
+        replies = self._each("get_prefix", keys, both, per_item=2)
+        out: List[Optional[bytes]] = []
+        for data, size in zip(replies[0::2], replies[1::2]):
+            data = _as_bytes(data, "GETRANGE")
+            if not isinstance(size, int):
+                raise StoreError("protocol", f"STRLEN answered a {type(size).__name__}")
+            # GETRANGE answers "" and STRLEN 0 for a missing key: an empty value reads as missing too.
+            out.append(Prefix(data, size) if data else None)
+        return out
 
     def put(self, keys: Sequence[str], values: Sequence[Any]) -> List[bool]:
         if len(keys) != len(values):

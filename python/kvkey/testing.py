@@ -215,16 +215,21 @@ class _Case:
         # The oracle: read every value and check its header with the namespace itself.
         keys = [ns.store_key(h) for h in hashes for ns in d.ranks]
         values = list(self.store.get(keys))
-        verifies = []
+        verifies, complete = [], []  # the header verifies; and the value's length agrees with it
         for b, h in enumerate(hashes):
-            good = True
+            good = whole = True
             for k, ns in enumerate(d.ranks):
                 v = values[b * len(d.ranks) + k]
-                good = good and v is not None and bool(ns.verify_header(memoryview(v)[:_HEADER], h).ok)
+                ok = v is not None and bool(ns.verify_header(memoryview(v)[:_HEADER], h).ok)
+                good = good and ok
+                whole = whole and ok and v is not None and ns.verify(
+                    memoryview(v)[:_HEADER], h, max(0, len(v) - _HEADER)).reason != "size_mismatch"
             verifies.append(good)
+            complete.append(whole)
         if strict:
             r.counted_rejected += sum(1 for b in range(min(counted, len(hashes))) if not verifies[b])
-            expected = next((b for b, ok in enumerate(verifies) if not ok), len(hashes))
+            # A lookup may also stop at a value whose length disagrees with its header.
+            expected = next((b for b, ok in enumerate(complete) if not ok), len(hashes))
             if counted < expected:
                 r.lost += expected - counted
                 r.errors.append(f"lookup counted {counted} blocks; {expected} have headers that verify")

@@ -131,6 +131,26 @@ def test_a_payload_flip_passes_the_header_check_and_fails_the_load(setup):
     assert conn.load(hashes[:1]) == [None]
 
 
+class PrefixOnly(MemoryStore):
+    """Returns bare prefixes: the lookup cannot see a value's size."""
+
+    def get_prefix(self, keys, length):
+        return [None if v is None else bytes(v) for v in super().get_prefix(keys, length)]
+
+
+def test_lookup_checks_the_value_size_when_the_store_knows_it(setup):
+    ns, store, conn, hashes = setup
+    conn.save(hashes, payloads(hashes))
+    key = ns.store_key(hashes[1])
+    store.values[key] = store.values[key][:-1]  # truncated payload, intact header
+    assert isinstance(store.get_prefix([key], H)[0], kvkey.stores.Prefix)
+    assert conn.lookup(hashes) == 1
+    bare = PrefixOnly()
+    bare.values = store.values
+    assert kvkey.Connector(bare, ns).lookup(hashes) == 4  # the header alone verifies
+    assert kvkey.Connector(bare, ns).load(hashes)[1] is None
+
+
 def test_several_ranks_count_a_block_only_when_every_rank_verifies():
     rs = ranks(tp=2)
     store = MemoryStore()

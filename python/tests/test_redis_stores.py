@@ -61,6 +61,7 @@ def protocol_roundtrip(store):
     assert store.get([keys[3], p + "nope"]) == [b"v3" + bytes(2000), None]
     heads = store.get_prefix(keys + [p + "nope"], 1024)
     assert heads[5] == (b"v5" + bytes(2000))[:1024] and heads[-1] is None and len(heads) == 701
+    assert heads[5].total_size == 2002  # the lookup compares it with the header's payload size
     assert store.exists([keys[0], p + "nope"]) == [True, False]
     assert sorted(store.scan_prefix(p)) == sorted(keys)
     assert store.delete(keys + [p + "nope"]) == 700
@@ -104,6 +105,18 @@ def test_redis_empty_value_reads_as_missing_at_lookup(client):
     assert store.get_prefix([ns.store_key(h)], 1024) == [None]
     assert kvkey.Connector(store, ns).lookup([h]) == 0
     store.delete([ns.store_key(h)])
+
+
+def test_redis_lookup_stops_at_a_value_shorter_than_its_header_says(client):
+    ns = namespace()
+    store = RedisStore(client)
+    conn = kvkey.Connector(store, ns)
+    hashes = ns.block_hashes(range(3 * 64))
+    conn.save(hashes, [bytes(3000)] * 3)
+    key = ns.store_key(hashes[1])
+    client.set(key, client.get(key)[:-1])  # torn tail: the header alone still verifies
+    assert conn.lookup(hashes) == 1 and conn.lookup_existing(hashes) == 3
+    assert store.delete(list(store.scan_prefix(ns.tenant_prefix))) == 3
 
 
 def test_redis_unreachable_is_a_connection_error():
