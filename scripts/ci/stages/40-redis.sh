@@ -63,15 +63,8 @@ grep -E '^(isolation|epoch|purge|faults|restart|load|load_into): ' "$dir/tests/i
 # kvkey.testing.check_store (python/tests/test_redis_stores.py). They use the installed
 # module (stage 30-python) or, failing that, one built here.
 py=/usr/bin/python3
-if ! (cd / && "$py" -c 'import kvkey.testing' 2>/dev/null); then
-  pydir="$root/build/redis-python"
-  echo "40-redis: kvkey is not importable; building the module in $pydir"
-  cmake -S "$root" -B "$pydir" -DCMAKE_BUILD_TYPE=RelWithDebInfo -DKVKEY_BUILD_PYTHON=ON -DPython_EXECUTABLE="$py" \
-    -DCMAKE_INTERPROCEDURAL_OPTIMIZATION=OFF -DKVKEY_BUILD_TESTS=OFF -DKVKEY_BUILD_EXAMPLES=OFF \
-    -DKVKEY_BUILD_TOOLS=OFF >/dev/null
-  cmake --build "$pydir" --target kvkey_python -j"$jobs"
-  export PYTHONPATH="$pydir/python${PYTHONPATH:+:$PYTHONPATH}"
-fi
+extra="$("$root/scripts/ci/python-module.sh" "$root/build/redis-python")"
+if [ -n "$extra" ]; then export PYTHONPATH="$extra${PYTHONPATH:+:$PYTHONPATH}"; fi
 (cd "$root/python/tests" && KVKEY_REQUIRE_REDIS=1 "$py" -m pytest -q -s -p no:cacheprovider -k "not cluster" \
   test_redis_stores.py) || status=$?
 exit "$status"

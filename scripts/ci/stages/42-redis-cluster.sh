@@ -13,15 +13,8 @@ jobs="${KVKEY_JOBS:-$(nproc)}"
 py=/usr/bin/python3
 example="$root/examples/python/redis_cluster"
 
-if ! (cd / && "$py" -c 'import kvkey.testing' 2>/dev/null); then
-  dir="$root/build/cluster"
-  echo "42-redis-cluster: kvkey is not importable; building the module in $dir"
-  cmake -S "$root" -B "$dir" -DCMAKE_BUILD_TYPE=RelWithDebInfo -DKVKEY_BUILD_PYTHON=ON -DPython_EXECUTABLE="$py" \
-    -DCMAKE_INTERPROCEDURAL_OPTIMIZATION=OFF -DKVKEY_BUILD_TESTS=OFF -DKVKEY_BUILD_EXAMPLES=OFF \
-    -DKVKEY_BUILD_TOOLS=OFF >/dev/null
-  cmake --build "$dir" --target kvkey_python -j"$jobs"
-  export PYTHONPATH="$dir/python${PYTHONPATH:+:$PYTHONPATH}"
-fi
+extra="$("$root/scripts/ci/python-module.sh" "$root/build/cluster")"
+if [ -n "$extra" ]; then export PYTHONPATH="$extra${PYTHONPATH:+:$PYTHONPATH}"; fi
 
 work="$(mktemp -d /tmp/kvkey-cluster-XXXXXX)"
 pids=()
