@@ -69,6 +69,7 @@ def _check_header(ns: KeyNamespace, header: Any, block_hash: bytes) -> Verdict:
 
 
 _Namespaces = Union[KeyNamespace, Sequence[KeyNamespace]]
+_Opened = Tuple[List[Optional[memoryview]], List[Optional[Verdict]], List[Optional[bytes]]]
 
 
 class Connector:
@@ -104,10 +105,10 @@ class Connector:
                 raise TypeError(f"Connector: ns[{i}] is a {type(r).__name__}, expected kvkey.KeyNamespace")
             if r.root != ranks[0].root or r.key_prefix != ranks[0].key_prefix or r.keyed != ranks[0].keyed:
                 raise InputError(f"[kvkey.input_error] Connector: ns[{i}] belongs to another deployment "
-                                        "than ns[0] (the ranks of one deployment differ only in their shard)")
+                                 "than ns[0] (the ranks of one deployment differ only in their shard)")
         if payload_size is not None and (not isinstance(payload_size, int) or payload_size < 0):
             raise InputError(f"[kvkey.input_error] Connector: payload_size is {payload_size!r}, "
-                                    "must be a non-negative int or None")
+                             "must be a non-negative int or None")
         self.store = store
         self.ranks: List[KeyNamespace] = ranks
         self.metrics = metrics
@@ -181,12 +182,12 @@ class Connector:
         hashes, payloads = list(block_hashes), list(payloads)
         if len(hashes) != len(payloads):
             raise InputError(f"[kvkey.input_error] save: {len(hashes)} block hashes but "
-                                    f"{len(payloads)} payloads")
+                             f"{len(payloads)} payloads")
         if self.payload_size is not None:
             for i, p in enumerate(payloads):
                 if memoryview(p).nbytes != self.payload_size:
                     raise InputError(f"[kvkey.input_error] save: payloads[{i}] has {memoryview(p).nbytes} "
-                                            f"bytes, this deployment's blocks have {self.payload_size}")
+                                     f"bytes, this deployment's blocks have {self.payload_size}")
         values = [ns.seal_value(h, p) for h, p in zip(hashes, payloads)]
         keys = [ns.store_key(h) for h in hashes]
         try:
@@ -263,10 +264,9 @@ class Connector:
 
     # -- load
 
-    def _open(self, ns: KeyNamespace, hashes: List[bytes], what: str
-              ) -> Tuple[List[Optional[memoryview]], List[Optional[Any]], List[Optional[bytes]]]:
-        """Reads and verifies every block: (payload or None, verdict or None when
-        missing, raw value) per block. Records the load's metrics but the bytes."""
+    def _open(self, ns: KeyNamespace, hashes: List[bytes]) -> _Opened:
+        """Reads and verifies every block: (payload or None, verdict or None when missing,
+        raw value) per block. On a store error, records the load as all missing."""
         keys = [ns.store_key(h) for h in hashes]
         try:
             values = _checked(self.store.get(keys) if keys else [], keys, "get")
@@ -277,7 +277,7 @@ class Connector:
         present = [i for i, v in enumerate(values) if v is not None]
         opened = ns.open_values([values[i] for i in present], [hashes[i] for i in present]) if present else []
         payloads: List[Optional[memoryview]] = [None] * len(hashes)
-        verdicts: List[Optional[Any]] = [None] * len(hashes)
+        verdicts: List[Optional[Verdict]] = [None] * len(hashes)
         for i, o in zip(present, opened):
             verdict, payload = o.verdict, o.payload
             if verdict.ok and payload is not None and self.payload_size is not None \
@@ -311,7 +311,7 @@ class Connector:
         store returned, no copy; ``bytes(p)`` copies) or None: missing, rejected, or the
         store failed."""
         hashes = list(block_hashes)
-        payloads, verdicts, _ = self._open(self._rank(rank), hashes, "load")
+        payloads, verdicts, _ = self._open(self._rank(rank), hashes)
         self._record_load(hashes, payloads, verdicts)
         return payloads
 
@@ -326,7 +326,7 @@ class Connector:
         bufs = list(buffers)
         if len(bufs) != len(hashes):
             raise InputError(f"[kvkey.input_error] load_into: {len(hashes)} block hashes but "
-                                    f"{len(bufs)} buffers")
+                             f"{len(bufs)} buffers")
         views = []
         for i, b in enumerate(bufs):
             try:
@@ -336,7 +336,7 @@ class Connector:
             if v.readonly or not v.c_contiguous:
                 raise TypeError(f"load_into: buffers[{i}] must be writable and C-contiguous")
             views.append(v.cast("B") if v.format != "B" or v.ndim != 1 else v)
-        payloads, verdicts, values = self._open(ns, hashes, "load_into")
+        payloads, verdicts, values = self._open(ns, hashes)
         results: List[BlockResult] = []
         for i, (payload, view) in enumerate(zip(payloads, views)):
             if payload is not None and len(payload) != view.nbytes:

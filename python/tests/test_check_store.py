@@ -53,7 +53,7 @@ class Unverified(kvkey.Connector):
     def lookup(self, block_hashes, *, max_tokens=None):
         return self.lookup_existing(block_hashes, max_tokens=max_tokens)
 
-    def _open(self, ns, hashes, what):
+    def _open(self, ns, hashes):
         values = self.store.get([ns.store_key(h) for h in hashes])
         payloads = [None if v is None else memoryview(v)[kvkey.envelope_size:] for v in values]
         return payloads, [None] * len(hashes), values
