@@ -96,7 +96,8 @@ class Connector:
     """
 
     def __init__(self, store: Store, ns: _Namespaces, *, metrics: Any = None,
-                 payload_size: Optional[int] = None, raise_errors: bool = False) -> None:
+                 payload_size: Optional[int] = None, raise_errors: bool = False,
+                 lookup_batch: int = 512) -> None:
         ranks = [ns] if isinstance(ns, KeyNamespace) else list(ns)
         if not ranks:
             raise InputError("[kvkey.input_error] Connector: no namespace given")
@@ -114,6 +115,9 @@ class Connector:
         self.metrics = metrics
         self.payload_size = payload_size
         self.raise_errors = raise_errors
+        if not isinstance(lookup_batch, int) or lookup_batch < 1:
+            raise InputError(f"[kvkey.input_error] Connector: lookup_batch is {lookup_batch!r}, must be at least 1")
+        self.lookup_batch = lookup_batch
         self.last_error: Optional[StoreError] = None
         self._lock = threading.Lock()
         self._counted: "collections.OrderedDict[bytes, None]" = collections.OrderedDict()
@@ -127,7 +131,8 @@ class Connector:
         """A connector on the same store for weights epoch ``epoch``: every rank's
         namespace rotated with ``ns.with_epoch`` (secret and policy kept)."""
         return Connector(self.store, [r.with_epoch(epoch) for r in self.ranks], metrics=self.metrics,
-                         payload_size=self.payload_size, raise_errors=self.raise_errors)
+                         payload_size=self.payload_size, raise_errors=self.raise_errors,
+                         lookup_batch=self.lookup_batch)
 
     # -- plumbing
 
@@ -206,28 +211,43 @@ class Connector:
 
     def lookup(self, block_hashes: Sequence[bytes], *, max_tokens: Optional[int] = None) -> int:
         """The number of leading blocks whose header verifies, for this deployment and
-        that block, on every rank: reads the first 1024 bytes of each value (one
-        batched ``get_prefix``). The payload is checked at load. ``max_tokens`` caps
-        the count at ``max_tokens // block_size`` blocks (pass ``prompt_len - 1``)."""
+        that block, on every rank: reads the first 1024 bytes of each value (batched
+        ``get_prefix``, ``lookup_batch`` blocks per call, stopping after the batch where
+        the count ends). The payload is checked at load. ``max_tokens`` caps the count
+        at ``max_tokens // block_size`` blocks (pass ``prompt_len - 1``)."""
         hashes = list(block_hashes)
         n = self._max_blocks(len(hashes), max_tokens)
-        keys = [ns.store_key(h) for h in hashes[:n] for ns in self.ranks]
-        try:
-            headers = _checked(self.store.get_prefix(keys, _HEADER) if keys else [], keys, "get_prefix")
-        except StoreError as e:
-            self._lookup_done(hashes, 0, 0)
-            self._store_error(e)
-            return 0
+        hits, rejected_blocks = 0, 0
+        for start in range(0, n, self.lookup_batch):
+            chunk = hashes[start:min(n, start + self.lookup_batch)]
+            keys = [ns.store_key(h) for h in chunk for ns in self.ranks]
+            try:
+                headers = _checked(self.store.get_prefix(keys, _HEADER), keys, "get_prefix")
+            except StoreError as e:
+                self._lookup_done(hashes, 0, rejected_blocks)
+                self._store_error(e)
+                return 0
+            counted, rejected = self._count(chunk, headers, counting=hits == start)
+            hits += counted
+            rejected_blocks += rejected
+            if hits < start + len(chunk):
+                break  # the count ended in this batch
+        self._lookup_done(hashes, hits, rejected_blocks)
+        return hits
+
+    def _count(self, hashes: List[bytes], headers: List[Optional[bytes]], counting: bool) -> Tuple[int, int]:
+        """(leading blocks whose headers verify on every rank, blocks with a rejected
+        header) of one batch; records each rejection."""
         shards = len(self.ranks)
-        hits, prefix_open, rejected_blocks = 0, True, 0
-        for b in range(n):
+        hits, rejected_blocks = 0, 0
+        for b, h in enumerate(hashes):
             block_ok, block_rejected = True, None
             for r, ns in enumerate(self.ranks):
                 header = headers[b * shards + r]
                 if header is None:
                     block_ok = False
                     continue
-                verdict = _check_header(ns, header, hashes[b])
+                verdict = _check_header(ns, header, h)
                 if not verdict.ok:
                     block_ok = False
                     if block_rejected is None:
@@ -236,12 +256,11 @@ class Connector:
                 rejected_blocks += 1
                 if self.metrics is not None:
                     self.metrics.record_rejection(block_rejected)
-            if prefix_open and block_ok:
+            if counting and block_ok:
                 hits += 1
             else:
-                prefix_open = False
-        self._lookup_done(hashes, hits, rejected_blocks)
-        return hits
+                counting = False
+        return hits, rejected_blocks
 
     def lookup_existing(self, block_hashes: Sequence[bytes], *, max_tokens: Optional[int] = None) -> int:
         """Like ``lookup``, but counts a block when its keys exist, without reading a

@@ -138,6 +138,29 @@ class PrefixOnly(MemoryStore):
         return [None if v is None else bytes(v) for v in super().get_prefix(keys, length)]
 
 
+class CountingStore(MemoryStore):
+    def __init__(self):
+        super().__init__()
+        self.prefix_reads = []
+
+    def get_prefix(self, keys, length):
+        self.prefix_reads.append(len(keys))
+        return super().get_prefix(keys, length)
+
+
+def test_lookup_reads_in_batches_and_stops_after_the_count_ends():
+    ns = ranks()[0]
+    store = CountingStore()
+    hashes = ns.block_hashes(list(range(10 * 64)))
+    conn = kvkey.Connector(store, ns, lookup_batch=3)
+    conn.save(hashes[:4], payloads(hashes[:4]))
+    assert conn.lookup(hashes) == 4
+    assert store.prefix_reads == [3, 3]  # blocks 0-2, then 3-5, where the count ends
+    conn.save(hashes, payloads(hashes))
+    store.prefix_reads.clear()
+    assert conn.lookup(hashes, max_tokens=10 * 64 - 1) == 9 and store.prefix_reads == [3, 3, 3]
+
+
 def test_lookup_checks_the_value_size_when_the_store_knows_it(setup):
     ns, store, conn, hashes = setup
     conn.save(hashes, payloads(hashes))

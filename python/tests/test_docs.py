@@ -19,7 +19,7 @@ import textwrap
 import pytest
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
-PAGES = [ROOT / "docs" / "python.md"] + sorted((ROOT / "docs" / "integration").glob("*.md")) + [ROOT / "README.md"]
+PAGES = [ROOT / "docs" / "python.md", *sorted((ROOT / "docs" / "integration").glob("*.md")), ROOT / "README.md"]
 TOKEN = re.compile(r"^[ \t]*<!--\s*doctest:\s*(?P<directive>.*?)-->|^(?P<indent>[ \t]*)```python\n(?P<code>.*?)^(?P=indent)```",
                    re.S | re.M)
 SKIPS_ALLOWED = 1  # per page
