@@ -20,7 +20,8 @@ import pytest
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
 PAGES = [ROOT / "docs" / "python.md", *sorted((ROOT / "docs" / "integration").glob("*.md")), ROOT / "README.md"]
-TOKEN = re.compile(r"^[ \t]*<!--\s*doctest:\s*(?P<directive>.*?)-->|^(?P<indent>[ \t]*)```python\n(?P<code>.*?)^(?P=indent)```",
+TOKEN = re.compile(r"^[ \t]*<!--\s*doctest:\s*(?P<directive>.*?)-->"  # a directive on its own lines
+                   r"|^(?P<indent>[ \t]*)```python\n(?P<code>.*?)^(?P=indent)```",  # a block, maybe in a list
                    re.S | re.M)
 SKIPS_ALLOWED = 1  # per page
 
