@@ -61,10 +61,9 @@ def _check_header(ns: KeyNamespace, header: Any, block_hash: bytes) -> Verdict:
     total = getattr(header, "total_size", None)
     if total is None and len(view) > _HEADER:
         total = len(view)
-    if verdict.ok and total is not None:
-        sized = ns.verify(view[:_HEADER], block_hash, max(0, total - _HEADER))
-        if sized.reason == "size_mismatch":  # ok or payload_mismatch: the size agrees
-            return sized
+    # The payload size field (format.md section 6: u64le at offset 48) of a header that verified.
+    if verdict.ok and total is not None and int.from_bytes(view[48:56], "little") != total - _HEADER:
+        return ns.verify(view[:_HEADER], block_hash, max(0, total - _HEADER))  # size_mismatch, named
     return verdict
 
 
