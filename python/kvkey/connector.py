@@ -56,14 +56,15 @@ def _checked(replies: Iterable[_T], keys: Sequence[str], call: str) -> List[_T]:
 def _check_header(ns: KeyNamespace, header: Any, block_hash: bytes) -> Verdict:
     """The header's verdict, and, where the store told the value's total size (a
     ``stores.Prefix``, or a whole value), whether the header's payload size agrees."""
-    view = memoryview(header)
-    verdict = ns.verify_header(view[:_HEADER], block_hash)
     total = getattr(header, "total_size", None)
-    if total is None and len(view) > _HEADER:
-        total = len(view)
+    if len(header) > _HEADER:
+        if total is None:
+            total = len(header)
+        header = memoryview(header)[:_HEADER]
+    verdict = ns.verify_header(header, block_hash)
     # The payload size field (format.md section 6: u64le at offset 48) of a header that verified.
-    if verdict.ok and total is not None and int.from_bytes(view[48:56], "little") != total - _HEADER:
-        return ns.verify(view[:_HEADER], block_hash, max(0, total - _HEADER))  # size_mismatch, named
+    if verdict.ok and total is not None and int.from_bytes(header[48:56], "little") != total - _HEADER:
+        return ns.verify(header, block_hash, max(0, total - _HEADER))  # size_mismatch, named
     return verdict
 
 

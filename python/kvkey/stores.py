@@ -172,6 +172,29 @@ def _as_bytes(reply: Any, what: str) -> Optional[bytes]:
     raise StoreError("protocol", f"{what}: expected bytes or nil, got {type(reply).__name__}")
 
 
+def _prefixes(replies: List[Any]) -> List[Optional[bytes]]:
+    """GETRANGE and STRLEN replies, alternating, as a Prefix or None per key."""
+    out: List[Optional[bytes]] = []
+    for data, size in zip(replies[0::2], replies[1::2]):
+        data = _as_bytes(data, "GETRANGE")
+        if not isinstance(size, int):
+            raise StoreError("protocol", f"STRLEN answered a {type(size).__name__}")
+        # GETRANGE answers "" and STRLEN 0 for a missing key: an empty value reads as missing too.
+        out.append(Prefix(data, size) if data else None)
+    return out
+
+
+# One command for a batch of headers: GETRANGE and STRLEN of every key, alternating.
+_PREFIX_SCRIPT = """
+local out, last = {}, tonumber(ARGV[1]) - 1
+for i, key in ipairs(KEYS) do
+  out[2 * i - 1] = redis.call('GETRANGE', key, 0, last)
+  out[2 * i] = redis.call('STRLEN', key)
+end
+return out
+"""
+
+
 class _RedisBase:
     """What RedisStore and RedisClusterStore share: the commands as pipelines of
     single-key commands, and the error handling."""
@@ -231,19 +254,12 @@ class _RedisBase:
     def get_prefix(self, keys: Sequence[str], length: int) -> List[Optional[bytes]]:
         if length < 1:
             raise ValueError(f"get_prefix: length is {length}, must be at least 1")
+
         def both(p: Any, k: str) -> None:
             p.execute_command("GETRANGE", k, 0, length - 1)
             p.execute_command("STRLEN", k)
 
-        replies = self._each("get_prefix", keys, both, per_item=2)
-        out: List[Optional[bytes]] = []
-        for data, size in zip(replies[0::2], replies[1::2]):
-            data = _as_bytes(data, "GETRANGE")
-            if not isinstance(size, int):
-                raise StoreError("protocol", f"STRLEN answered a {type(size).__name__}")
-            # GETRANGE answers "" and STRLEN 0 for a missing key: an empty value reads as missing too.
-            out.append(Prefix(data, size) if data else None)
-        return out
+        return _prefixes(self._each("get_prefix", keys, both, per_item=2))
 
     def put(self, keys: Sequence[str], values: Sequence[Any]) -> List[bool]:
         if len(keys) != len(values):
@@ -281,8 +297,8 @@ class _RedisBase:
 class RedisStore(_RedisBase):
     """A Store on one Redis node through a ``redis.Redis`` client (redis-py 4.3+).
 
-    Reads are pipelines of ``GET`` / ``GETRANGE`` (``batch`` commands per round trip),
-    writes pipelines of ``SET``. The client must not decode responses
+    Reads are pipelines of ``GET`` (``batch`` commands per round trip), headers one
+    script call per ``batch`` keys (``GETRANGE`` + ``STRLEN``), writes pipelines of ``SET``. The client must not decode responses
     (``decode_responses=False``, the default).
 
     Errors: redis-py 4.3 closes a connection whose read or write failed (timeout,
@@ -295,6 +311,42 @@ class RedisStore(_RedisBase):
 
     def __init__(self, client: Any, *, batch: int = 512) -> None:
         super().__init__(client, batch)
+        self._script: Any = None  # the header script, registered on first use; False: not available
+
+    def get_prefix(self, keys: Sequence[str], length: int) -> List[Optional[bytes]]:
+        """One ``EVALSHA`` per ``batch`` keys of a script that runs ``GETRANGE key 0 length-1``
+        and ``STRLEN key`` for each (packing two commands per key in Python costs more than
+        verifying the headers); where scripts are not available (disabled, or refused by
+        ACL), pipelined ``GETRANGE`` + ``STRLEN``."""
+        if length < 1:
+            raise ValueError(f"get_prefix: length is {length}, must be at least 1")
+        if self._script is False or not keys:
+            return super().get_prefix(keys, length)
+        if self._script is None:
+            self._script = self.client.register_script(_PREFIX_SCRIPT)
+        rex: Any = importlib.import_module("redis.exceptions")
+
+        def run() -> List[Optional[bytes]]:
+            out: List[Optional[bytes]] = []
+            for start in range(0, len(keys), self._batch):
+                chunk = list(keys[start:start + self._batch])
+                replies = self._script(keys=chunk, args=[length])
+                if not isinstance(replies, list) or len(replies) != 2 * len(chunk):
+                    raise StoreError("protocol", f"get_prefix: the header script answered "
+                                     f"{type(replies).__name__} for {len(chunk)} keys")
+                out.extend(_prefixes(replies))
+            return out
+
+        try:
+            return self._call("get_prefix", run)
+        except StoreError as e:
+            if not isinstance(e.__cause__, rex.ResponseError):
+                raise
+            # The server refused the script, or a command in it failed: the pipeline
+            # answers or raises on its own; if it answers, scripts are the problem.
+            out = super().get_prefix(keys, length)
+            self._script = False
+            return out
 
     def _drop_connections(self) -> None:
         try:

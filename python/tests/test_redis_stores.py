@@ -119,6 +119,27 @@ def test_redis_lookup_stops_at_a_value_shorter_than_its_header_says(client):
     assert store.delete(list(store.scan_prefix(ns.tenant_prefix))) == 3
 
 
+def test_redis_headers_without_scripts(client):
+    """A server that refuses scripts (disabled, ACL): the store reads headers with a pipeline."""
+    calls = []
+
+    class NoScripts(redis.Redis):
+        def register_script(self, script):
+            def refuse(keys, args):
+                calls.append(len(keys))
+                raise redis.exceptions.ResponseError("NOPERM this user has no permissions to run 'evalsha'")
+            return refuse
+
+    c = NoScripts(host=HOST, port=client.connection_pool.connection_kwargs["port"])
+    ns = namespace()
+    conn = kvkey.Connector(RedisStore(c), ns)
+    hashes = ns.block_hashes(range(2 * 64))
+    conn.save(hashes, [b"kv"] * 2)
+    assert conn.lookup(hashes) == 2 and conn.lookup(hashes) == 2
+    assert calls == [2]  # tried once, then the pipeline
+    RedisStore(client).delete([ns.store_key(h) for h in hashes])
+
+
 def test_redis_unreachable_is_a_connection_error():
     with socket.socket() as s:  # bound, never listening: connections are refused
         s.bind((HOST, 0))
