@@ -321,3 +321,18 @@ def test_memory_store_protocol():
     assert sorted(s.scan_prefix("a/")) == ["a/1", "a/2"]
     assert s.delete(["a/1", "a/1", "c"]) == 1
     assert sorted(s.scan_prefix("")) == ["a/2", "b/1"]
+
+
+def test_kvkey_metrics_records_what_the_connector_saw(setup):
+    ns, store, _, hashes = setup
+    m = kvkey.Metrics()
+    conn = kvkey.Connector(store, ns, metrics=m)
+    conn.save(hashes, payloads(hashes))
+    foreign = kvkey.KeyNamespace(make_identity(kv__dtype="bf16"))
+    store.values[ns.store_key(hashes[2])] = foreign.seal_value(hashes[2], payloads(hashes)[2])
+    assert conn.lookup_existing(hashes) == 4
+    conn.load(hashes)
+    d = m.as_dict()
+    assert d["lookup_blocks"] == {"hit": 4, "miss": 0, "rejected": 0}
+    assert d["rejected_blocks"] == {"identity_mismatch": {"kv.dtype": 1}}
+    assert d["false_hits"] == 1
