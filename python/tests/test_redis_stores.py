@@ -6,9 +6,12 @@ unless KVKEY_REQUIRE_REDIS=1 / KVKEY_REQUIRE_CLUSTER=1 says the stage started th
 a missing server fails.
 """
 
+import collections
 import os
+import pathlib
 import secrets
 import socket
+import sys
 import threading
 
 import numpy as np
@@ -230,6 +233,64 @@ def test_redis_a_broken_reply_drops_the_connection(client):
         store.delete([ns.store_key(h)])
     finally:
         proxy.close()
+
+
+def fault_proxy():
+    sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[2] / "tests" / "integration"))
+    try:
+        from fault_proxy import FaultProxy
+    finally:
+        sys.path.pop(0)
+    return FaultProxy
+
+
+@pytest.mark.parametrize("faults", [dict(flip_rate=6e-6), dict(cut_rate=2e-6), dict(fragment=True, flip_rate=2e-6)],
+                         ids=["flips", "cuts", "fragments+flips"])
+def test_redis_through_a_faulty_wire(client, faults):
+    """Replies with flipped bits, cut connections: lookups and loads miss, never serve
+    wrong bytes, and a lookup never counts past a block whose stored header is foreign."""
+    ns = namespace()
+    hashes = ns.block_hashes(range(48 * 64))
+    payloads = [bytes([b]) * 8192 for b in range(48)]
+    clean = kvkey.Connector(RedisStore(client), ns)
+    assert clean.save(hashes, payloads) == 48
+    foreign = kvkey.KeyNamespace(make_identity(tenant=ns.identity.tenant, kv__dtype="bf16"))
+    client.set(ns.store_key(hashes[40]), foreign.seal_value(hashes[40], payloads[40]))
+    errors = collections.Counter()
+
+    class Errors:
+        def record_store_error(self, kind):
+            errors[kind] += 1
+
+        def __getattr__(self, name):
+            return lambda *a: None
+
+    with fault_proxy()(client.connection_pool.connection_kwargs["port"], seed=11, **faults) as proxy:
+        faulty = redis.Redis(host=HOST, port=proxy.port, socket_timeout=5, socket_connect_timeout=5)
+        conn = kvkey.Connector(RedisStore(faulty), ns, metrics=Errors())
+        counted = loaded = wrong = 0
+        for _ in range(12):
+            n = conn.lookup(hashes)
+            assert n <= 40, "a lookup counted the foreign header of block 40"
+            counted += n
+            for h, p, got in zip(hashes, payloads, conn.load(hashes)):
+                if got is not None:
+                    loaded += 1
+                    wrong += bytes(got) != p
+            bufs = [bytearray(8192) for _ in hashes]
+            for p, buf, r in zip(payloads, bufs, conn.load_into(hashes, bufs)):
+                if r.loaded:
+                    loaded += 1
+                    wrong += bytes(buf) != p
+                else:
+                    wrong += buf != bytearray(8192)  # untouched
+        injected = proxy.flips + proxy.cuts
+        faulty.close()
+    print(f"\nredis faulty wire {sorted(faults)}: {injected} faults injected, store errors {dict(errors)}, "
+          f"blocks counted {counted}, loaded {loaded}, wrong loads {wrong}")
+    assert wrong == 0
+    assert injected > 0 and loaded > 0
+    assert clean.store.delete(list(clean.store.scan_prefix(ns.tenant_prefix))) == 48
 
 
 def test_cluster_protocol(cluster):
