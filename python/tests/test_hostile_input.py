@@ -19,7 +19,7 @@ import pytest
 
 import kvkey
 from kvkey.compat import lmdeploy as lm
-from conftest import PROBE_PROMPT, make_identity
+from conftest import PROBE_PROMPT, in_fresh_interpreter, make_identity
 
 STRIDED = np.frombuffer(b"user-42!user-43!", np.uint8)[::2]  # logical bytes b"ue-2ue-3"
 REVERSED = np.frombuffer(b"abcdefgh", np.uint8)[::-1]  # logical bytes b"hgfedcba"
@@ -335,3 +335,36 @@ def test_reprs_quote_and_escape_strings():
     assert eval(repr(i), vars(kvkey)) == i
     ns = kvkey.KeyNamespace(make_identity(tenant="t-1"))
     assert "tenant='t-1'" in repr(ns)
+
+
+# ---- issue 19, defect 10: FIFOs where a file is expected ------------------------------------
+
+REFUSE = (
+    "import sys, kvkey\n"
+    "try:\n"
+    "    {call}\n"
+    "except kvkey.IoError as e:\n"
+    "    print('IoError:', e)\n"
+)
+
+
+@pytest.mark.parametrize("call", ["kvkey.fingerprint_file(sys.argv[1])",
+                                  "kvkey.fingerprint_file(sys.argv[1].encode())",
+                                  "kvkey.TenantSecret.from_file(sys.argv[1])"])
+def test_a_fifo_is_refused_at_once_not_waited_on(tmp_path, call):
+    fifo = tmp_path / "input.fifo"
+    os.mkfifo(fifo, 0o600)
+    out = in_fresh_interpreter(REFUSE.format(call=call), fifo)
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert out.stdout.startswith("IoError: [kvkey.io_error] "), out.stdout
+    assert str(fifo) in out.stdout
+    assert "not a regular file (a FIFO)" in out.stdout
+
+
+def test_a_device_is_refused_before_it_is_read(tmp_path):
+    link = tmp_path / "weights.safetensors"
+    os.symlink("/dev/zero", link)
+    with pytest.raises(kvkey.IoError, match=r"not a regular file \(a character device\)"):
+        kvkey.fingerprint_file(link)
+    with pytest.raises(kvkey.IoError, match=r"not a regular file \(a character device\)"):
+        kvkey.TenantSecret.from_file("/dev/zero")
