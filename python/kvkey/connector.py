@@ -293,11 +293,11 @@ class Connector:
             self._record_load(hashes, [None] * len(hashes), [None] * len(hashes))
             self._store_error(e)
             return [None] * len(hashes), [None] * len(hashes), [None] * len(hashes)
-        present = [i for i, v in enumerate(values) if v is not None]
-        opened = ns.open_values([values[i] for i in present], [hashes[i] for i in present]) if present else []
+        present = [(i, v) for i, v in enumerate(values) if v is not None]
+        opened = ns.open_values([v for _, v in present], [hashes[i] for i, _ in present]) if present else []
         payloads: List[Optional[memoryview]] = [None] * len(hashes)
         verdicts: List[Optional[Verdict]] = [None] * len(hashes)
-        for i, o in zip(present, opened):
+        for (i, _), o in zip(present, opened):
             verdict, payload = o.verdict, o.payload
             if verdict.ok and payload is not None and self.payload_size is not None \
                     and len(payload) != self.payload_size:
