@@ -150,12 +150,18 @@ def test_str_is_refused_where_bytes_are_meant(ns):
 
 # ---- defect 4: reusable_prefix fails closed ---------------------------------------------------
 
-@pytest.mark.parametrize("bad", [["malformed", "malformed"], [b"\0" * 1024], [1, 1], [None], [True, 1.0]])
-def test_reusable_prefix_refuses_anything_but_bools_and_verdicts(ns, bad):
-    with pytest.raises(TypeError, match=r"results\[\d+\] must be a bool or a Verdict"):
+@pytest.mark.parametrize("bad", [["malformed", "malformed"], [b"\0" * 1024], [1, 2], [-1], [2**70], [None],
+                                 [True, 1.0], [np.float64(1.0)], [np.int64(3)]])
+def test_reusable_prefix_refuses_anything_but_bools_01_and_verdicts(ns, bad):
+    with pytest.raises(TypeError, match=r"results\[\d+\] must be a bool, 0 or 1, or a Verdict"):
         ns.reusable_prefix(bad, 1)
-    with pytest.raises(TypeError, match=r"results\[\d+\] must be a bool or a Verdict"):
+    with pytest.raises(TypeError, match=r"results\[\d+\] must be a bool, 0 or 1, or a Verdict"):
         kvkey.reusable_prefix(bad, 1, 64)
+
+
+def test_reusable_prefix_names_the_refused_int(ns):
+    with pytest.raises(TypeError, match=r"results\[1\] must be .*, not the int 2$"):
+        ns.reusable_prefix([1, 2], 1)
 
 
 def test_reusable_prefix_takes_bools_numpy_bools_and_verdicts(ns):
@@ -163,6 +169,15 @@ def test_reusable_prefix_takes_bools_numpy_bools_and_verdicts(ns):
     ok = ns.verify(ns.seal(h, b"x"), h, b"x")
     assert ns.reusable_prefix([True, ok, np.bool_(True), False], 1).blocks == 3
     assert ns.reusable_prefix(np.array([True, True, False]), 1).blocks == 2
+
+
+def test_reusable_prefix_takes_the_ints_stores_return(ns):
+    # redis-py's exists() per key, a pipeline's results, numpy integer arrays
+    assert ns.reusable_prefix([1, 1, 0, 1], 1).blocks == 2
+    assert ns.reusable_prefix([1, np.int64(1), np.uint8(1), 0], 1).blocks == 3
+    assert ns.reusable_prefix(np.array([1, 1, 1, 0]), 1).blocks == 3
+    assert kvkey.reusable_prefix([1, 1, 1, 1], 2, 64).tokens == 128
+    assert ns.reusable_prefix([0, 1], 1).blocks == 0
 
 
 # ---- defects 5 and 8: paths -------------------------------------------------------------------
