@@ -60,4 +60,12 @@ ctest --test-dir "$dir/tests/integration" -L integration --output-on-failure -j"
 echo "=== integration results ==="
 grep -E '^(isolation|epoch|purge|faults|restart|load|load_into|lookup): |^wire faults: |^  mode ' \
   "$dir/tests/integration/Testing/Temporary/LastTest.log" || true
+
+# The verified lookup against lookup_existing on this server (docs/performance.md),
+# briefly: it keeps compiling and running; the ratio is printed, not judged.
+bench="$root/build/integration-bench"
+cmake -S "$root" -B "$bench" -DCMAKE_BUILD_TYPE=Release -DKVKEY_WARNINGS_AS_ERRORS=ON -DKVKEY_BUILD_BENCH=ON \
+  -DKVKEY_BUILD_TESTS=OFF -DKVKEY_BUILD_EXAMPLES=OFF -DKVKEY_BUILD_TOOLS=OFF >/dev/null
+cmake --build "$bench" -j"$jobs" --target kvkey_redis_lookup_bench
+"$bench/bench/kvkey_redis_lookup_bench" 5 || status=$?
 exit "$status"
