@@ -59,7 +59,7 @@ status=0
 ctest --test-dir "$dir/tests/integration" -L integration --output-on-failure -j"$jobs" --timeout 1800 || status=$?
 # What the tests measured: ctest keeps a passing test's output only in its log.
 echo "=== integration results ==="
-grep -E '^(isolation|epoch|purge|faults|restart|load|load_into|lookup): |^wire faults: |^  mode ' \
+grep -E '^(isolation|epoch|purge|faults|restart|load|load_into|lookup|store_conformance): |^wire faults: |^  mode ' \
   "$dir/tests/integration/Testing/Temporary/LastTest.log" || true
 
 # The verified lookup against lookup_existing on this server (docs/performance.md),
