@@ -25,7 +25,7 @@ import time
 from typing import Callable, Dict, List, Tuple
 
 import prometheus_client
-import redis
+import redis  # type: ignore[import]  # redis-py ships no type information
 
 import kvkey
 import kvkey.prometheus
