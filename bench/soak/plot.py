@@ -31,7 +31,7 @@ def _rolling_hit_rate(series: List[List[int]], window: int) -> List[float]:
 def draw(path: str, legacy: Any, ours: Any, metrics: Dict[str, Any], args: Any) -> None:
     n = len(legacy.series)
     x = list(range(1, n + 1))
-    window = max(10, args.requests_per_phase // 10)
+    window = max(20, args.requests_per_phase // 100)
     fig, (top, bottom) = plt.subplots(2, 1, figsize=(9, 6.2), sharex=True, dpi=90,
                                       gridspec_kw={"height_ratios": [1, 1]})
     top.plot(x, _rolling_hit_rate(legacy.series, window), color=LEGACY, lw=1.4,

@@ -1,3 +1,4 @@
+# shellcheck shell=bash disable=SC2154,SC2034  # work is the caller's; redis_port and redis_pid are for it
 # Shell functions that start throwaway local services on free loopback ports,
 # for scripts/soak.sh and CI stages. Source it, set `work` to a scratch
 # directory, and call stop_services on exit (it stops only what was started here).

@@ -47,6 +47,7 @@ service_pids+=("$!")
 echo "80-prometheus: $(prometheus --version 2>&1 | head -n 1) on 127.0.0.1:$prom_port," \
   "exporter on :$exporter_port, redis on :$redis_port"
 
+# shellcheck disable=SC2317  # called through wait_for
 exporter_done() { [ -s "$work/injected.json" ] || ! kill -0 "$exporter_pid"; }
 wait_for exporter_done || true
 if [ ! -s "$work/injected.json" ]; then echo "80-prometheus: the exporter's workload did not finish" >&2; exit 1; fi
