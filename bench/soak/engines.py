@@ -59,11 +59,16 @@ class _Oracle:
 def _damage(fault: Fault, value: bytes, other: bytes, header: int) -> bytes:
     """The value after a bit flip, tear or cut (a foreign object is written whole)."""
     n = len(value)
-    if fault.kind == "bit_flip":  # in the KV bytes
-        i = header + int(fault.position * (n - header))
+    if fault.kind == "bit_flip":  # in the KV bytes (anywhere in a value already cut shorter than a header)
+        if n == 0:
+            return value
+        i = header + int(fault.position * (n - header)) if n > header else int(fault.position * n)
         return value[:i] + bytes([value[i] ^ (1 << (i % 8))]) + value[i + 1:]
-    if fault.kind == "torn":  # the tail from another object, as a write interrupted halfway leaves it
-        cut = int(fault.position * n)
+    if fault.kind == "torn":  # the KV bytes from a cut on are another block's: a payload write torn halfway
+        # (A cut inside a plain header, between its block hash and its digest, would splice two
+        # self-consistent halves: a forgery, which only a keyed namespace's tag stops; a torn
+        # write of one key mixes two versions of the same block, so the soak cuts in the KV bytes.)
+        cut = header + int(fault.position * max(0, n - header))
         return value[:cut] + other[cut:]
     assert fault.kind == "truncated"
     return value[:int(fault.position * n)]

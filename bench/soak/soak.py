@@ -83,7 +83,7 @@ def run(engine, args: argparse.Namespace, metrics: Optional["kvkey.Metrics"]) ->
         result.phases[p].rejections = _delta(now["rejected_blocks"], before["rejected_blocks"])
         before = now
 
-    for ev in tr.events(args.seed, args.requests_per_phase, args.fault_rate):
+    for ev in tr.events(args.seed, args.requests_per_phase, args.fault_rate, args.conversations):
         if isinstance(ev, tr.Fault):
             if engine.inject(ev):
                 result.phases[phase].faults += 1
@@ -129,10 +129,15 @@ def main() -> int:
     ap.add_argument("--plot", help="write the PNG here")
     ap.add_argument("--json-out", help="write the run's numbers here")
     ap.add_argument("--requests-per-phase", type=int, help="override the run's length")
-    ap.add_argument("--fault-rate", type=float, default=0.04, help="faults per request")
+    ap.add_argument("--fault-rate", type=float, help="faults per request (default 0.04 quick, else 0.01)")
+    ap.add_argument("--conversations", type=int, help="concurrent conversations (default 16 quick, else 128)")
     args = ap.parse_args()
     if args.requests_per_phase is None:
         args.requests_per_phase = 400 if args.quick else 10000
+    if args.fault_rate is None:
+        args.fault_rate = 0.04 if args.quick else 0.01
+    if args.conversations is None:
+        args.conversations = 16 if args.quick else 128
 
     client = redis.Redis(host="127.0.0.1", port=args.redis_port)
     client.flushdb()
@@ -148,8 +153,8 @@ def main() -> int:
     if args.metrics_out:
         with open(args.metrics_out, "w") as f:
             f.write(exposition)
-    print("soak: seed %d, %d requests per phase, fault rate %.3f" % (args.seed, args.requests_per_phase,
-                                                                      args.fault_rate))
+    print("soak: seed %d, %d requests per phase, %d conversations, fault rate %.3f"
+          % (args.seed, args.requests_per_phase, args.conversations, args.fault_rate))
     report(legacy)
     report(ours)
     for reason, fields in sorted(final["rejected_blocks"].items()):

@@ -25,7 +25,7 @@ TP_SIZE = 2
 MODEL = "Qwen/Qwen2.5-0.5B-Instruct"
 ADAPTER = "sql-lora"
 TENANTS = ("team-a", "team-b")
-ELEMENTS_PER_RANK = 128  # KV elements per block and rank: a stand-in for the real geometry, kept small
+ELEMENTS_PER_RANK = 512  # KV elements per block and rank: a stand-in for the real geometry, kept small
 ITEMSIZE = {"bf16": 2, "fp8_e4m3": 1}
 
 
@@ -135,9 +135,9 @@ Event = Union[Request, Fault]
 _SYSTEM_PROMPT_BLOCKS = {"shared": 6, "team-a": 4, "team-b": 5}
 
 
-def events(seed: int, requests_per_phase: int, fault_rate: float) -> Iterator[Event]:
-    """The run: requests_per_phase requests in each phase, a fault after a request
-    with probability fault_rate."""
+def events(seed: int, requests_per_phase: int, fault_rate: float, conversations: int) -> Iterator[Event]:
+    """The run: requests_per_phase requests in each phase from `conversations`
+    concurrent conversations, a fault after a request with probability fault_rate."""
     rng = random.Random(seed)
     system = {name: [rng.randrange(1, 150000) for _ in range(n * BLOCK_SIZE)]
               for name, n in _SYSTEM_PROMPT_BLOCKS.items()}
@@ -148,13 +148,13 @@ def events(seed: int, requests_per_phase: int, fault_rate: float) -> Iterator[Ev
         return {"tenant": tenant, "adapter": rng.random() < 0.35, "tokens": list(system[prompt]),
                 "turns": rng.randint(2, 7)}
 
-    conversations = [new_conversation() for _ in range(10)]
+    active = [new_conversation() for _ in range(conversations)]
     recent: List[Request] = []
     index = 0
     for phase in range(len(PHASES)):
         for _ in range(requests_per_phase):
-            slot = rng.randrange(len(conversations))
-            conv = conversations[slot]
+            slot = rng.randrange(len(active))
+            conv = active[slot]
             conv["tokens"] += [rng.randrange(1, 150000) for _ in range(rng.randint(8, 40))]  # the user's turn
             req = Request(index, phase, conv["tenant"], conv["adapter"], list(conv["tokens"]))
             index += 1
@@ -162,7 +162,7 @@ def events(seed: int, requests_per_phase: int, fault_rate: float) -> Iterator[Ev
             conv["tokens"] += [rng.randrange(1, 150000) for _ in range(rng.randint(16, 64))]  # the answer
             conv["turns"] -= 1
             if conv["turns"] == 0 or len(conv["tokens"]) > 40 * BLOCK_SIZE:
-                conversations[slot] = new_conversation()
+                active[slot] = new_conversation()
             recent = (recent + [req])[-20:]
             if rng.random() < fault_rate:
                 target = rng.choice(recent)
