@@ -10,6 +10,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <utility>
@@ -119,6 +120,18 @@ class AnyKeyNamespace {
   [[nodiscard]] Verdict verify_header(const std::uint8_t* header, std::size_t header_len,
                                       const Digest& block_hash) const {
     return visit([&](const auto& n) { return n.verify_header(header, header_len, block_hash); });
+  }
+  [[nodiscard]] Bytes seal_value(const Digest& block_hash, Payload payload) const {
+    return visit([&](const auto& n) { return n.seal_value(block_hash, payload); });
+  }
+  std::size_t seal_value(const Digest& block_hash, Payload payload, std::uint8_t* out, std::size_t capacity) const {
+    return visit([&](const auto& n) { return n.seal_value(block_hash, payload, out, capacity); });
+  }
+  [[nodiscard]] OpenedValue open_value(const std::uint8_t* value, std::size_t size, const Digest& block_hash) const {
+    return visit([&](const auto& n) { return n.open_value(value, size, block_hash); });
+  }
+  [[nodiscard]] std::optional<std::uint64_t> payload_size() const noexcept {
+    return visit([](const auto& n) { return n.payload_size(); });
   }
   [[nodiscard]] PayloadSealer sealer(const Digest& block_hash) const {
     return visit([&](const auto& n) { return n.sealer(block_hash); });

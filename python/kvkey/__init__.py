@@ -18,6 +18,7 @@ from ._kvkey import (  # noqa: F401  (re-exports)
     KvDtype,
     Metrics,
     Model,
+    OpenedValue,
     Quant,
     ReusablePrefix,
     Shard,
@@ -25,11 +26,14 @@ from ._kvkey import (  # noqa: F401  (re-exports)
     TenantSecret,
     Verdict,
     __version__,
+    dtype_bits,
+    dtype_itemsize,
     envelope_size,
     fingerprint,
     fingerprint_file,
     format_version,
     glob_escape,
+    kv_dtype_from_engine,
     kv_dtype_from_string,
     metrics_field_names,
     reusable_prefix,
@@ -37,10 +41,14 @@ from ._kvkey import (  # noqa: F401  (re-exports)
     store_key_tag,
 )
 from . import compat  # noqa: F401
+from . import stores  # noqa: F401
+from .connector import Connector  # noqa: F401
+from . import testing  # noqa: F401
 
 __all__ = [
     "Adapter",
     "Chain",
+    "Connector",
     "CryptoError",
     "Error",
     "Identity",
@@ -52,6 +60,7 @@ __all__ = [
     "KvDtype",
     "Metrics",
     "Model",
+    "OpenedValue",
     "Quant",
     "ReusablePrefix",
     "Shard",
@@ -59,14 +68,19 @@ __all__ = [
     "TenantSecret",
     "Verdict",
     "compat",
+    "dtype_bits",
+    "dtype_itemsize",
     "envelope_size",
     "fingerprint",
     "fingerprint_file",
     "glob_escape",
     "format_version",
+    "kv_dtype_from_engine",
     "kv_dtype_from_string",
     "metrics_field_names",
     "reusable_prefix",
     "single_tenant_name",
     "store_key_tag",
+    "stores",
+    "testing",
 ]

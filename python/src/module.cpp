@@ -23,7 +23,9 @@
 #include "batch.hpp"
 #include "convert.hpp"
 #include "fields.hpp"
+#include "messages.hpp"
 #include "tokens.hpp"
+#include "value.hpp"
 
 namespace py = pybind11;
 namespace lm = kvkey::compat::lmdeploy;
@@ -45,9 +47,9 @@ Exceptions& exceptions() {
   return *e;
 }
 
-// Raises cls(err.what()) with the error's members as attributes (.id, .field).
+// Raises cls(what() in Python's names) with the error's members as attributes (.id, .field).
 void raise_as(const py::object& cls, const kvkey::error& err) {
-  py::object exc = cls(err.what());
+  py::object exc = cls(python_message(err.what()));
   exc.attr("id") = err.id();
   exc.attr("field") = err.field();
   PyErr_SetObject(cls.ptr(), exc.ptr());
@@ -300,17 +302,25 @@ struct PyVerdict {
   std::string field() const { return std::string(v.field); }
 };
 
-// One entry per (block, shard): True/False (numpy's bool too) or a Verdict.
-// Anything else is refused, so a miss can never count as a hit.
+// One entry per (block, shard): True/False (numpy's bool too), the ints 0/1
+// a store returns (redis-py's exists(), numpy integers) or a Verdict. Anything
+// else is refused, so a miss can never count as a hit.
 std::vector<bool> to_results(const py::handle& results) {
   std::vector<bool> out;
-  for_each_item(results, "results", "a list of bools or Verdicts", [&](const py::handle& item, std::size_t i) {
+  for_each_item(results, "results", "a list of bools, 0/1 or Verdicts", [&](const py::handle& item, std::size_t i) {
     if (is_bool(item)) {
       out.push_back(PyObject_IsTrue(item.ptr()) == 1);
     } else if (py::isinstance<PyVerdict>(item)) {
       out.push_back(item.cast<const PyVerdict&>().ok());
+    } else if (const int flag = zero_or_one(item); flag >= 0) {
+      out.push_back(flag == 1);
+    } else if (PyLong_Check(item.ptr()) != 0) {
+      int overflow = 0;
+      const long v = PyLong_AsLongAndOverflow(item.ptr(), &overflow);
+      throw py::type_error(indexed("results", i) + " must be a bool, 0 or 1, or a Verdict, not the int " +
+                           (overflow == 0 ? std::to_string(v) : std::string("beyond 64 bits")));
     } else {
-      throw_type_error(indexed("results", i), "a bool or a Verdict", item);
+      throw_type_error(indexed("results", i), "a bool, 0 or 1, or a Verdict", item);
     }
   });
   return out;
@@ -732,6 +742,7 @@ PYBIND11_MODULE(_kvkey, m) {
 
   bind_identity(m);
   bind_namespace(m);
+  bind_values<Namespace, PyVerdict>(m);  // value.hpp
   bind_model_dir(m);
   bind_metrics(m);
 
