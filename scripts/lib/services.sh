@@ -36,23 +36,15 @@ stop_services() {
 
 redis_ping() { [ "$(redis-cli -p "$1" ping 2>/dev/null)" = "PONG" ]; }
 
-# A redis-server without persistence; a port found free can be taken before
-# the server binds it, so a few ports are tried.
+# A redis-server without persistence on a free port: scripts/ci/lib/redis.sh's
+# redis_start (which tries a few ports), its pid kept with the other services.
+# shellcheck source=scripts/ci/lib/redis.sh
+. "$(dirname "${BASH_SOURCE[0]}")/../ci/lib/redis.sh"
 start_redis() {
-  local attempt candidate
-  redis_port=""
-  for attempt in 1 2 3 4 5; do
-    candidate="$(free_port)"
-    redis-server --port "$candidate" --bind 127.0.0.1 --save '' --appendonly no --daemonize no \
-      --dir "$work" --logfile "$work/redis-$candidate.log" &
-    redis_pid=$!
-    service_pids+=("$redis_pid")
-    if wait_for redis_ping "$candidate"; then redis_port="$candidate"; return 0; fi
-    echo "redis-server did not start on port $candidate (attempt $attempt)" >&2
-    tail -n 5 "$work/redis-$candidate.log" >&2 || true
-    kill "$redis_pid" 2>/dev/null || true
-  done
-  return 1
+  redis_start redis "$work/redis-${#service_pids[@]}" || return 1
+  redis_port="$REDIS_PORT"
+  redis_pid="$REDIS_PID"
+  service_pids+=("$redis_pid")
 }
 
 use_python_module() {
