@@ -2,7 +2,7 @@
 
 import array
 import os
-from typing import Any, Dict, Iterable, List, Optional, Sequence, SupportsIndex, Tuple, Union
+from typing import Any, Dict, Iterable, List, Optional, Sequence, SupportsIndex, Tuple, Union, overload
 
 import numpy as np
 import numpy.typing as npt

@@ -769,9 +769,15 @@ PYBIND11_MODULE(_kvkey, m) {
       "OSError) when it cannot be read.");
 
   m.def(
-      "glob_escape", [](const py::object& s) { return kvkey::glob_escape(to_text(s, "s")); }, py::arg("s"),
-      "s as a literal inside a Redis glob (SCAN MATCH, KEYS): '*', '?', '[', ']' and '\\' get a backslash in "
-      "front. glob_escape(ns.key_prefix) + '*' matches every key under the prefix.");
+      "glob_escape",
+      [](const py::object& s) -> py::object {
+        if (PyUnicode_Check(s.ptr())) return py::str(kvkey::glob_escape(to_text(s, "s")));
+        return py::bytes(kvkey::glob_escape(to_byte_string(s, "s")));  // bytes in, bytes out
+      },
+      py::arg("s"),
+      "s (str, or bytes-like: then bytes are returned) as a literal inside a Redis glob (SCAN MATCH, KEYS): '*', "
+      "'?', '[', ']' and '\\' get a backslash in front. glob_escape(ns.key_prefix) + '*' matches every key under "
+      "the prefix.");
 
   py::module_ compat = m.def_submodule("compat_lmdeploy");
   bind_lmdeploy(compat);

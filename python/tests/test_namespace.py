@@ -370,3 +370,10 @@ def test_numpy_integer_scalars_are_payload_sizes_like_ints():
         keyed.seal(kh, np.uint32(8))
     v = keyed.verify(keyed.seal(kh, b"12345678"), kh, np.int64(8))
     assert (v.reason, v.field) == ("payload_mismatch", "payload")
+
+
+def test_glob_escape_makes_a_literal_prefix_for_scan_match():
+    assert kvkey.glob_escape("kvk1/team-a/") == "kvk1/team-a/"
+    assert kvkey.glob_escape("a*b?c[d]e\\") == "a\\*b\\?c\\[d\\]e\\\\"
+    assert kvkey.glob_escape(b"kvk1/t\xff*/") == b"kvk1/t\xff\\*/"  # bytes in, bytes out
+    assert kvkey.glob_escape(bytearray(b"[a]")) == b"\\[a\\]"
