@@ -1,7 +1,8 @@
 // SPDX-License-Identifier: Apache-2.0
-// Internal: the SHA-256 compression function in portable C++ (FIPS 180-4,
-// 6.2.2), for detail::Sha256Native (kvkey/detail/sha256_native.hpp) on CPUs
-// without the SHA extensions. Not part of the API.
+// Internal: the SHA-256 round constants and the compression function in
+// portable C++ (FIPS 180-4, 6.2.2), for detail::Sha256Native
+// (kvkey/detail/sha256_native.hpp) on CPUs without the SHA extensions. Not
+// part of the API.
 #ifndef KVKEY_DETAIL_SHA256_PORTABLE_HPP
 #define KVKEY_DETAIL_SHA256_PORTABLE_HPP
 
@@ -15,8 +16,8 @@ KVKEY_BEGIN_NAMESPACE
 
 namespace detail {
 
-// FIPS 180-4, 4.2.2.
-inline constexpr std::uint32_t sha256_round_constants[64] = {
+// FIPS 180-4, 4.2.2 (aligned for the SHA-extension code's 16-byte loads).
+alignas(16) inline constexpr std::uint32_t sha256_round_constants[64] = {
     0x428a2f98, 0x71374491, 0xb5c0fbcf, 0xe9b5dba5, 0x3956c25b, 0x59f111f1, 0x923f82a4, 0xab1c5ed5,
     0xd807aa98, 0x12835b01, 0x243185be, 0x550c7dc3, 0x72be5d74, 0x80deb1fe, 0x9bdc06a7, 0xc19bf174,
     0xe49b69c1, 0xefbe4786, 0x0fc19dc6, 0x240ca1cc, 0x2de92c6f, 0x4a7484aa, 0x5cb0a9dc, 0x76f988da,
@@ -49,7 +50,8 @@ inline void sha256_compress_portable(std::uint32_t* state, const std::uint8_t* d
     for (int i = 0; i < 64; ++i) {
       const std::uint32_t t1 = h + (sha256_rotr(e, 6) ^ sha256_rotr(e, 11) ^ sha256_rotr(e, 25)) +
                                ((e & f) ^ (~e & g)) + sha256_round_constants[i] + w[i];
-      const std::uint32_t t2 = (sha256_rotr(a, 2) ^ sha256_rotr(a, 13) ^ sha256_rotr(a, 22)) + ((a & b) ^ (a & c) ^ (b & c));
+      const std::uint32_t t2 =
+          (sha256_rotr(a, 2) ^ sha256_rotr(a, 13) ^ sha256_rotr(a, 22)) + ((a & b) ^ (a & c) ^ (b & c));
       h = g;
       g = f;
       f = e;
