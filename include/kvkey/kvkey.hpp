@@ -13,6 +13,7 @@
 #include "kvkey/hmac.hpp"
 #include "kvkey/identity.hpp"
 #include "kvkey/key_namespace.hpp"
+#include "kvkey/metrics.hpp"
 #include "kvkey/payload.hpp"
 #include "kvkey/prefix.hpp"
 #include "kvkey/sha256.hpp"

@@ -29,6 +29,7 @@ namespace lm = kvkey::compat::lmdeploy;
 using namespace kvkey_python;  // NOLINT(google-build-using-namespace): the binding's own helpers
 
 void bind_model_dir(py::module_& m);  // model_dir.cpp
+void bind_metrics(py::module_& m);    // metrics.cpp
 
 namespace {
 
@@ -969,6 +970,7 @@ PYBIND11_MODULE(_kvkey, m) {
   bind_identity(m);
   bind_namespace(m);
   bind_model_dir(m);
+  bind_metrics(m);
 
   m.def(
       "fingerprint",
