@@ -30,6 +30,10 @@ std::string_view to_string(StoreError::Kind kind) noexcept {
   return "invalid";
 }
 
+std::string_view metrics_kind(StoreError::Kind kind) noexcept {
+  return kind == StoreError::Kind::connect || kind == StoreError::Kind::io ? "connection" : to_string(kind);
+}
+
 namespace {
 
 timeval to_timeval(std::chrono::microseconds us) {
@@ -73,11 +77,12 @@ void Connection::disconnect() noexcept {
 
 redisContext* Connection::context() {
   if (ctx_ != nullptr) {
-    // Bytes (or the end of the stream) waiting before anything was sent are
-    // not this call's: start on a fresh connection rather than fail the call.
+    // Bytes, the end of the stream or an error waiting before anything was
+    // sent are not this call's: start on a fresh connection rather than fail.
     char byte = 0;
-    const bool stale = ctx_->reader->pos < ctx_->reader->len || fed_ < received_ ||
-                       ::recv(ctx_->fd, &byte, 1, MSG_PEEK | MSG_DONTWAIT) >= 0;
+    const ssize_t peeked = ::recv(ctx_->fd, &byte, 1, MSG_PEEK | MSG_DONTWAIT);
+    const bool stale = ctx_->reader->pos < ctx_->reader->len || fed_ < received_ || peeked >= 0 ||
+                       (errno != EAGAIN && errno != EWOULDBLOCK);
     if (!stale) return ctx_;
     disconnect();
   }
@@ -340,10 +345,23 @@ template <class Call>
 decltype(auto) Connector::guarded(Call&& call) {
   try {
     return call();
-  } catch (const StoreError&) {
+  } catch (const StoreError& e) {
     conn_.disconnect();  // a reply the connector could not use: the stream may be out of step
+    if (metrics_ != nullptr) metrics_->record_store_error(metrics_kind(e.kind()));
     throw;
   }
+}
+
+void Connector::record_loads(const std::vector<LoadOutcome>& outcomes, std::size_t payload_size) noexcept {
+  std::size_t loaded = 0;
+  std::size_t missing = 0;
+  for (const LoadOutcome& o : outcomes) {
+    if (o.status == LoadStatus::loaded) ++loaded;
+    if (o.status == LoadStatus::missing) ++missing;
+    if (o.status == LoadStatus::rejected) metrics_->record_rejection(o.verdict);
+  }
+  metrics_->record_load(loaded, missing, outcomes.size() - loaded - missing);
+  metrics_->record_payload_bytes(static_cast<std::uint64_t>(loaded) * payload_size);
 }
 
 void Connector::save(const Namespace& ns, const std::vector<BlockPayload>& blocks) {
@@ -362,12 +380,18 @@ void Connector::save(const Namespace& ns, const std::vector<BlockPayload>& block
   std::vector<Connection::Command> commands;  // one SET per object: header and payload together
   commands.reserve(blocks.size());
   for (std::size_t i = 0; i < blocks.size(); ++i) commands.push_back({"SET", keys[i], values[i]});
-  guarded([&] {
-    for (const Reply& r : conn_.pipeline(commands)) {
-      expect_type(*r, REDIS_REPLY_STATUS, "SET");
-      if (std::string_view(r->str, r->len) != "OK") throw StoreError(StoreError::Kind::protocol, "SET: not OK");
-    }
-  });
+  try {
+    guarded([&] {
+      for (const Reply& r : conn_.pipeline(commands)) {
+        expect_type(*r, REDIS_REPLY_STATUS, "SET");
+        if (std::string_view(r->str, r->len) != "OK") throw StoreError(StoreError::Kind::protocol, "SET: not OK");
+      }
+    });
+  } catch (const StoreError&) {
+    if (metrics_ != nullptr) metrics_->record_save(0, blocks.size());  // none acknowledged
+    throw;
+  }
+  if (metrics_ != nullptr) metrics_->record_save(blocks.size(), 0);
 }
 
 Lookup Connector::lookup(const std::vector<const Namespace*>& ranks, std::vector<kvkey::Digest> blocks,
@@ -385,17 +409,36 @@ Lookup Connector::lookup(const std::vector<const Namespace*>& ranks, std::vector
   for (const std::string& key : keys) commands.push_back({"GETRANGE", key, "0", last});
   // Each header is verified where hiredis read it, for its rank and block.
   std::vector<bool> found(keys.size(), false);
+  std::vector<kvkey::Verdict> rejected(metrics_ != nullptr ? blocks.size() : 0, {kvkey::Reason::ok, {}});
   const Connection::StringTap verify_header = [&](std::size_t i, const char* data, std::size_t len) {
     const Namespace& ns = *ranks[i % ranks.size()];
-    found[i] = ns.verify_header(reinterpret_cast<const std::uint8_t*>(data), len, blocks[i / ranks.size()]).ok();
+    kvkey::Verdict v = ns.verify_header(reinterpret_cast<const std::uint8_t*>(data), len, blocks[i / ranks.size()]);
+    found[i] = v.ok();
+    // An empty string is a missing key; a block's first refused header is its rejection.
+    if (!rejected.empty() && len != 0 && !v.ok() && rejected[i / ranks.size()].ok()) {
+      rejected[i / ranks.size()] = std::move(v);
+    }
     return true;
   };
-  guarded([&] {
-    // GETRANGE answers a string, empty for a missing key: all were tapped.
-    for (const Reply& r : conn_.pipeline(commands, verify_header)) expect_type(*r, REDIS_REPLY_STRING, "GETRANGE");
-  });
+  try {
+    guarded([&] {
+      // GETRANGE answers a string, empty for a missing key: all were tapped.
+      for (const Reply& r : conn_.pipeline(commands, verify_header)) expect_type(*r, REDIS_REPLY_STRING, "GETRANGE");
+    });
+  } catch (const StoreError&) {
+    if (metrics_ != nullptr) metrics_->record_lookup(0, blocks.size(), 0);
+    throw;
+  }
   Lookup out;
   out.prefix = ranks.front()->reusable_prefix(found, ranks.size(), max_tokens);
+  if (metrics_ != nullptr) {
+    std::size_t refused = 0;
+    for (const kvkey::Verdict& v : rejected) {
+      if (!v.ok()) ++refused;
+      metrics_->record_rejection(v);  // an ok verdict records nothing
+    }
+    metrics_->record_lookup(out.prefix.blocks, blocks.size() - out.prefix.blocks - refused, refused);
+  }
   out.blocks = std::move(blocks);
   return out;
 }
@@ -413,15 +456,21 @@ Lookup Connector::lookup_existing(const std::vector<const Namespace*>& ranks, st
   for (const std::string& key : keys) commands.push_back({"EXISTS", key});
   std::vector<bool> found;
   found.reserve(keys.size());
-  guarded([&] {
-    for (const Reply& r : conn_.pipeline(commands)) {
-      expect_type(*r, REDIS_REPLY_INTEGER, "EXISTS");
-      if (r->integer != 0 && r->integer != 1) unexpected(*r, "EXISTS of one key");
-      found.push_back(r->integer == 1);
-    }
-  });
+  try {
+    guarded([&] {
+      for (const Reply& r : conn_.pipeline(commands)) {
+        expect_type(*r, REDIS_REPLY_INTEGER, "EXISTS");
+        if (r->integer != 0 && r->integer != 1) unexpected(*r, "EXISTS of one key");
+        found.push_back(r->integer == 1);
+      }
+    });
+  } catch (const StoreError&) {
+    if (metrics_ != nullptr) metrics_->record_lookup(0, blocks.size(), 0);
+    throw;
+  }
   Lookup out;
   out.prefix = ranks.front()->reusable_prefix(found, ranks.size(), max_tokens);
+  if (metrics_ != nullptr) metrics_->record_lookup(out.prefix.blocks, blocks.size() - out.prefix.blocks, 0);
   out.blocks = std::move(blocks);
   return out;
 }
@@ -462,14 +511,20 @@ std::vector<LoadOutcome> Connector::load_verified(const Namespace& ns, const std
     seen[i] = true;
     return true;
   };
-  guarded([&] {
-    const std::vector<Reply> replies = conn_.pipeline(commands, verify_value);
-    for (std::size_t i = 0; i < blocks.size(); ++i) {
-      if (seen[i]) continue;
-      if (replies[i]->type != REDIS_REPLY_NIL) unexpected(*replies[i], "GET");  // strings were all tapped
-      out[i].status = LoadStatus::missing;
-    }
-  });
+  try {
+    guarded([&] {
+      const std::vector<Reply> replies = conn_.pipeline(commands, verify_value);
+      for (std::size_t i = 0; i < blocks.size(); ++i) {
+        if (seen[i]) continue;
+        if (replies[i]->type != REDIS_REPLY_NIL) unexpected(*replies[i], "GET");  // strings were all tapped
+        out[i].status = LoadStatus::missing;
+      }
+    });
+  } catch (const StoreError&) {
+    if (metrics_ != nullptr) metrics_->record_load(0, blocks.size(), 0);  // nothing of the call counts
+    throw;
+  }
+  if (metrics_ != nullptr) record_loads(out, payload_size);
   return out;
 }
 

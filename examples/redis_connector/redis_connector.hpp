@@ -45,6 +45,14 @@
 // call is StoreError(timeout) and the connection is dropped. Raise the
 // deadline for pipelines that move more than a few hundred MB.
 //
+// Metrics. A Connector given a kvkey::Metrics (constructor or set_metrics)
+// records every call into it: lookups and loads with their blocks by result,
+// each rejection by reason and field, verified payload bytes, saves, and store
+// errors by kind (connect and io count as "connection"). False hits need to
+// know which load follows which lookup: the engine records them
+// (Metrics::record_false_hits). One Metrics may be shared by the Connectors of
+// every thread.
+//
 // Threads. A Connector holds one hiredis connection, which is not thread-safe:
 // use one Connector per thread. The kvkey::KeyNamespace objects are immutable
 // and may be shared by all threads.
@@ -59,6 +67,7 @@
 #include <kvkey/kvkey.hpp>
 
 #include <hiredis/hiredis.h>
+#include <kvkey/metrics.hpp>
 
 #include <chrono>
 #include <cstddef>
@@ -105,6 +114,10 @@ class StoreError : public std::runtime_error {
 };
 
 std::string_view to_string(StoreError::Kind kind) noexcept;
+
+/// The kind kvkey::Metrics counts a StoreError as (kvkey::store_error_kinds):
+/// connect and io are "connection", the others keep their names.
+std::string_view metrics_kind(StoreError::Kind kind) noexcept;
 
 struct ReplyDeleter {
   void operator()(redisReply* r) const noexcept { freeReplyObject(r); }
@@ -211,7 +224,13 @@ struct LoadedBlock {
 
 class Connector {
  public:
-  explicit Connector(Options options) : conn_(std::move(options)) {}
+  /// metrics: where to record (see "Metrics" above), or null; it must outlive the Connector.
+  explicit Connector(Options options, kvkey::Metrics* metrics = nullptr)
+      : conn_(std::move(options)), metrics_(metrics) {}
+
+  /// Records into metrics from the next call on (null: stop recording).
+  void set_metrics(kvkey::Metrics* metrics) noexcept { metrics_ = metrics; }
+  kvkey::Metrics* metrics() const noexcept { return metrics_; }
 
   /// Stores each block as seal(block, payload) || payload with one SET per block
   /// (pipelined). Returns when every SET is acknowledged; throws StoreError
@@ -302,7 +321,11 @@ class Connector {
   std::vector<LoadOutcome> load_verified(const Namespace& ns, const std::vector<kvkey::Digest>& blocks,
                                          std::size_t payload_size, Deliver&& deliver);
 
+  // Records a finished load or lookup (rejections by verdict, payload bytes).
+  void record_loads(const std::vector<LoadOutcome>& outcomes, std::size_t payload_size) noexcept;
+
   Connection conn_;
+  kvkey::Metrics* metrics_ = nullptr;
 };
 
 /// prefix with Redis glob specials (* ? [ ] \) escaped, for SCAN MATCH.

@@ -10,6 +10,7 @@
 #include "kvkey/envelope.hpp"
 #include "kvkey/errors.hpp"
 #include "kvkey/fingerprint.hpp"
+#include "kvkey/geometry.hpp"
 #include "kvkey/hmac.hpp"
 #include "kvkey/identity.hpp"
 #include "kvkey/key_namespace.hpp"

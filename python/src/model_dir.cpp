@@ -34,6 +34,21 @@ kvkey::KvDtype identity_dtype(const py::handle& obj) {
   return to_dtype(obj, "kv_dtype");
 }
 
+// overrides (a dict) as JSON: what json.dumps refuses as a value (inf, nan,
+// a cycle, nesting beyond the interpreter's recursion limit) and what the
+// library's parser refuses (a number beyond double, deep nesting) are
+// InputErrors naming `overrides`; other types stay a TypeError.
+nlohmann::json overrides_json(const py::object& overrides) {
+  std::string text;
+  try {
+    text = py::str(py::module_::import("json").attr("dumps")(overrides, py::arg("allow_nan") = false));
+  } catch (py::error_already_set& e) {
+    if (!e.matches(PyExc_ValueError) && !e.matches(PyExc_RecursionError)) throw;
+    throw kvkey::input_error("overrides: " + std::string(py::str(e.value())));
+  }
+  return kvkey::parse_json_text(text, "overrides");
+}
+
 }  // namespace
 
 void bind_model_dir(py::module_& m) {
@@ -59,10 +74,7 @@ void bind_model_dir(py::module_& m) {
         mo.revision = to_optional_text(revision, "revision");
         mo.name = to_optional_text(name, "name");
         mo.hashing.verify = verify;
-        if (!overrides.is_none()) {
-          const std::string text = py::str(py::module_::import("json").attr("dumps")(overrides, py::arg("allow_nan") = false));
-          mo.overrides = nlohmann::json::parse(text);
-        }
+        if (!overrides.is_none()) mo.overrides = overrides_json(overrides);
         kvkey::AdapterDirOptions ao;
         ao.name = to_optional_text(adapter_name, "adapter_name");
         ao.hashing.verify = verify;

@@ -36,7 +36,7 @@ from __future__ import annotations
 
 import dataclasses
 import enum
-from typing import Iterable, Iterator, Optional, Sequence
+from typing import Iterable, Iterator, Optional, Sequence, Union
 
 import redis.exceptions as rex
 from redis.cluster import ClusterNode, RedisCluster
@@ -49,8 +49,10 @@ __all__ = [
     "LoadStatus",
     "LoadedBlock",
     "Lookup",
+    "display_key",
     "error_kind",
     "glob_escape",
+    "key_bytes",
     "rotate_epoch",
 ]
 
@@ -149,9 +151,27 @@ class Lookup:
 # ---- the connector --------------------------------------------------------------------------
 
 
-def glob_escape(prefix: str) -> str:
-    """prefix with the Redis glob specials (* ? [ ] \\) escaped, for SCAN MATCH."""
+def glob_escape(prefix: Union[str, bytes]) -> Union[str, bytes]:
+    """prefix with the Redis glob specials (* ? [ ] \\) escaped, for SCAN MATCH
+    (bytes in, bytes out)."""
+    if isinstance(prefix, (bytes, bytearray, memoryview)):
+        return b"".join(b"\\" + bytes([c]) if c in b"*?[]\\" else bytes([c]) for c in bytes(prefix))
     return "".join("\\" + c if c in "*?[]\\" else c for c in prefix)
+
+
+def key_bytes(key: Union[str, bytes]) -> bytes:
+    """A key or prefix as the bytes Redis stores: str is encoded as UTF-8."""
+    if isinstance(key, str):
+        return key.encode("utf-8")
+    if isinstance(key, (bytes, bytearray, memoryview)):
+        return bytes(key)
+    raise TypeError(f"a key is str or bytes, not {type(key).__name__}")
+
+
+def display_key(key: Union[str, bytes]) -> str:
+    """A key for messages and logs: printable ASCII as it is, every other byte
+    (and the backslash) as \\xNN, so any key prints on one line and unambiguously."""
+    return "".join(chr(b) if 0x20 <= b < 0x7F and b != 0x5C else f"\\x{b:02x}" for b in key_bytes(key))
 
 
 def rotate_epoch(ranks: Sequence[kvkey.KeyNamespace], epoch: int) -> list:
@@ -294,34 +314,40 @@ class ClusterConnector:
             client.nodes_manager.initialize()
             return client.get_primaries()
 
-    def _scan(self, node, prefix: str) -> Iterator[list]:
-        """Batches of the keys starting with prefix on one node (SCAN MATCH)."""
-        pattern = glob_escape(prefix) + "*"
+    def _scan(self, node, prefix: bytes) -> Iterator[list]:
+        """Batches of the keys (bytes, as stored: never decoded) starting with
+        prefix on one node (SCAN MATCH)."""
+        pattern = glob_escape(prefix) + b"*"
         r = self.client.get_redis_connection(node)
         cursor = 0
         with self._errors(f"scanning {node.name}"):
             while True:  # ends when the server returns cursor 0: SCAN visits every key once or more
                 cursor, keys = r.scan(cursor=cursor, match=pattern, count=self._scan_count)
                 if keys:
-                    yield [k.decode("ascii") if isinstance(k, bytes) else k for k in keys]
+                    yield [key_bytes(k) for k in keys]
                 if int(cursor) == 0:
                     return
 
-    def keys(self, prefix: str) -> dict:
-        """Every key starting with prefix, per primary: {node name: sorted keys}.
-        For tests and small stores."""
+    def keys(self, prefix: Union[str, bytes]) -> dict:
+        """Every key starting with prefix (str is taken as UTF-8), per primary:
+        {node name: sorted keys}, each key the bytes Redis holds, whatever they
+        are (display_key prints one). For tests and small stores."""
+        prefix = key_bytes(prefix)
         return {node.name: sorted({k for batch in self._scan(node, prefix) for k in batch})
                 for node in self.primaries()}
 
-    def purge(self, prefix: str) -> int:
+    def purge(self, prefix: Union[str, bytes]) -> int:
         """Removes every key starting with prefix on every primary (SCAN + UNLINK
         in batches); returns how many were removed. Pass ns.key_prefix to drop
-        one epoch of a model, ns.tenant_prefix to drop a tenant.
+        one epoch of a model, ns.tenant_prefix to drop a tenant. Keys are
+        handled as bytes throughout: a key that is not ASCII or not UTF-8 is
+        removed like any other.
 
         Keys of one batch lie in different slots, so each gets its own UNLINK
         (pipelined, routed by slot: a key that moved since the scan is still
         found). Keys written, or moved between primaries, while a purge runs
         may survive it; run it again once writers have stopped."""
+        prefix = key_bytes(prefix)
         if not prefix:
             raise ValueError("purge: an empty prefix would remove every key")
         removed = 0
@@ -337,8 +363,9 @@ class ClusterConnector:
 
     def _unlink(self, keys: list) -> int:
         replies = self._pipeline("purge", [("UNLINK", k) for k in keys])
-        if any(not isinstance(r, int) for r in replies):
-            raise ClusterError("protocol", "purge: UNLINK answered a non-integer")
+        for k, r in zip(keys, replies):
+            if not isinstance(r, int):
+                raise ClusterError("protocol", f"purge: UNLINK {display_key(k)} answered a {type(r).__name__}")
         return sum(replies)  # a key the scan repeated counts once
 
 
