@@ -40,10 +40,14 @@ from ._kvkey import (  # noqa: F401  (re-exports)
     store_key_tag,
 )
 from . import compat  # noqa: F401
+from . import stores  # noqa: F401
+from .connector import Connector  # noqa: F401
+from . import testing  # noqa: F401
 
 __all__ = [
     "Adapter",
     "Chain",
+    "Connector",
     "CryptoError",
     "Error",
     "Identity",
@@ -75,4 +79,6 @@ __all__ = [
     "reusable_prefix",
     "single_tenant_name",
     "store_key_tag",
+    "stores",
+    "testing",
 ]
