@@ -8,6 +8,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstdio>
 #include <cstring>
@@ -42,7 +43,14 @@ std::string difference(const Msg& want, const Msg& got) {
   for (Msg* j : {&w, &g}) {
     if (j->contains("error") && (*j)["error"].is_object()) (*j)["error"].erase("message");
   }
-  for (const auto& [key, value] : w.items()) {
+  // In the order a defect shows first: the identity encoding before what is derived from it.
+  std::vector<std::string> order = {"id", "error", "encoding", "root", "prefix", "blocks", "blocks_u64", "keys", "verdict"};
+  for (const auto& item : w.items()) {
+    if (std::find(order.begin(), order.end(), item.key()) == order.end()) order.push_back(item.key());
+  }
+  for (const std::string& key : order) {
+    if (!w.contains(key)) continue;
+    const Msg& value = w[key];
     if (!g.contains(key)) return key + ": missing (want " + shorten(dump(value), 200) + ")";
     const Msg& other = g[key];
     if (value == other) continue;
