@@ -7,6 +7,7 @@
 #include <cstring>
 #include <exception>
 #include <set>
+#include <sys/socket.h>
 #include <sys/time.h>
 #include <utility>
 
@@ -30,10 +31,10 @@ std::string_view to_string(StoreError::Kind kind) noexcept {
 
 namespace {
 
-timeval to_timeval(std::chrono::milliseconds ms) {
+timeval to_timeval(std::chrono::microseconds us) {
   timeval tv{};
-  tv.tv_sec = static_cast<decltype(tv.tv_sec)>(ms.count() / 1000);
-  tv.tv_usec = static_cast<decltype(tv.tv_usec)>((ms.count() % 1000) * 1000);
+  tv.tv_sec = static_cast<decltype(tv.tv_sec)>(us.count() / 1000000);
+  tv.tv_usec = static_cast<decltype(tv.tv_usec)>(us.count() % 1000000);
   return tv;
 }
 
@@ -46,34 +47,51 @@ bool is_timeout(int redis_err, int saved_errno) {
   return redis_err == REDIS_ERR_IO && (saved_errno == EAGAIN || saved_errno == EWOULDBLOCK);
 }
 
+[[noreturn]] void unexpected(const redisReply& r, std::string_view what) {
+  throw StoreError(StoreError::Kind::protocol, std::string(what) + ": unexpected reply type " + std::to_string(r.type));
+}
+
 void expect_type(const redisReply& r, int type, std::string_view what) {
-  if (r.type != type) {
-    throw StoreError(StoreError::Kind::protocol, std::string(what) + ": unexpected reply type " +
-                                                     std::to_string(r.type));
-  }
+  if (r.type != type) unexpected(r, what);
 }
 
 }  // namespace
 
 // ---- connection ------------------------------------------------------------------
 
-Connection::Connection(Options options) : options_(std::move(options)) {}
+Connection::Connection(Options options) : options_(std::move(options)), nonce_rng_(std::random_device{}()) {}
 
 Connection::~Connection() { disconnect(); }
 
 void Connection::disconnect() noexcept {
   if (ctx_ != nullptr) redisFree(ctx_);
   ctx_ = nullptr;
+  armed_ = std::chrono::microseconds(-1);
 }
 
 redisContext* Connection::context() {
-  if (ctx_ != nullptr) return ctx_;
+  if (ctx_ != nullptr) {
+    // Bytes (or the end of the stream) waiting before anything was sent are
+    // not this call's: start on a fresh connection rather than fail the call.
+    char byte = 0;
+    const bool stale = ctx_->reader->pos < ctx_->reader->len ||
+                       ::recv(ctx_->fd, &byte, 1, MSG_PEEK | MSG_DONTWAIT) >= 0;
+    if (!stale) return ctx_;
+    disconnect();
+  }
   const std::string where = options_.host + ":" + std::to_string(options_.port);
-  redisContext* c = redisConnectWithTimeout(options_.host.c_str(), options_.port, to_timeval(options_.connect_timeout));
+  std::chrono::microseconds limit = options_.connect_timeout;
+  if (deadline_ != Clock::time_point::max()) {
+    const auto left = std::chrono::duration_cast<std::chrono::microseconds>(deadline_ - Clock::now());
+    if (left.count() <= 0) past_deadline("connecting to " + where);
+    limit = std::min(limit, left);
+  }
+  redisContext* c = redisConnectWithTimeout(options_.host.c_str(), options_.port, to_timeval(limit));
   if (c == nullptr) throw StoreError(StoreError::Kind::connect, where + ": out of memory");
-  if (c->err != 0 || redisSetTimeout(c, to_timeval(options_.command_timeout)) != REDIS_OK) {
+  if (c->err != 0) {
     const std::string msg = where + ": " + c->errstr;
     redisFree(c);
+    if (Clock::now() >= deadline_) past_deadline("connecting to " + where);
     throw StoreError(StoreError::Kind::connect, msg);
   }
   // Every string reply passes create_string, which hands top-level ones to
@@ -89,8 +107,10 @@ redisContext* Connection::context() {
 
 void* Connection::create_string(const redisReadTask* task, char* str, std::size_t len) {
   auto* self = static_cast<Connection*>(task->privdata);
-  // Status and error replies come through here too: only bulk strings are tapped.
-  if (self->tap_ != nullptr && task->parent == nullptr && task->type == REDIS_REPLY_STRING && !self->tap_error_) {
+  // Status and error replies come through here too: only bulk strings are
+  // tapped, and only the replies of the caller's commands (not the sentinel).
+  if (self->tap_ != nullptr && task->parent == nullptr && task->type == REDIS_REPLY_STRING &&
+      self->tap_index_ < self->tap_limit_ && !self->tap_error_) {
     try {  // no exception may unwind through hiredis' C frames
       if ((*self->tap_)(self->tap_index_, str, len)) len = 0;  // taken: the reply gets an empty string
     } catch (...) {
@@ -100,12 +120,37 @@ void* Connection::create_string(const redisReadTask* task, char* str, std::size_
   return self->hiredis_functions_->createString(task, str, len);
 }
 
+void Connection::arm() {
+  using std::chrono::microseconds;
+  microseconds limit = options_.command_timeout;  // 0: none
+  bool by_deadline = false;
+  if (deadline_ != Clock::time_point::max()) {
+    const auto left = std::chrono::duration_cast<microseconds>(deadline_ - Clock::now());
+    if (left.count() <= 0) past_deadline("waiting for the server");
+    if (limit.count() == 0 || left < limit) {
+      limit = left;
+      by_deadline = true;
+    }
+  }
+  armed_by_deadline_ = by_deadline;
+  if (limit == armed_) return;  // most reads: the socket has this timeout already
+  if (redisSetTimeout(ctx_, to_timeval(limit)) != REDIS_OK) fail("setting the socket timeout", errno);
+  armed_ = limit;
+}
+
+void Connection::past_deadline(std::string_view during) {
+  disconnect();
+  throw StoreError(StoreError::Kind::timeout, std::string(during) + ": the call passed its deadline of " +
+                                                  std::to_string(options_.call_deadline.count()) + " ms");
+}
+
 void Connection::fail(std::string_view during, int saved_errno) {
   StoreError::Kind kind = StoreError::Kind::io;
   std::string detail = ctx_->errstr[0] != '\0' ? ctx_->errstr : "connection closed";
   if (ctx_->err == REDIS_ERR_PROTOCOL) {
     kind = StoreError::Kind::protocol;
   } else if (is_timeout(ctx_->err, saved_errno)) {
+    if (armed_by_deadline_) past_deadline(during);
     kind = StoreError::Kind::timeout;
     detail = "no reply within " + std::to_string(options_.command_timeout.count()) + " ms";
   }
@@ -114,14 +159,56 @@ void Connection::fail(std::string_view during, int saved_errno) {
   throw StoreError(kind, std::string(during) + ": " + detail);
 }
 
+std::string Connection::next_nonce() {
+  static constexpr char hex[] = "0123456789abcdef";
+  std::string nonce = "kvkey-";
+  for (int word = 0; word < 2; ++word) {  // 128 random bits
+    std::uint64_t v = nonce_rng_();
+    for (int i = 0; i < 16; ++i, v >>= 4) nonce.push_back(hex[v & 15]);
+  }
+  return nonce;
+}
+
 std::vector<Reply> Connection::pipeline(const std::vector<Command>& commands) { return pipeline(commands, {}); }
 
 std::vector<Reply> Connection::pipeline(const std::vector<Command>& commands, const StringTap& tap) {
   if (commands.empty()) return {};
+  deadline_ = options_.call_deadline.count() > 0 ? Clock::now() + options_.call_deadline : Clock::time_point::max();
+  struct Reset {  // the deadline and the tap are this call's only, also when it throws
+    Connection& c;
+    ~Reset() {
+      c.deadline_ = Clock::time_point::max();
+      c.tap_ = nullptr;
+      c.tap_limit_ = 0;
+    }
+  } reset{*this};
+  std::vector<Reply> replies;
+  try {
+    replies = exchange(commands, tap);
+  } catch (...) {
+    disconnect();  // whatever failed, the reply stream may be out of step
+    throw;
+  }
+  // Every reply was read and the sentinel matched: the stream is in step, and
+  // the connection stays up for what the tap threw.
+  if (tap_error_) std::rethrow_exception(std::exchange(tap_error_, nullptr));
+  for (const Reply& r : replies) {
+    if (r->type == REDIS_REPLY_ERROR) {
+      disconnect();  // as after every StoreError
+      throw StoreError(StoreError::Kind::server, std::string(r->str, r->len));
+    }
+  }
+  return replies;
+}
+
+std::vector<Reply> Connection::exchange(const std::vector<Command>& commands, const StringTap& tap) {
   redisContext* c = context();
   std::vector<const char*> argv;
   std::vector<std::size_t> lens;
-  for (const Command& cmd : commands) {
+  const std::string nonce = next_nonce();
+  const Command sentinel = {"ECHO", nonce};
+  for (std::size_t k = 0; k <= commands.size(); ++k) {
+    const Command& cmd = k < commands.size() ? commands[k] : sentinel;
     argv.clear();
     lens.clear();
     for (std::string_view arg : cmd) {
@@ -132,27 +219,43 @@ std::vector<Reply> Connection::pipeline(const std::vector<Command>& commands, co
       fail("queueing a command", errno);
     }
   }
+  for (int done = 0; done == 0;) {
+    arm();
+    if (redisBufferWrite(c, &done) != REDIS_OK) fail("sending " + std::to_string(commands.size()) + " commands", errno);
+  }
   std::vector<Reply> replies;
-  replies.reserve(commands.size());
-  struct TapGuard {  // the tap is set for this call only, also when it throws
-    const StringTap*& slot;
-    ~TapGuard() { slot = nullptr; }
-  } guard{tap_};
+  replies.reserve(commands.size() + 1);
   tap_ = tap ? &tap : nullptr;
+  tap_limit_ = commands.size();
   tap_error_ = nullptr;
-  for (std::size_t i = 0; i < commands.size(); ++i) {
+  for (std::size_t i = 0; i <= commands.size(); ++i) {
     void* r = nullptr;
-    tap_index_ = i;  // redisGetReply parses exactly one reply
-    if (redisGetReply(c, &r) != REDIS_OK || r == nullptr) {
-      const int saved_errno = errno;
-      fail("reply " + std::to_string(i + 1) + " of " + std::to_string(commands.size()), saved_errno);
+    tap_index_ = i;  // the reader parses exactly one reply at a time
+    for (;;) {
+      if (redisGetReplyFromReader(c, &r) != REDIS_OK) {
+        fail("reply " + std::to_string(i + 1) + " of " + std::to_string(commands.size()), errno);
+      }
+      if (r != nullptr) break;
+      arm();
+      if (redisBufferRead(c) != REDIS_OK) {
+        const int saved_errno = errno;
+        fail("reply " + std::to_string(i + 1) + " of " + std::to_string(commands.size()), saved_errno);
+      }
     }
     replies.emplace_back(static_cast<redisReply*>(r));
   }
-  // All replies are read, so the connection stays in step even on error replies.
-  if (tap_error_) std::rethrow_exception(std::exchange(tap_error_, nullptr));
-  for (const Reply& r : replies) {
-    if (r->type == REDIS_REPLY_ERROR) throw StoreError(StoreError::Kind::server, std::string(r->str, r->len));
+  // Exactly one reply per command, then the sentinel's nonce, then nothing:
+  // otherwise a reply went missing or appeared, and these are not our replies.
+  const Reply sentinel_reply = std::move(replies.back());
+  replies.pop_back();
+  if (sentinel_reply->type != REDIS_REPLY_STRING ||
+      std::string_view(sentinel_reply->str, sentinel_reply->len) != nonce) {
+    throw StoreError(StoreError::Kind::protocol,
+                     "the reply stream is out of step: reply " + std::to_string(commands.size() + 1) +
+                         " is not the sentinel's nonce");
+  }
+  if (c->reader->pos < c->reader->len) {
+    throw StoreError(StoreError::Kind::protocol, "the reply stream is out of step: bytes after the sentinel");
   }
   return replies;
 }
@@ -160,6 +263,29 @@ std::vector<Reply> Connection::pipeline(const std::vector<Command>& commands, co
 Reply Connection::command(const Command& command) { return std::move(pipeline({command}).front()); }
 
 // ---- the connector ------------------------------------------------------------------
+
+namespace {
+
+void check_same_deployment(const std::vector<const Namespace*>& ranks) {
+  if (ranks.empty()) throw std::invalid_argument("lookup: no ranks given");
+  for (const Namespace* ns : ranks) {
+    if (ns->root() != ranks.front()->root() || ns->key_prefix() != ranks.front()->key_prefix()) {
+      throw std::invalid_argument("lookup: the ranks belong to different deployments");
+    }
+  }
+}
+
+}  // namespace
+
+template <class Call>
+decltype(auto) Connector::guarded(Call&& call) {
+  try {
+    return call();
+  } catch (const StoreError&) {
+    conn_.disconnect();  // a reply the connector could not use: the stream may be out of step
+    throw;
+  }
+}
 
 void Connector::save(const Namespace& ns, const std::vector<BlockPayload>& blocks) {
   std::vector<std::string> keys;
@@ -177,18 +303,47 @@ void Connector::save(const Namespace& ns, const std::vector<BlockPayload>& block
   std::vector<Connection::Command> commands;  // one SET per object: header and payload together
   commands.reserve(blocks.size());
   for (std::size_t i = 0; i < blocks.size(); ++i) commands.push_back({"SET", keys[i], values[i]});
-  for (const Reply& r : conn_.pipeline(commands)) expect_type(*r, REDIS_REPLY_STATUS, "SET");
+  guarded([&] {
+    for (const Reply& r : conn_.pipeline(commands)) {
+      expect_type(*r, REDIS_REPLY_STATUS, "SET");
+      if (std::string_view(r->str, r->len) != "OK") throw StoreError(StoreError::Kind::protocol, "SET: not OK");
+    }
+  });
 }
 
 Lookup Connector::lookup(const std::vector<const Namespace*>& ranks, std::vector<kvkey::Digest> blocks,
                          std::size_t max_tokens) {
-  if (ranks.empty()) throw std::invalid_argument("lookup: no ranks given");
-  for (const Namespace* ns : ranks) {
-    if (ns->root() != ranks.front()->root() || ns->key_prefix() != ranks.front()->key_prefix()) {
-      throw std::invalid_argument("lookup: the ranks belong to different deployments");
-    }
-  }
+  check_same_deployment(ranks);
   // Keys block-major: block b's key on rank r at b * ranks.size() + r.
+  std::vector<std::string> keys;
+  keys.reserve(blocks.size() * ranks.size());
+  for (const kvkey::Digest& block : blocks) {
+    for (const Namespace* ns : ranks) keys.push_back(ns->store_key(block));
+  }
+  static const std::string last = std::to_string(kvkey::envelope_size - 1);
+  std::vector<Connection::Command> commands;
+  commands.reserve(keys.size());
+  for (const std::string& key : keys) commands.push_back({"GETRANGE", key, "0", last});
+  // Each header is verified where hiredis read it, for its rank and block.
+  std::vector<bool> found(keys.size(), false);
+  const Connection::StringTap verify_header = [&](std::size_t i, const char* data, std::size_t len) {
+    const Namespace& ns = *ranks[i % ranks.size()];
+    found[i] = ns.verify_header(reinterpret_cast<const std::uint8_t*>(data), len, blocks[i / ranks.size()]).ok();
+    return true;
+  };
+  guarded([&] {
+    // GETRANGE answers a string, empty for a missing key: all were tapped.
+    for (const Reply& r : conn_.pipeline(commands, verify_header)) expect_type(*r, REDIS_REPLY_STRING, "GETRANGE");
+  });
+  Lookup out;
+  out.prefix = ranks.front()->reusable_prefix(found, ranks.size(), max_tokens);
+  out.blocks = std::move(blocks);
+  return out;
+}
+
+Lookup Connector::lookup_existing(const std::vector<const Namespace*>& ranks, std::vector<kvkey::Digest> blocks,
+                                  std::size_t max_tokens) {
+  check_same_deployment(ranks);
   std::vector<std::string> keys;
   keys.reserve(blocks.size() * ranks.size());
   for (const kvkey::Digest& block : blocks) {
@@ -199,10 +354,13 @@ Lookup Connector::lookup(const std::vector<const Namespace*>& ranks, std::vector
   for (const std::string& key : keys) commands.push_back({"EXISTS", key});
   std::vector<bool> found;
   found.reserve(keys.size());
-  for (const Reply& r : conn_.pipeline(commands)) {
-    expect_type(*r, REDIS_REPLY_INTEGER, "EXISTS");
-    found.push_back(r->integer == 1);
-  }
+  guarded([&] {
+    for (const Reply& r : conn_.pipeline(commands)) {
+      expect_type(*r, REDIS_REPLY_INTEGER, "EXISTS");
+      if (r->integer != 0 && r->integer != 1) unexpected(*r, "EXISTS of one key");
+      found.push_back(r->integer == 1);
+    }
+  });
   Lookup out;
   out.prefix = ranks.front()->reusable_prefix(found, ranks.size(), max_tokens);
   out.blocks = std::move(blocks);
@@ -245,12 +403,14 @@ std::vector<LoadOutcome> Connector::load_verified(const Namespace& ns, const std
     seen[i] = true;
     return true;
   };
-  const std::vector<Reply> replies = conn_.pipeline(commands, verify_value);
-  for (std::size_t i = 0; i < blocks.size(); ++i) {
-    if (seen[i]) continue;
-    if (replies[i]->type != REDIS_REPLY_NIL) expect_type(*replies[i], REDIS_REPLY_STRING, "GET");
-    out[i].status = LoadStatus::missing;
-  }
+  guarded([&] {
+    const std::vector<Reply> replies = conn_.pipeline(commands, verify_value);
+    for (std::size_t i = 0; i < blocks.size(); ++i) {
+      if (seen[i]) continue;
+      if (replies[i]->type != REDIS_REPLY_NIL) unexpected(*replies[i], "GET");  // strings were all tapped
+      out[i].status = LoadStatus::missing;
+    }
+  });
   return out;
 }
 
@@ -301,18 +461,20 @@ void Connector::scan(std::string_view prefix, Visit&& visit) {
   const std::string pattern = glob_escape(prefix) + "*";
   std::string cursor = "0";
   do {
-    const Reply r = conn_.command({"SCAN", cursor, "MATCH", pattern, "COUNT", "1000"});
-    expect_type(*r, REDIS_REPLY_ARRAY, "SCAN");
-    if (r->elements != 2) throw StoreError(StoreError::Kind::protocol, "SCAN: expected [cursor, keys]");
-    expect_type(*r->element[0], REDIS_REPLY_STRING, "SCAN cursor");
-    expect_type(*r->element[1], REDIS_REPLY_ARRAY, "SCAN keys");
-    cursor.assign(r->element[0]->str, r->element[0]->len);
+    const Reply r = guarded([&] { return conn_.command({"SCAN", cursor, "MATCH", pattern, "COUNT", "1000"}); });
     std::vector<std::string> batch;
-    for (std::size_t i = 0; i < r->element[1]->elements; ++i) {
-      const redisReply& k = *r->element[1]->element[i];
-      expect_type(k, REDIS_REPLY_STRING, "SCAN key");
-      batch.emplace_back(k.str, k.len);
-    }
+    guarded([&] {
+      expect_type(*r, REDIS_REPLY_ARRAY, "SCAN");
+      if (r->elements != 2) throw StoreError(StoreError::Kind::protocol, "SCAN: expected [cursor, keys]");
+      expect_type(*r->element[0], REDIS_REPLY_STRING, "SCAN cursor");
+      expect_type(*r->element[1], REDIS_REPLY_ARRAY, "SCAN keys");
+      cursor.assign(r->element[0]->str, r->element[0]->len);
+      for (std::size_t i = 0; i < r->element[1]->elements; ++i) {
+        const redisReply& k = *r->element[1]->element[i];
+        expect_type(k, REDIS_REPLY_STRING, "SCAN key");
+        batch.emplace_back(k.str, k.len);
+      }
+    });
     if (!batch.empty()) visit(batch);
   } while (cursor != "0");
 }
@@ -329,9 +491,12 @@ std::size_t Connector::purge(std::string_view prefix) {
   scan(prefix, [&](const std::vector<std::string>& batch) {
     Connection::Command unlink{"UNLINK"};
     for (const std::string& key : batch) unlink.push_back(key);
-    const Reply r = conn_.command(unlink);
-    expect_type(*r, REDIS_REPLY_INTEGER, "UNLINK");
-    removed += static_cast<std::size_t>(r->integer);  // a key SCAN repeats counts once
+    guarded([&] {
+      const Reply r = conn_.command(unlink);
+      expect_type(*r, REDIS_REPLY_INTEGER, "UNLINK");
+      if (r->integer < 0 || static_cast<std::size_t>(r->integer) > batch.size()) unexpected(*r, "UNLINK count");
+      removed += static_cast<std::size_t>(r->integer);  // a key SCAN repeats counts once
+    });
   });
   return removed;
 }

@@ -21,12 +21,29 @@
 //
 // Errors. Per-block outcomes are values (LoadOutcome, LoadedBlock, Lookup).
 // Bad arguments throw std::invalid_argument before anything is sent. Whole-call
-// failures throw StoreError: the server cannot be reached, a command timed out,
-// the reply stream broke off part-way (a partial pipeline reply) or the server
-// answered with an error. After a StoreError nothing of that call may be
-// trusted (a save may have written some of its objects, which is harmless:
-// each object verifies on its own); the connection is dropped and the next
-// call reconnects.
+// failures throw StoreError: the server cannot be reached, a read or the whole
+// call took too long, the reply stream broke off part-way, was not valid RESP
+// or not what was sent, or the server answered with an error. After a
+// StoreError nothing of that call may be trusted (a save may have written some
+// of its objects, which is harmless: each object verifies on its own); the
+// connection is dropped and the next call connects afresh.
+//
+// Staying in step. hiredis matches replies to commands by counting them, so
+// one damaged byte in a reply's framing (a bulk length "$2048" read as
+// "$2040") can leave a reply more or less in the stream than was sent, and
+// every later call would read the replies of the call before. Each pipeline
+// therefore ends with a sentinel, ECHO of a fresh random nonce; the call
+// returns only when exactly one reply per command arrived, each of the type
+// its command answers with, followed by the sentinel's own nonce and no other
+// byte. Anything else is StoreError(protocol) and drops the connection.
+//
+// Time. Options::command_timeout bounds each read and write of the socket;
+// Options::call_deadline bounds the whole call, connecting included (default
+// 10 s; 0: no bound but the per-read one). Before each read and write the
+// socket's timeout is shrunk to the time left, so a server that trickles a
+// few bytes at a time cannot stretch a call past its deadline: past it, the
+// call is StoreError(timeout) and the connection is dropped. Raise the
+// deadline for pipelines that move more than a few hundred MB.
 //
 // Threads. A Connector holds one hiredis connection, which is not thread-safe:
 // use one Connector per thread. The kvkey::KeyNamespace objects are immutable
@@ -50,6 +67,7 @@
 #include <functional>
 #include <limits>
 #include <memory>
+#include <random>
 #include <stdexcept>
 #include <string>
 #include <string_view>
@@ -63,19 +81,22 @@ struct Options {
   std::string host = "127.0.0.1";
   int port = 6379;
   std::chrono::milliseconds connect_timeout{1000};
-  std::chrono::milliseconds command_timeout{2000};  ///< per reply read / request write
+  std::chrono::milliseconds command_timeout{2000};  ///< per socket read / write (0: none)
+  std::chrono::milliseconds call_deadline{10000};   ///< per call, connect to last reply (0: none)
 };
 
 /// A call that could not complete. kind() says why; what() says where.
 class StoreError : public std::runtime_error {
  public:
+  /// A small fixed set, to count by (kinds, in this order, 0 to kinds - 1).
   enum class Kind {
     connect,   ///< the server could not be reached
-    timeout,   ///< no reply within Options::command_timeout
+    timeout,   ///< no reply within Options::command_timeout, or the call passed Options::call_deadline
     io,        ///< the connection broke (also: a partial reply)
-    protocol,  ///< the reply was not valid RESP or not the expected type
+    protocol,  ///< the replies were not valid RESP, or not what was sent (type, count, sentinel)
     server,    ///< the server answered with an error reply
   };
+  static constexpr std::size_t kinds = 5;
   StoreError(Kind kind, const std::string& what);
   Kind kind() const noexcept { return kind_; }
 
@@ -91,7 +112,8 @@ struct ReplyDeleter {
 using Reply = std::unique_ptr<redisReply, ReplyDeleter>;
 
 /// One hiredis connection with timeouts. Connects lazily; any failure drops
-/// the connection, and the next call connects again.
+/// the connection, and the next call connects again. Every pipeline ends with
+/// the ECHO sentinel (see "Staying in step" above).
 class Connection {
  public:
   explicit Connection(Options options);
@@ -102,8 +124,10 @@ class Connection {
   /// A command and its arguments, binary-safe.
   using Command = std::vector<std::string_view>;
 
-  /// Sends every command in one pipeline and returns the replies in order.
-  /// Throws StoreError if any reply is missing, malformed or an error reply.
+  /// Sends every command in one pipeline, followed by the sentinel, and returns
+  /// the commands' replies in order. Throws StoreError (and drops the
+  /// connection) if any reply is missing, malformed or an error reply, if the
+  /// sentinel's reply is not its nonce, or if bytes follow it.
   std::vector<Reply> pipeline(const std::vector<Command>& commands);
 
   /// Sees each top-level string reply while it is still in hiredis' read
@@ -116,15 +140,27 @@ class Connection {
 
   bool connected() const noexcept { return ctx_ != nullptr; }
   const Options& options() const noexcept { return options_; }
+  /// Drops the connection (the next call connects again). Callers that find a
+  /// reply they cannot use call it before throwing StoreError.
+  void disconnect() noexcept;
 
  private:
+  using Clock = std::chrono::steady_clock;
   redisContext* context();
+  std::vector<Reply> exchange(const std::vector<Command>& commands, const StringTap& tap);
+  void arm();  // the socket timeout for the next read or write: per-read, or the time left
   [[noreturn]] void fail(std::string_view during, int saved_errno);
-  void disconnect() noexcept;
+  [[noreturn]] void past_deadline(std::string_view during);
+  std::string next_nonce();
   static void* create_string(const redisReadTask* task, char* str, std::size_t len);
 
   Options options_;
   redisContext* ctx_ = nullptr;
+  Clock::time_point deadline_ = Clock::time_point::max();  // of the call under way
+  std::chrono::microseconds armed_{-1};                    // the socket's timeout now
+  bool armed_by_deadline_ = false;                         // ... shortened to the time left
+  std::mt19937_64 nonce_rng_;                              // seeded from std::random_device
+  std::size_t tap_limit_ = 0;                              // replies [0, tap_limit_) are tapped
   redisReplyObjectFunctions functions_{};  // hiredis' own, createString routed through tap_
   const redisReplyObjectFunctions* hiredis_functions_ = nullptr;
   const StringTap* tap_ = nullptr;  // set during pipeline(commands, tap)
@@ -177,12 +213,23 @@ class Connector {
   /// otherwise.
   void save(const Namespace& ns, const std::vector<BlockPayload>& blocks);
 
-  /// Counts the leading blocks that every rank can serve: one EXISTS per
-  /// (block, rank) key, block-major, in one pipeline. `ranks` are the
-  /// namespaces of every rank of one deployment (replicas may repeat a key).
-  /// max_tokens caps the count (engines pass prompt_len - 1).
+  /// Counts the leading blocks that every rank can serve, verified: one
+  /// `GETRANGE key 0 1023` per (block, rank) key, block-major, in one pipeline,
+  /// and a block counts only when the header read on every rank verifies for
+  /// that rank's namespace and the block (KeyNamespace::verify_header, in
+  /// place in hiredis' read buffer). A missing, short, foreign (another
+  /// identity, epoch or format version) or damaged header is a miss. The
+  /// payload is checked at load. `ranks` are the namespaces of every rank of
+  /// one deployment (replicas may repeat a key). max_tokens caps the count
+  /// (engines pass prompt_len - 1).
   Lookup lookup(const std::vector<const Namespace*>& ranks, std::vector<kvkey::Digest> blocks,
                 std::size_t max_tokens = std::numeric_limits<std::size_t>::max());
+
+  /// As lookup, but counts every key that exists (one EXISTS per key): it
+  /// counts foreign and damaged objects too, which the load then rejects.
+  /// Cheaper on the wire; for stores whose writers are all trusted.
+  Lookup lookup_existing(const std::vector<const Namespace*>& ranks, std::vector<kvkey::Digest> blocks,
+                         std::size_t max_tokens = std::numeric_limits<std::size_t>::max());
 
   /// As above, hashing the prompt's full blocks first.
   template <class Token>
@@ -191,6 +238,13 @@ class Connector {
                 std::size_t max_tokens = std::numeric_limits<std::size_t>::max()) {
     if (ranks.empty()) throw std::invalid_argument("lookup: no ranks given");
     return lookup(ranks, ranks.front()->block_hashes(tokens, options), max_tokens);
+  }
+  template <class Token>
+  Lookup lookup_existing(const std::vector<const Namespace*>& ranks, const std::vector<Token>& tokens,
+                         const kvkey::HashOptions& options = {},
+                         std::size_t max_tokens = std::numeric_limits<std::size_t>::max()) {
+    if (ranks.empty()) throw std::invalid_argument("lookup_existing: no ranks given");
+    return lookup_existing(ranks, ranks.front()->block_hashes(tokens, options), max_tokens);
   }
 
   /// Fetches every block (pipelined GET) and verifies its header and the
@@ -230,6 +284,10 @@ class Connector {
   Connection& connection() noexcept { return conn_; }
 
  private:
+  // Runs call; a StoreError it throws (a reply the connector cannot use
+  // included) drops the connection first.
+  template <class Call>
+  decltype(auto) guarded(Call&& call);
   template <class Visit>
   void scan(std::string_view prefix, Visit&& visit);
   // GETs and verifies every block; calls deliver(i, payload) for each block

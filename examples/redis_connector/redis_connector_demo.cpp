@@ -124,6 +124,10 @@ int run(kvkey_redis::Connector& store) {
   const std::string fp16_key = chat[0].store_key(after.blocks[0]);
   const std::string fp8_key = fp8[0].store_key(fp8_lookup.blocks[0]);
   store.connection().command({"COPY", fp16_key, fp8_key});
+  const std::size_t existing = store.lookup_existing({&fp8[0]}, {fp8_lookup.blocks[0]}).prefix.blocks;
+  const std::size_t verified = store.lookup({&fp8[0]}, {fp8_lookup.blocks[0]}).prefix.blocks;
+  fmt::print("fp8 rank 0 lookup of that block: {} by existence, {} verified\n", existing, verified);
+  expect(existing == 1 && verified == 0, "the verified lookup does not count a foreign header");
   const auto forced = store.load(fp8[0], {fp8_lookup.blocks[0]}, block_bytes(fp8[0]));
   fmt::print("fp8 reader on fp16 bytes copied under its key: {}\n", forced[0].verdict);
   expect(forced[0].status == kvkey_redis::LoadStatus::rejected && forced[0].verdict.field == "kv.dtype",

@@ -80,6 +80,17 @@ class KeyNamespace {
   const Digest& root() const noexcept { return chain_.root(); }
   std::uint32_t block_size() const noexcept { return id_.kv.block_size; }
 
+  /// This namespace under weights epoch `epoch`: identical in every other
+  /// respect (identity, hasher, so a keyed namespace keeps its tenant secret,
+  /// and Policy). The rotation of docs/security.md, "Rotating": switch every
+  /// rank to ns.with_epoch(n) together.
+  [[nodiscard]] KeyNamespace with_epoch(std::uint64_t epoch) const {
+    Identity id = id_;
+    if (policy_.tenant == TenantPolicy::single_tenant) id.tenant.clear();  // validated() names it again
+    id.model.weights_epoch = epoch;
+    return KeyNamespace(id, chain_.hasher(), policy_, chain_.native());
+  }
+
   // ---- the chain ------------------------------------------------------------
 
   /// Hashes of every full block of tokens (a partial tail is not hashed).
@@ -202,9 +213,16 @@ class KeyNamespace {
   IntegrityMode integrity_mode() const noexcept { return scheme().mode; }
 
   /// Size-only header (IntegrityMode::none) for callers that cannot see the
-  /// bytes (GPU-direct transfers). Only under PayloadCheck::size_only;
-  /// otherwise throws input_error.
+  /// bytes (GPU-direct transfers). Only in a plain namespace under
+  /// PayloadCheck::size_only; otherwise throws input_error. A keyed namespace
+  /// authenticates every payload (docs/security.md, "Payload MAC"): seal the
+  /// bytes, as a Payload or through sealer().
   [[nodiscard]] Envelope seal(const Digest& block_hash, std::uint64_t payload_size) const {
+    if constexpr (namespace_kind == NamespaceKind::keyed) {
+      throw input_error("seal(block_hash, payload_size) writes no payload tag, and a keyed namespace authenticates "
+                        "the payload bytes under every Policy: pass the bytes as a kvkey::Payload (or stream them "
+                        "through sealer())");
+    }
     if (policy_.payload == PayloadCheck::required) {
       throw input_error("seal(block_hash, payload_size) writes no payload digest, and this namespace's Policy "
                         "requires one: pass the bytes as a kvkey::Payload, or opt out with "
@@ -215,27 +233,48 @@ class KeyNamespace {
 
   /// Size-only check of a header against what this namespace would have sealed
   /// for block_hash and payload_size. A digest in the header is not checked
-  /// (the bytes are not here): under PayloadCheck::required the result is never
-  /// ok (payload_mismatch). Otherwise as the payload form above.
+  /// (the bytes are not here), so the result is ok only in a plain namespace
+  /// under PayloadCheck::size_only; otherwise a header that passes every other
+  /// check is payload_mismatch ("payload", or "envelope.integrity_mode" for a
+  /// header without a digest). A keyed namespace never accepts a payload it
+  /// did not authenticate.
   Verdict verify(const std::uint8_t* header, std::size_t header_len, const Digest& block_hash,
                  std::uint64_t payload_size) const {
-    namespace L = envelope_layout;
-    Envelope expected = header_for(block_hash, payload_size);
-    const bool sized = header != nullptr && header_len == envelope_size;
-    const std::uint8_t mode = sized ? header[L::integrity_mode] : 0;
-    if (sized && detail::integrity_allowed(namespace_kind, mode)) {  // take the header's digest as it is
-      expected[L::integrity_mode] = mode;
-      if (mode == static_cast<std::uint8_t>(IntegrityMode::poly1305)) std::memcpy(&expected[L::nonce], header + L::nonce, 16);
-      if (mode != 0) std::memcpy(&expected[L::payload_digest], header + L::payload_digest, 16);
-    }
-    Verdict v = detail::verify_envelope(header, header_len, expected, id_);
-    if (v.ok() && policy_.payload == PayloadCheck::required) {
-      return {Reason::payload_mismatch, mode == 0 ? "envelope.integrity_mode" : "payload"};
+    Verdict v = verify_except_payload(header, header_len, header_for(block_hash, payload_size));
+    if (v.ok() && (namespace_kind == NamespaceKind::keyed || policy_.payload == PayloadCheck::required)) {
+      return {Reason::payload_mismatch, header[envelope_layout::integrity_mode] == 0 ? "envelope.integrity_mode"
+                                                                                        : "payload"};
     }
     return v;
   }
   Verdict verify(const Envelope& header, const Digest& block_hash, std::uint64_t payload_size) const {
     return verify(header.data(), header.size(), block_hash, payload_size);
+  }
+
+  /// Header-only check, for counting lookups only, never sufficient to serve a
+  /// block: loading verifies the payload (verify() with the bytes). `header`
+  /// must be exactly the envelope_size envelope bytes (e.g. a GETRANGE 0 1023
+  /// reply); any other length is malformed ("envelope.size"). Checks what the
+  /// header alone shows: magic, format version, namespace kind, identity,
+  /// shard, block hash and an integrity mode this namespace accepts (a header
+  /// without a digest is payload_mismatch "envelope.integrity_mode" in a keyed
+  /// namespace and under PayloadCheck::required). The payload size and the
+  /// digest or tag are not checked. Never throws for any header bytes.
+  Verdict verify_header(const std::uint8_t* header, std::size_t header_len, const Digest& block_hash) const {
+    namespace L = envelope_layout;
+    Envelope expected = header_for(block_hash, 0);
+    if (header != nullptr && header_len == envelope_size) {  // any size: the bytes are not here
+      std::memcpy(&expected[L::payload_size], header + L::payload_size, 8);
+    }
+    Verdict v = verify_except_payload(header, header_len, expected);
+    if (v.ok() && header[L::integrity_mode] == 0 &&
+        (namespace_kind == NamespaceKind::keyed || policy_.payload == PayloadCheck::required)) {
+      return {Reason::payload_mismatch, "envelope.integrity_mode"};
+    }
+    return v;
+  }
+  Verdict verify_header(const Envelope& header, const Digest& block_hash) const {
+    return verify_header(header.data(), header.size(), block_hash);
   }
 
   // ---- accounting -----------------------------------------------------------------
@@ -265,6 +304,22 @@ class KeyNamespace {
       const Digest k = chain_.hash_message(m, sizeof m);
       std::memcpy(payload_key_.bytes.data(), k.data(), k.size());
     }
+  }
+
+  // Verifies header against `expected` (this namespace's envelope for the
+  // block and payload size) taking the header's integrity mode, nonce and
+  // digest as they are, when this kind of namespace writes that mode: all
+  // but the payload is checked.
+  Verdict verify_except_payload(const std::uint8_t* header, std::size_t header_len, Envelope expected) const {
+    namespace L = envelope_layout;
+    const bool sized = header != nullptr && header_len == envelope_size;
+    const std::uint8_t mode = sized ? header[L::integrity_mode] : 0;
+    if (sized && detail::integrity_allowed(namespace_kind, mode)) {
+      expected[L::integrity_mode] = mode;
+      if (mode == static_cast<std::uint8_t>(IntegrityMode::poly1305)) std::memcpy(&expected[L::nonce], header + L::nonce, 16);
+      if (mode != 0) std::memcpy(&expected[L::payload_digest], header + L::payload_digest, 16);
+    }
+    return detail::verify_envelope(header, header_len, expected, id_);
   }
 
   Envelope header_for(const Digest& block_hash, std::uint64_t payload_size) const noexcept {

@@ -33,6 +33,9 @@
 #include <cstddef>
 #include <cstdint>
 #include <cstring>
+#include <limits>
+#include <stdexcept>
+#include <string>
 #include <type_traits>
 #include <utility>
 
@@ -53,24 +56,47 @@ struct ConstBuffer {
 /// A non-owning view of one stored object's KV bytes: one range, or
 /// scatter-gather parts (e.g. per-layer buffers) whose concatenation is the
 /// object. The parts array and the bytes must outlive the call it is passed to.
+///
+/// Both constructors check the view: a null pointer with a nonzero size (the
+/// range, the parts array, or any part) and parts whose sizes add up to more
+/// than SIZE_MAX are input_error. A null pointer with size 0 is an empty payload.
 class Payload {
  public:
-  Payload(const void* data, std::size_t size) noexcept : one_{data, size} {}
-  Payload(const ConstBuffer* parts, std::size_t count) noexcept : parts_(parts), count_(count) {}
+  Payload(const void* data, std::size_t size) : one_{data, size}, size_(size) {
+    if (data == nullptr && size != 0) {
+      throw input_error("payload is a null pointer with size " + std::to_string(size));
+    }
+  }
+  /// Payload(nullptr, n) is the range form.
+  Payload(std::nullptr_t, std::size_t size) : Payload(static_cast<const void*>(nullptr), size) {}
+  Payload(const ConstBuffer* parts, std::size_t count) : parts_(parts), count_(count) {
+    if (parts == nullptr && count != 0) {
+      throw input_error("payload parts array is a null pointer with " + std::to_string(count) + " parts");
+    }
+    for (std::size_t i = 0; i < count; ++i) {
+      const ConstBuffer& b = parts[i];
+      if (b.data == nullptr && b.size != 0) {
+        throw input_error("payload part " + std::to_string(i) + " is a null pointer with size " +
+                          std::to_string(b.size));
+      }
+      if (b.size > std::numeric_limits<std::size_t>::max() - size_) {
+        throw input_error("payload parts overflow: the sizes up to part " + std::to_string(i) +
+                          " add up to more than SIZE_MAX bytes");
+      }
+      size_ += b.size;
+    }
+  }
 
   const ConstBuffer* begin() const noexcept { return parts_ != nullptr ? parts_ : &one_; }
   const ConstBuffer* end() const noexcept { return begin() + count_; }
-  /// Total bytes over all parts.
-  std::uint64_t size() const noexcept {
-    std::uint64_t n = 0;
-    for (const ConstBuffer& b : *this) n += b.size;
-    return n;
-  }
+  /// Total bytes over all parts (checked at construction: it cannot wrap).
+  std::uint64_t size() const noexcept { return size_; }
 
  private:
   ConstBuffer one_{};
   const ConstBuffer* parts_ = nullptr;
   std::size_t count_ = 1;
+  std::size_t size_ = 0;
 };
 
 namespace detail {
@@ -235,6 +261,32 @@ class MacSlot {
   bool owned_;
 };
 
+/// The finish() state of a streaming sealer or verifier: after finish(), and
+/// once moved from, every further update() or finish() throws
+/// std::logic_error (the hash state is spent; reusing it must not crash).
+class StreamState {
+ public:
+  StreamState() noexcept = default;
+  StreamState(StreamState&& o) noexcept : finished_(std::exchange(o.finished_, true)) {}
+  StreamState& operator=(StreamState&&) = delete;
+  StreamState(const StreamState&) = delete;
+
+  void check(const char* call) const {
+    if (finished_) {
+      throw std::logic_error(std::string(call) + " after finish(): a sealer or verifier checks one object; make "
+                                                 "a new one for the next");
+    }
+  }
+  /// check(), then marks the stream finished.
+  void finish(const char* call) {
+    check(call);
+    finished_ = true;
+  }
+
+ private:
+  bool finished_ = false;
+};
+
 /// What a namespace hands its sealer and verifier.
 struct PayloadScheme {
   IntegrityMode mode;        ///< xxh3_128 or poly1305
@@ -265,11 +317,15 @@ class PayloadSealer {
  public:
   PayloadSealer(PayloadSealer&&) noexcept = default;
 
+  /// Throws std::logic_error after finish() (or on a moved-from sealer).
   void update(const void* data, std::size_t size) {
+    state_.check("PayloadSealer::update()");
     hasher_.update(data, size);
     size_ += size;
   }
+  /// Once only: a second call throws std::logic_error.
   [[nodiscard]] Envelope finish() {
+    state_.finish("PayloadSealer::finish()");
     detail::store_u64(header_.data() + envelope_layout::payload_size, size_);
     const PayloadDigest d = hasher_.finish(header_);
     std::memcpy(header_.data() + envelope_layout::payload_digest, d.data(), d.size());
@@ -294,6 +350,7 @@ class PayloadSealer {
   detail::MacSlot mac_;
   detail::PayloadHasher hasher_;
   std::uint64_t size_ = 0;
+  detail::StreamState state_;
 };
 
 /// Verifies one object whose bytes arrive in pieces: update() each piece in
@@ -304,11 +361,15 @@ class PayloadVerifier {
  public:
   PayloadVerifier(PayloadVerifier&&) noexcept = default;
 
+  /// Throws std::logic_error after finish() (or on a moved-from verifier).
   void update(const void* data, std::size_t size) {
+    state_.check("PayloadVerifier::update()");
     hasher_.update(data, size);
     size_ += size;
   }
+  /// Once only: a second call throws std::logic_error.
   [[nodiscard]] Verdict finish() {
+    state_.finish("PayloadVerifier::finish()");
     if (!length_ok_) return {Reason::malformed, "envelope.size"};
     detail::store_u64(expected_.data() + envelope_layout::payload_size, size_);
     if (hasher_.mode() != IntegrityMode::none) {
@@ -326,7 +387,11 @@ class PayloadVerifier {
     length_ok_ = header != nullptr && len == envelope_size;
     if (length_ok_) std::memcpy(header_.data(), header, envelope_size);
     const std::uint8_t theirs = length_ok_ ? header_[L::integrity_mode] : 0;
-    if (theirs == static_cast<std::uint8_t>(IntegrityMode::none) && scheme.check == PayloadCheck::size_only) {
+    // A plain reader that opted out accepts a header sealed without a digest.
+    // A keyed reader never does: its tag is the only proof that someone holding
+    // the secret wrote the header (docs/security.md, "Payload MAC").
+    if (theirs == static_cast<std::uint8_t>(IntegrityMode::none) && scheme.check == PayloadCheck::size_only &&
+        scheme.mode != IntegrityMode::poly1305) {
       hasher_.start_none();  // opted out, and sealed without a digest: nothing to check
       return;
     }
@@ -349,6 +414,7 @@ class PayloadVerifier {
   detail::MacSlot mac_;
   detail::PayloadHasher hasher_;
   std::uint64_t size_ = 0;
+  detail::StreamState state_;
 };
 
 KVKEY_END_NAMESPACE

@@ -165,6 +165,31 @@ T to_uint(const py::handle& obj, const std::string& field) {
   return static_cast<T>(v);
 }
 
+// True for an argument that is an integer wherever the binding takes either an
+// int or bytes (a payload size or the payload): a Python int, or any other
+// object with __index__ that is not an array. numpy integer scalars export the
+// buffer protocol too (their 1 to 8 bytes), and an ndarray has __index__ (for
+// 0-d integer arrays); a buffer exporter with __index__ is an integer only when
+// it is a numpy scalar (numpy.generic), so np.int64(5) means 5, as int 5 does.
+inline bool is_integer(const py::handle& obj) {
+  PyObject* o = obj.ptr();
+  if (PyLong_Check(o)) return true;
+  if (PyFloat_Check(o) || !PyIndex_Check(o)) return false;
+  if (!PyObject_CheckBuffer(o)) return true;
+  // Only numpy makes buffer exporters with __index__ of its own; it is loaded if o is one.
+  PyObject* numpy = PyImport_GetModule(py::str("numpy").ptr());
+  if (numpy == nullptr) {
+    if (PyErr_Occurred() != nullptr) throw py::error_already_set();
+    return false;
+  }
+  const auto module = py::reinterpret_steal<py::object>(numpy);
+  const py::object generic = py::getattr(module, "generic", py::none());
+  if (generic.is_none()) return false;
+  const int r = PyObject_IsInstance(o, generic.ptr());
+  if (r < 0) throw py::error_already_set();
+  return r == 1;
+}
+
 inline bool is_bool(const py::handle& obj) {
   if (PyBool_Check(obj.ptr())) return true;
   const std::string_view name = Py_TYPE(obj.ptr())->tp_name;

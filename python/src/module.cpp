@@ -406,12 +406,17 @@ class Namespace {
   Namespace(const kvkey::Identity& id, const kvkey::Policy& policy) : ns_(std::in_place_index<0>, id, policy) {}
   Namespace(const kvkey::Identity& id, const kvkey::TenantSecret& secret, const kvkey::Policy& policy)
       : ns_(std::in_place_index<1>, id, kvkey::HmacSha256(secret), policy) {}
+  template <class Hash>
+  explicit Namespace(kvkey::KeyNamespace<Hash> ns) : ns_(std::move(ns)) {}
 
   template <class F>
   decltype(auto) visit(F&& f) const {
     return std::visit(std::forward<F>(f), ns_);
   }
   bool keyed() const noexcept { return ns_.index() == 1; }
+  Namespace with_epoch(std::uint64_t epoch) const {
+    return visit([&](const auto& n) { return Namespace(n.with_epoch(epoch)); });
+  }
 
   const kvkey::Identity& identity() const noexcept { return visit([](const auto& n) -> auto& { return n.identity(); }); }
   const kvkey::Policy& policy() const noexcept { return visit([](const auto& n) -> auto& { return n.policy(); }); }
@@ -433,7 +438,11 @@ class Namespace {
   }
   kvkey::Verdict verify(const std::uint8_t* header, std::size_t len, const kvkey::Digest& h, std::uint64_t size) const {
     return visit([&](const auto& n) { return n.verify(header, len, h, size); });
-  }  kvkey::Envelope seal(const kvkey::Digest& h, kvkey::Payload payload) const {
+  }
+  kvkey::Verdict verify_header(const std::uint8_t* header, std::size_t len, const kvkey::Digest& h) const {
+    return visit([&](const auto& n) { return n.verify_header(header, len, h); });
+  }
+  kvkey::Envelope seal(const kvkey::Digest& h, kvkey::Payload payload) const {
     return visit([&](const auto& n) { return n.seal(h, payload); });
   }
   kvkey::Verdict verify(const std::uint8_t* header, std::size_t len, const kvkey::Digest& h,
@@ -555,14 +564,14 @@ std::size_t to_max_tokens(const py::handle& max_tokens) {
 }
 
 // A header argument: any bytes-like object (strides included); verify never raises on its contents.
-// An int is a payload size (size-only check); anything else is the payload's bytes.
-bool is_payload_size(const py::handle& payload) { return PyLong_Check(payload.ptr()) != 0; }
-
+// An integer (is_integer: a Python int, a numpy integer scalar, anything else
+// with __index__ that is not an array) is a payload size (size-only check);
+// anything else is the payload's bytes.
 kvkey::Verdict verify_header(const Namespace& ns, const py::handle& header, const py::handle& block_hash,
                              const py::handle& payload) {
   const kvkey::Digest block = to_digest(block_hash, "block_hash");
   const ByteString bytes(header, "header", ByteString::Str::refuse);
-  if (is_payload_size(payload)) return ns.verify(bytes.data(), bytes.size(), block, to_uint<std::uint64_t>(payload, "payload"));
+  if (is_integer(payload)) return ns.verify(bytes.data(), bytes.size(), block, to_uint<std::uint64_t>(payload, "payload"));
   const ByteString kv(payload, "payload", ByteString::Str::refuse);
   py::gil_scoped_release release;  // both buffers are held; no Python object is touched
   return ns.verify(bytes.data(), bytes.size(), block, kvkey::Payload(kv.data(), kv.size()));
@@ -660,6 +669,20 @@ void bind_namespace(py::module_& m) {
            "cannot see the bytes (then seal/verify take a payload size).")
       .def_property_readonly("keyed", &Namespace::keyed, "True when built with a TenantSecret")
       .def_property_readonly(
+          "payload_check",
+          [](const Namespace& ns) {
+            return std::string(ns.policy().payload == kvkey::PayloadCheck::size_only ? "size_only" : "required");
+          },
+          "'required' or 'size_only', as given to the constructor")
+      .def(
+          "with_epoch",
+          [](const Namespace& ns, const py::object& epoch) {
+            return ns.with_epoch(to_uint<std::uint64_t>(epoch, "epoch"));
+          },
+          py::arg("epoch"),
+          "This namespace under weights epoch `epoch`, identical in every other respect: identity, tenant secret "
+          "(a keyed namespace stays keyed) and policy (single_tenant, payload_check). Switch every rank together.")
+      .def_property_readonly(
           "identity", [](const Namespace& ns) { return PyIdentity(ns.identity()); },
           "the validated identity as encoded (a copy)")
       .def_property_readonly("single_tenant",
@@ -726,7 +749,7 @@ void bind_namespace(py::module_& m) {
           "seal",
           [](const Namespace& ns, const py::object& h, const py::object& payload) {
             const kvkey::Digest block = to_digest(h, "block_hash");
-            if (is_payload_size(payload)) {  // size only: the policy must opt out
+            if (is_integer(payload)) {  // size only: the policy must opt out
               const kvkey::Envelope e = ns.seal(block, to_uint<std::uint64_t>(payload, "payload"));
               return py::bytes(reinterpret_cast<const char*>(e.data()), e.size());
             }
@@ -751,6 +774,17 @@ void bind_namespace(py::module_& m) {
           "Checks a header and the payload read with it (bytes-like or numpy, zero-copy when contiguous, GIL "
           "released); an int payload size checks everything but the bytes (never ok unless "
           "payload_check='size_only'). Never raises for bad header or payload bytes: returns a Verdict.")
+      .def(
+          "verify_header",
+          [](const Namespace& ns, const py::object& header, const py::object& h) {
+            const kvkey::Digest block = to_digest(h, "block_hash");
+            const ByteString bytes(header, "header", ByteString::Str::refuse);
+            return PyVerdict{ns.verify_header(bytes.data(), bytes.size(), block)};
+          },
+          py::arg("header"), py::arg("block_hash"),
+          "Checks what a header alone shows (identity, namespace kind, block, integrity mode), for counting lookups "
+          "only, never sufficient to serve a block: load verifies the payload. header: exactly envelope_size bytes "
+          "(e.g. GETRANGE key 0 1023); any other length is malformed. Never raises for bad header bytes.")
       .def(
           "reusable_prefix",
           [](const Namespace& ns, const py::object& results, const py::object& shards_per_block,

@@ -101,3 +101,94 @@ def test_secret_rules_are_the_cpp_ones(tmp_path, monkeypatch):
     with pytest.raises(kvkey.IdentityError) as e:
         kvkey.TenantSecret.from_env("KVKEY_TEST_SECRET")
     assert "not hex" not in str(e.value)
+
+
+# ---- a keyed namespace authenticates every payload (docs/security.md, "The keyed payload rule")
+
+
+def downgraded(header, payload_size):
+    """What a writer without the secret can make of a keyed header: integrity mode none
+    (byte 73), nonce and tag zeroed, the payload size of its choice."""
+    h = bytearray(header)
+    h[73] = 0
+    h[80:112] = bytes(32)
+    h[48:56] = struct.pack("<Q", payload_size)
+    return bytes(h)
+
+
+@pytest.mark.parametrize("payload_check", ["required", "size_only"])
+def test_keyed_namespaces_refuse_downgraded_headers(payload_check):
+    ns = kvkey.KeyNamespace(make_identity(), secret=kvkey.TenantSecret(SECRET), payload_check=payload_check)
+    assert ns.payload_check == payload_check
+    h = ns.block_hashes(PROBE_PROMPT)[0]
+    genuine_bytes = bytes(range(256)) * 8
+    header = ns.seal(h, genuine_bytes)
+    assert ns.verify(header, h, genuine_bytes).ok
+    for forged in (b"attacker's bytes" * 128, genuine_bytes, b"", b"\0" * 10):
+        v = ns.verify(downgraded(header, len(forged)), h, forged)
+        assert (v.reason, v.field) == ("payload_mismatch", "envelope.integrity_mode"), forged[:16]
+        v = ns.verify(downgraded(header, len(forged)), h, len(forged))  # size only: nothing authenticated
+        assert (v.reason, v.field) == ("payload_mismatch", "envelope.integrity_mode")
+        v = ns.verify_header(downgraded(header, len(forged)), h)
+        assert (v.reason, v.field) == ("payload_mismatch", "envelope.integrity_mode")
+    kept = bytearray(header)
+    kept[73] = 0  # mode none with the tag left in place
+    assert not ns.verify(bytes(kept), h, genuine_bytes).ok
+    # A genuine header is never ok by size alone, and the namespace never seals by size.
+    v = ns.verify(header, h, len(genuine_bytes))
+    assert (v.reason, v.field) == ("payload_mismatch", "payload")
+    with pytest.raises(kvkey.InputError, match="keyed"):
+        ns.seal(h, 4096)
+
+
+def test_verify_header_checks_what_the_header_alone_shows():
+    ns = kvkey.KeyNamespace(make_identity(), secret=kvkey.TenantSecret(SECRET))
+    other = kvkey.KeyNamespace(make_identity(), secret=kvkey.TenantSecret(b"\x01" + SECRET[1:]))
+    plain = kvkey.KeyNamespace(make_identity())
+    h = ns.block_hashes(PROBE_PROMPT)
+    header = ns.seal(h[0], b"kv bytes")
+    assert ns.verify_header(header, h[0]).ok
+    assert ns.verify_header(memoryview(header), h[0]).ok
+    v = ns.verify_header(header, h[1])
+    assert (v.reason, v.field) == ("block_mismatch", "block_hash")
+    v = other.verify_header(header, other.block_hashes(PROBE_PROMPT)[0])
+    assert (v.reason, v.field) == ("block_mismatch", "block_hash")
+    v = plain.verify_header(header, h[0])
+    assert (v.reason, v.field) == ("identity_mismatch", "envelope.namespace_kind")
+    for wrong_length in (header[:1023], header + b"\0", b""):
+        v = ns.verify_header(wrong_length, h[0])
+        assert (v.reason, v.field) == ("malformed", "envelope.size")
+    with pytest.raises(TypeError):
+        ns.verify_header("not bytes", h[0])
+    loose = kvkey.KeyNamespace(make_identity(), payload_check="size_only")
+    ph = loose.block_hashes(PROBE_PROMPT)[0]
+    assert loose.verify_header(loose.seal(ph, 77), ph).ok
+    v = plain.verify_header(loose.seal(ph, 77), ph)
+    assert (v.reason, v.field) == ("payload_mismatch", "envelope.integrity_mode")
+
+
+@pytest.mark.parametrize("payload_check", ["required", "size_only"])
+def test_with_epoch_keeps_the_secret_and_the_policy(payload_check):
+    secret = kvkey.TenantSecret(SECRET)
+    ns = kvkey.KeyNamespace(make_identity(), secret=secret, payload_check=payload_check)
+    rotated = ns.with_epoch(ns.identity.model.weights_epoch + 5)
+    identity = make_identity()
+    identity.model.weights_epoch += 5
+    direct = kvkey.KeyNamespace(identity, secret=secret, payload_check=payload_check)
+    assert rotated.keyed and rotated.payload_check == payload_check
+    assert rotated.identity == direct.identity
+    assert rotated.root == direct.root and rotated.key_prefix == direct.key_prefix
+    assert rotated.block_hashes(PROBE_PROMPT) == direct.block_hashes(PROBE_PROMPT)
+    assert rotated.root != kvkey.KeyNamespace(identity).root
+    h = rotated.block_hashes(PROBE_PROMPT)[0]
+    assert rotated.seal(h, b"kv")[73] == 2  # poly1305
+    assert direct.verify(rotated.seal(h, b"kv"), h, b"kv").ok
+    assert rotated.with_epoch(ns.identity.model.weights_epoch).root == ns.root
+    single = make_identity()
+    single.tenant = ""
+    s = kvkey.KeyNamespace(single, single_tenant=True).with_epoch(9)
+    assert s.single_tenant and not s.keyed and s.identity.model.weights_epoch == 9
+    with pytest.raises(kvkey.InputError):
+        ns.with_epoch(-1)
+    with pytest.raises(TypeError):
+        ns.with_epoch("1")

@@ -339,3 +339,34 @@ def test_size_only_opt_out():
     assert (v.reason, v.field) == ("payload_mismatch", "envelope.integrity_mode")
     with pytest.raises(kvkey.InputError, match="payload_check"):
         kvkey.KeyNamespace(make_identity(), payload_check="sometimes")
+
+
+def test_numpy_integer_scalars_are_payload_sizes_like_ints():
+    # numpy scalars export the buffer protocol; they are still integers, never 1 to 8 bytes of payload.
+    loose = kvkey.KeyNamespace(make_identity(), payload_check="size_only")
+    h = loose.block_hashes(PROBE_PROMPT)[0]
+    for size in (np.int64(4096), np.uint32(4096), np.int32(4096), np.uint64(4096), np.int16(4096)):
+        header = loose.seal(h, size)
+        assert header == loose.seal(h, 4096)
+        assert loose.verify(header, h, size).ok
+        assert loose.verify(loose.seal(h, 4096), h, size).ok
+    v = loose.verify(loose.seal(h, 8), h, np.int64(8))
+    assert v.ok
+    v = loose.verify(loose.seal(h, 4096), h, np.int64(8))
+    assert (v.reason, v.field) == ("size_mismatch", "payload_size")
+    strict = kvkey.KeyNamespace(make_identity())
+    with pytest.raises(kvkey.InputError, match="size_only"):
+        strict.seal(h, np.int64(8))  # a size, refused as the int 8 is: not sealed as 8 bytes
+    with pytest.raises(kvkey.InputError):
+        loose.seal(h, np.int64(-1))
+    # Arrays, even of one element, are bytes.
+    arr = np.arange(4, dtype=np.int64)
+    assert strict.verify(strict.seal(h, arr), h, arr.tobytes()).ok
+    one = np.array([5], dtype=np.int64)
+    assert strict.verify(strict.seal(h, one), h, one.tobytes()).ok
+    keyed = kvkey.KeyNamespace(make_identity(), secret=kvkey.TenantSecret(bytes(range(32))))
+    kh = keyed.block_hashes(PROBE_PROMPT)[0]
+    with pytest.raises(kvkey.InputError, match="keyed"):
+        keyed.seal(kh, np.uint32(8))
+    v = keyed.verify(keyed.seal(kh, b"12345678"), kh, np.int64(8))
+    assert (v.reason, v.field) == ("payload_mismatch", "payload")

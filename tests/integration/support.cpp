@@ -272,6 +272,68 @@ void RedisServer::restart() {
   spawn();
 }
 
+// ---- the fault proxy ----------------------------------------------------------------------
+
+FaultProxy::FaultProxy(int upstream_port, const std::vector<std::string>& args) {
+  std::vector<std::string> words = {KVKEY_PYTHON_PATH, KVKEY_FAULT_PROXY_PATH, "--upstream-port",
+                                    std::to_string(upstream_port)};
+  words.insert(words.end(), args.begin(), args.end());
+  std::vector<char*> argv;
+  for (std::string& w : words) argv.push_back(w.data());
+  argv.push_back(nullptr);
+  int to_child[2];
+  int from_child[2];
+  if (::pipe(to_child) != 0) throw std::runtime_error("FaultProxy: pipe failed");
+  if (::pipe(from_child) != 0) {
+    ::close(to_child[0]);
+    ::close(to_child[1]);
+    throw std::runtime_error("FaultProxy: pipe failed");
+  }
+  const pid_t parent = ::getpid();
+  const pid_t pid = ::fork();
+  if (pid < 0) throw std::runtime_error("FaultProxy: fork failed");
+  if (pid == 0) {  // async-signal-safe calls only
+    ::prctl(PR_SET_PDEATHSIG, SIGKILL);
+    if (::getppid() != parent) ::_exit(127);
+    ::dup2(to_child[0], 0);
+    ::dup2(from_child[1], 1);
+    ::close(to_child[1]);
+    ::close(from_child[0]);
+    ::execv(argv[0], argv.data());
+    ::_exit(127);
+  }
+  pid_ = pid;
+  ::close(to_child[0]);
+  ::close(from_child[1]);
+  stdin_fd_ = to_child[1];
+  // The first line is "port N".
+  std::string line;
+  char c = 0;
+  while (::read(from_child[0], &c, 1) == 1 && c != '\n') line.push_back(c);
+  ::close(from_child[0]);
+  if (line.rfind("port ", 0) != 0) {
+    ::close(stdin_fd_);
+    ::kill(pid_, SIGKILL);
+    ::waitpid(pid_, nullptr, 0);
+    throw std::runtime_error("fault_proxy.py did not start (said: '" + line + "')");
+  }
+  port_ = std::atoi(line.c_str() + 5);
+}
+
+FaultProxy::~FaultProxy() {
+  ::close(stdin_fd_);
+  ::kill(pid_, SIGKILL);
+  ::waitpid(pid_, nullptr, 0);
+}
+
+kvkey_redis::Options FaultProxy::options() const {
+  kvkey_redis::Options o;
+  o.port = port_;
+  o.connect_timeout = std::chrono::milliseconds(5000);
+  o.command_timeout = std::chrono::milliseconds(10000);
+  return o;
+}
+
 void RedisServer::pause() { ::kill(pid_, SIGSTOP); }
 void RedisServer::resume() { ::kill(pid_, SIGCONT); }
 

@@ -99,6 +99,26 @@ class RedisServer {
   std::string dir_;
 };
 
+/// tests/integration/fault_proxy.py as a child process on 127.0.0.1, relaying
+/// to upstream_port with the faults its arguments ask for (see the script);
+/// stopped when destroyed. Construct it on the test's main thread.
+class FaultProxy {
+ public:
+  FaultProxy(int upstream_port, const std::vector<std::string>& args);
+  ~FaultProxy();
+  FaultProxy(const FaultProxy&) = delete;
+  FaultProxy& operator=(const FaultProxy&) = delete;
+
+  int port() const noexcept { return port_; }
+  /// Options for a connector that talks to the server through the proxy.
+  kvkey_redis::Options options() const;
+
+ private:
+  pid_t pid_ = -1;
+  int stdin_fd_ = -1;  // the child serves until this closes
+  int port_ = 0;
+};
+
 }  // namespace it
 
 #endif  // KVKEY_TESTS_INTEGRATION_SUPPORT_HPP

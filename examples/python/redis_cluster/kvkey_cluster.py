@@ -155,13 +155,10 @@ def glob_escape(prefix: str) -> str:
 
 
 def rotate_epoch(ranks: Sequence[kvkey.KeyNamespace], epoch: int) -> list:
-    """The namespaces of the same ranks under weights epoch `epoch` (switch all ranks together)."""
-    out = []
-    for ns in ranks:
-        identity = ns.identity
-        identity.model.weights_epoch = epoch
-        out.append(kvkey.KeyNamespace(identity, single_tenant=ns.single_tenant))
-    return out
+    """The namespaces of the same ranks under weights epoch `epoch` (switch all ranks together).
+    Each keeps everything but the epoch: its tenant secret (a keyed rank stays keyed) and its
+    payload policy."""
+    return [ns.with_epoch(epoch) for ns in ranks]
 
 
 class ClusterConnector:

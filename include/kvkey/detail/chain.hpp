@@ -125,6 +125,10 @@ class Chain {
 
   const Digest& root() const noexcept { return root_; }
   std::uint32_t block_size() const noexcept { return block_size_; }
+  /// The hasher every message starts from (copied per message).
+  const Hash& hasher() const noexcept { return hasher_; }
+  /// True when it hashes with Sha256Native.
+  bool native() const noexcept { return native_; }
 
   /// H(data[0, n)).
   Digest hash_message(const void* data, std::size_t n) const {

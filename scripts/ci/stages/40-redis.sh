@@ -2,7 +2,9 @@
 # The Redis integration tests (tests/integration, examples/redis_connector):
 # builds them in build/integration, starts a redis-server on 127.0.0.1 (a free
 # port, no persistence), runs `ctest -L integration` with KVKEY_REDIS_PORT set,
-# and stops the server on every exit path.
+# and stops the server on every exit path. The wire-fault tests run the
+# connector through tests/integration/fault_proxy.py (python3, standard
+# library only), which they start and stop themselves.
 set -euo pipefail
 root="${KVKEY_ROOT:-$(cd "$(dirname "$0")/../../.." && pwd)}"
 jobs="${KVKEY_JOBS:-$(nproc)}"
@@ -56,5 +58,6 @@ status=0
 ctest --test-dir "$dir/tests/integration" -L integration --output-on-failure -j"$jobs" --timeout 1800 || status=$?
 # What the tests measured: ctest keeps a passing test's output only in its log.
 echo "=== integration results ==="
-grep -E '^(isolation|epoch|purge|faults|restart|load|load_into): ' "$dir/tests/integration/Testing/Temporary/LastTest.log" || true
+grep -E '^(isolation|epoch|purge|faults|restart|load|load_into|lookup): |^wire faults: |^  mode ' \
+  "$dir/tests/integration/Testing/Temporary/LastTest.log" || true
 exit "$status"

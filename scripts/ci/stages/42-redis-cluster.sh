@@ -115,5 +115,5 @@ set +e
 status="${PIPESTATUS[0]}"
 set -e
 echo "=== cluster results === (a 'Killed' notice above is the primary the failover scenario killed)"
-grep -oE 'cluster (isolation|failover|resharding|purge|faults): .*' "$work/tests.log" || true
+grep -oE 'cluster (isolation|failover|resharding|purge|faults|keyed): .*' "$work/tests.log" || true
 exit "$status"

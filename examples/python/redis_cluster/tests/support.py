@@ -138,13 +138,14 @@ class Deployment:
     hash), computed without kvkey's key derivation: another deployment's or
     another block's bytes never match, while replicas of a slice agree."""
 
-    def __init__(self, name: str, ident: kvkey.Identity):
+    def __init__(self, name: str, ident: kvkey.Identity, **options):
+        """options: KeyNamespace's keywords (secret=..., payload_check=...)."""
         self.name = name
         self.ranks = []
         for r in range(ident.shard.tp_size):
             i = ident.copy()
             i.shard.tp_rank = r
-            self.ranks.append(kvkey.KeyNamespace(i))
+            self.ranks.append(kvkey.KeyNamespace(i, **options))
         self._element = BYTES_PER_ELEMENT[ident.kv.dtype.name]
         whole = self.ranks[0].identity
         whole.shard = kvkey.Shard()

@@ -187,6 +187,54 @@ def test_faults():
     conn.purge(foreign.ranks[0].tenant_prefix)
 
 
+def downgrade(value: bytes, payload: bytes, keep_tag: bool = False) -> bytes:
+    """A keyed value rewritten by someone without the secret: integrity mode none
+    (byte 73), nonce and tag zeroed (unless keep_tag), the payload of its choice."""
+    h = bytearray(value[:kvkey.envelope_size])
+    h[73] = 0
+    if not keep_tag:
+        h[80:112] = bytes(32)
+    h[48:56] = len(payload).to_bytes(8, "little")
+    return bytes(h) + payload
+
+
+def test_keyed_downgrade():
+    conn = support.connector()
+    secret = kvkey.TenantSecret(os.urandom(32))
+    forged = rejected = wrong = 0
+    reasons = collections.Counter()
+    for check in ("required", "size_only"):
+        d = Deployment(f"keyed-{check}", support.identity(support.tenant(f"keyed-{check}")), secret=secret,
+                       payload_check=check)
+        blocks = d.hashes(400, blocks=6)
+        d.save(conn, blocks)
+        ns, size = d.ranks[0], d.payload_size(0)
+        client = conn.client
+        variants = [
+            ("attacker's bytes", lambda v, i: downgrade(v, bytes([i]) * size), "envelope.integrity_mode"),
+            ("genuine bytes", lambda v, i: downgrade(v, v[kvkey.envelope_size:]), "envelope.integrity_mode"),
+            ("tag kept", lambda v, i: downgrade(v, bytes(size), keep_tag=True), "envelope.nonce"),
+        ]
+        for i, (name, damage, field) in enumerate(variants):
+            key = ns.store_key(blocks[i])
+            port = support.owner_port(client, key)
+            support.node(port).set(key, damage(support.node(port).get(key), i))
+            forged += 1
+            got = conn.load(ns, [blocks[i]], size)[0]
+            wrong += got.loaded
+            assert got.status is LoadStatus.REJECTED, f"{check}, {name}: {got}"
+            assert got.field == field, f"{check}, {name}: {got.reason} {got.field}"
+            reasons[f"{got.reason} {got.field}"] += 1
+            rejected += 1
+        # The untouched blocks still load.
+        assert [b.loaded for b in conn.load(ns, blocks[3:], size)] == [True] * 3
+        conn.purge(ns.tenant_prefix)
+    report(f"cluster keyed: {forged} keyed values downgraded to integrity mode none (payload_check required and "
+           f"size_only) rejected {rejected} "
+           f"({', '.join(f'{k} {v}' for k, v in sorted(reasons.items()))}); wrong loads: {wrong}")
+    assert rejected == forged and wrong == 0
+
+
 def test_purge_and_epochs():
     conn = support.connector()
     names = [support.tenant(t) for t in ("purge-a", "purge-b", "purge-c")]
