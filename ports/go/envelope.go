@@ -172,8 +172,9 @@ func (ns *Namespace) kind() NamespaceKind {
 	return Plain
 }
 
-// SealSizeOnly returns the header this namespace writes for block when it
-// cannot see the payload's bytes (integrity mode none).
+// SealSizeOnly returns the header a plain namespace writes for block when it
+// cannot see the payload's bytes (integrity mode none). The C++ library
+// refuses to seal one in a keyed namespace, and no keyed reader accepts it.
 func (ns *Namespace) SealSizeOnly(block Digest, payloadSize uint64) []byte {
 	h := make([]byte, EnvelopeSize)
 	copy(h, envelopeMagic)
@@ -193,10 +194,24 @@ func (ns *Namespace) SealSizeOnly(block Digest, payloadSize uint64) []byte {
 // VerifyHeader checks a header read from the store for block against what
 // this namespace would have sealed for a payload of payloadSize bytes: magic,
 // version, identity, namespace kind, slice, block hash and size, with the
-// Reason and field of the C++ library. The payload digest or tag is taken as
-// the header states it and not checked (routers do not read payloads), as the
-// C++ size-only verify does under PayloadCheck::size_only.
+// Reason and field of the C++ library. The payload digest or tag is not
+// checked (routers do not read payloads), as in the C++ size-only verify under
+// PayloadCheck::size_only: a plain namespace accepts a header that passes
+// every other check. A keyed namespace accepts no payload it did not
+// authenticate, so there such a header is payload_mismatch, on "payload", or
+// on "envelope.integrity_mode" when it carries no tag.
 func (ns *Namespace) VerifyHeader(h []byte, block Digest, payloadSize uint64) Verdict {
+	v := ns.verifyExceptPayload(h, block, payloadSize)
+	if v.OK() && ns.keyed {
+		if h[offIntegrity] == byte(ModeNone) {
+			return Verdict{ReasonPayloadMismatch, "envelope.integrity_mode"}
+		}
+		return Verdict{ReasonPayloadMismatch, "payload"}
+	}
+	return v
+}
+
+func (ns *Namespace) verifyExceptPayload(h []byte, block Digest, payloadSize uint64) Verdict {
 	if v := preamble(h); !v.OK() {
 		return v
 	}

@@ -226,8 +226,12 @@ func TestKeyedVectors(t *testing.T) {
 			t.Errorf("key %d = %s, want %s", i, ns.StoreKey(blocks[i]), v.Keyed.Keys[i])
 		}
 		h := unhex(t, e)
-		if v := ns.VerifyHeader(h, blocks[i], c.PayloadSize); !v.OK() {
+		// Everything but the tag matches; a keyed namespace accepts no payload it did not authenticate.
+		if v := ns.VerifyHeader(h, blocks[i], c.PayloadSize); v != (Verdict{ReasonPayloadMismatch, "payload"}) {
 			t.Errorf("keyed envelope %d: %v %s", i, v.Reason, v.Field)
+		}
+		if v := ns.VerifyHeader(h, blocks[(i+1)%len(blocks)], c.PayloadSize); v != (Verdict{ReasonBlockMismatch, "block_hash"}) {
+			t.Errorf("keyed envelope %d for another block: %v %s", i, v.Reason, v.Field)
 		}
 		want := Verdict{ReasonIdentityMismatch, "envelope.namespace_kind"}
 		if v := plain.VerifyHeader(h, blocks[i], c.PayloadSize); v != want {

@@ -30,8 +30,12 @@ using Msg = conformance::Json;
 
 std::string dump(const Msg& j) { return j.dump(-1, ' ', false, Msg::error_handler_t::replace); }
 
+// s cut after about max bytes, never inside a UTF-8 character.
 std::string shorten(const std::string& s, std::size_t max = 300) {
-  return s.size() <= max ? s : s.substr(0, max) + "... (" + std::to_string(s.size()) + " bytes)";
+  if (s.size() <= max) return s;
+  std::size_t cut = max;
+  while (cut > 0 && (static_cast<unsigned char>(s[cut]) & 0xc0) == 0x80) --cut;
+  return s.substr(0, cut) + "... (" + std::to_string(s.size()) + " bytes)";
 }
 
 // The first difference between the oracle's response and the testee's, or ""

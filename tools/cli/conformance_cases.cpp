@@ -233,10 +233,8 @@ Json valid_request(Gen& g, std::uint64_t id) {
 void add_verify(Gen& g, Json& r) {
   const std::size_t blocks = r["tokens"].size() / r["identity"]["kv"]["block_size"].get<std::size_t>();
   const std::size_t index = g.below(blocks);
-  std::uint64_t size = g.chance(0.2) ? g.below(~std::uint64_t{0}) : g.below(2049);
   Json writer = r;
   std::size_t writer_index = index;
-  std::uint64_t reader_size = size;
   const std::uint64_t defect = g.below(10);
   switch (defect) {
     case 1:  // another identity: one salient field differs
@@ -254,7 +252,6 @@ void add_verify(Gen& g, Json& r) {
       if (writer.contains("secret_hex")) writer.erase("secret_hex");
       else writer["secret_hex"] = hex(g.bytes(32));
       break;
-    case 4: reader_size = size ^ (1 + g.below(1024)); break;  // another payload size
     case 5:  // another rank's slice
       writer["identity"]["shard"] = {{"pp_size", 1}, {"tp_size", 1}};
       r["identity"]["shard"] = {{"pp_size", r["identity"]["kv"]["num_layers"]}, {"pp_rank", 0}};
@@ -262,14 +259,20 @@ void add_verify(Gen& g, Json& r) {
       break;
     default: break;
   }
+  // A keyed writer always seals the payload's bytes (its tag); a plain one
+  // often, or size-only, also for sizes too large to materialize.
+  const bool keyed = writer.contains("secret_hex");
+  const bool with_payload = keyed || g.chance(0.7);
+  const std::uint64_t size = with_payload || g.chance(0.7) ? g.below(2049) : g.below(~std::uint64_t{0});
+  const std::uint64_t reader_size = defect == 4 ? size ^ (1 + g.below(1024)) : size;  // another payload size
   std::string payload;
-  const bool with_payload = size <= 2048 && g.chance(0.7);
   if (with_payload) payload = g.bytes(size);
   std::string header;
   try {
     header = seal(writer, writer_index, with_payload ? &payload : nullptr, size);
-  } catch (const kvkey::identity_error&) {  // the writer's variant is invalid: seal the reader's own
-    header = seal(r, index, with_payload ? &payload : nullptr, size);
+  } catch (const kvkey::error&) {  // the writer's variant is invalid: seal the reader's own
+    r.erase("verify");
+    header = seal(r, index, r.contains("secret_hex") || with_payload ? &payload : nullptr, size);
   }
   if (defect == 6 || defect == 7) {  // flipped bits, anywhere or in the first 128 bytes
     const std::size_t at = defect == 6 ? g.below(header.size()) : g.below(128);

@@ -244,8 +244,9 @@ impl Namespace {
         }
     }
 
-    /// The header this namespace writes for `block` without the payload's
-    /// bytes (integrity mode none).
+    /// The header a plain namespace writes for `block` without the payload's
+    /// bytes (integrity mode none). The C++ library refuses to seal one in a
+    /// keyed namespace, and no keyed reader accepts it.
     pub fn seal_size_only(&self, block: &Digest, payload_size: u64) -> Vec<u8> {
         let mut h = vec![0u8; ENVELOPE_SIZE];
         h[..8].copy_from_slice(MAGIC);
@@ -278,10 +279,23 @@ impl Namespace {
 
     /// Checks a header against what this namespace would have sealed for
     /// `block` and a payload of `payload_size` bytes: everything but the
-    /// payload digest or tag, which is taken as the header states it (routers
-    /// do not read payloads). The C++ size-only verify under
-    /// `PayloadCheck::size_only`.
+    /// payload digest or tag (routers do not read payloads), as the C++
+    /// size-only verify under `PayloadCheck::size_only`. A plain namespace
+    /// accepts a header that passes every other check; a keyed one accepts no
+    /// payload it did not authenticate, so there such a header is
+    /// payload_mismatch, on "payload", or on "envelope.integrity_mode" when it
+    /// carries no tag.
     pub fn verify_header(&self, h: &[u8], block: &Digest, payload_size: u64) -> Verdict {
+        let v = self.verify_except_payload(h, block, payload_size);
+        if v.is_ok() && self.is_keyed() {
+            let field =
+                if h[INTEGRITY_MODE] == IntegrityMode::None as u8 { "envelope.integrity_mode" } else { "payload" };
+            return Verdict::new(Reason::PayloadMismatch, field);
+        }
+        v
+    }
+
+    fn verify_except_payload(&self, h: &[u8], block: &Digest, payload_size: u64) -> Verdict {
         let v = preamble(h);
         if !v.is_ok() {
             return v;

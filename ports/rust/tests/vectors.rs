@@ -158,7 +158,11 @@ fn keyed_namespace() {
     let size = c["payload_size"].as_u64().expect("a size");
     for (i, e) in strings(&k["envelopes"]).iter().enumerate() {
         let h = from_hex(e).expect("hex");
-        assert!(ns.verify_header(&h, &blocks[i], size).is_ok());
+        // Everything but the tag matches; a keyed namespace accepts no payload it did not authenticate.
+        let unauthenticated = Verdict { reason: Reason::PayloadMismatch, field: "payload" };
+        assert_eq!(ns.verify_header(&h, &blocks[i], size), unauthenticated);
+        let other = &blocks[(i + 1) % blocks.len()];
+        assert_eq!(ns.verify_header(&h, other, size), Verdict { reason: Reason::BlockMismatch, field: "block_hash" });
         // No Poly1305 here: the tag cannot be checked, so the payload form never accepts.
         let p = payload(i, size as usize);
         assert_eq!(ns.verify(&h, &blocks[i], &p), Verdict { reason: Reason::PayloadMismatch, field: "payload" });
