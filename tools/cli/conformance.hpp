@@ -10,6 +10,7 @@
 
 #include <cstdint>
 #include <string>
+#include <string_view>
 #include <vector>
 
 namespace kvkey_tool {
@@ -17,6 +18,9 @@ namespace kvkey_tool {
 namespace conformance {
 
 using Json = nlohmann::json;
+
+/// bytes as lowercase hex digits.
+std::string hex(std::string_view bytes);
 
 /// The response the C++ library gives to one request (a parsed request line).
 /// perturb names a deliberate defect to emulate ("" = none; see

@@ -25,17 +25,6 @@ namespace {
 
 constexpr std::uint64_t u32_max = 0xffffffffu;
 
-std::string hex(std::string_view bytes) {
-  static constexpr char digits[] = "0123456789abcdef";
-  std::string out;
-  for (const char c : bytes) {
-    const auto b = static_cast<unsigned char>(c);
-    out.push_back(digits[b >> 4]);
-    out.push_back(digits[b & 0xf]);
-  }
-  return out;
-}
-
 class Gen {
  public:
   explicit Gen(std::uint64_t seed) : rng_(seed) {}

@@ -5,13 +5,15 @@
 #include <kvkey/hmac.hpp>
 #include <kvkey/key_namespace.hpp>
 
+#include <fmt/format.h>
+
 #include <algorithm>
 #include <cstdint>
-#include <initializer_list>
 #include <limits>
 #include <optional>
 #include <string>
 #include <string_view>
+#include <type_traits>
 #include <utility>
 #include <vector>
 
@@ -30,17 +32,6 @@ struct Refusal {
 
 [[noreturn]] void refuse_input(std::string field, std::string message) {
   throw Refusal{"input_error", std::move(field), std::move(message)};
-}
-
-std::string to_hex(const std::uint8_t* p, std::size_t n) {
-  static constexpr char digits[] = "0123456789abcdef";
-  std::string out;
-  out.reserve(2 * n);
-  for (std::size_t i = 0; i < n; ++i) {
-    out.push_back(digits[p[i] >> 4]);
-    out.push_back(digits[p[i] & 0xf]);
-  }
-  return out;
 }
 
 std::optional<std::string> from_hex(std::string_view hex) {
@@ -64,65 +55,103 @@ std::optional<std::uint64_t> unsigned_value(const Json& v, std::uint64_t max) {
   return n;
 }
 
-/// One object of the request's identity, read member by member; every error
-/// names the member's dotted path. Absent and null members keep the C++
-/// default of kvkey::Identity.
-class Section {
- public:
-  Section(const Json& j, std::string path, std::initializer_list<std::string_view> keys) : j_(j), path_(std::move(path)) {
-    if (!j.is_object()) refuse_input(path_, "expected an object");
-    for (const auto& item : j.items()) {
-      if (std::find(keys.begin(), keys.end(), item.key()) == keys.end()) refuse_input(field(item.key()), "unknown key");
+// The identity's JSON objects ("model", "kv.quant", ...) and the leaves each
+// may hold: the salient fields (visit_identity_fields), the shard and "policy".
+bool is_section(std::string_view path) {
+  return path == "model" || path == "kv" || path == "kv.quant" || path == "shard" || path == "adapter";
+}
+
+bool is_leaf(std::string_view path) {
+  static const std::vector<std::string> leaves = [] {
+    std::vector<std::string> out = {"policy", "shard.tp_size", "shard.tp_rank", "shard.pp_size", "shard.pp_rank"};
+    for (std::string_view p : kvkey::identity_field_names()) {
+      if (!is_section(p)) out.emplace_back(p);
+    }
+    return out;
+  }();
+  return std::find(leaves.begin(), leaves.end(), path) != leaves.end();
+}
+
+// Every key of the identity object is known; sections are objects.
+void check_keys(const Json& j, const std::string& path) {
+  if (!j.is_object()) refuse_input(path.empty() ? "identity" : path, "expected an object");
+  for (const auto& item : j.items()) {
+    const std::string p = path.empty() ? item.key() : path + "." + item.key();
+    if (is_section(p)) {
+      if (!item.value().is_null()) check_keys(item.value(), p);
+    } else if (!is_leaf(p)) {
+      refuse_input(p, "unknown key");
     }
   }
-  std::string field(std::string_view key) const { return path_ == "identity" ? std::string(key) : path_ + "." + std::string(key); }
-  const Json* find(std::string_view key) const {
-    const auto it = j_.find(key);
-    return it == j_.end() || it->is_null() ? nullptr : &*it;
+}
+
+// The member at a dotted path, or nullptr when it (or its section) is absent or null.
+const Json* member(const Json& identity, std::string_view path) {
+  const Json* at = &identity;
+  for (std::size_t begin = 0;;) {
+    const std::size_t dot = path.find('.', begin);
+    const auto it = at->find(std::string(path.substr(begin, dot == std::string_view::npos ? dot : dot - begin)));
+    if (it == at->end() || it->is_null()) return nullptr;
+    at = &*it;
+    if (dot == std::string_view::npos) return at;
+    begin = dot + 1;
   }
-  void text(std::string_view key, std::string& out) const {
-    if (const Json* v = find(key)) {
-      if (!v->is_string()) refuse_input(field(key), "expected a string");
+}
+
+/// Reads each salient field from the identity's JSON by its path; absent and
+/// null members keep the C++ default of kvkey::Identity. Errors name the path.
+struct FieldReader {
+  const Json& identity;
+
+  void operator()(std::string_view path, std::string& out) const {
+    if (const Json* v = member(identity, path)) {
+      if (!v->is_string()) refuse_input(std::string(path), "expected a string");
       out = v->get<std::string>();
     }
   }
-  template <class U>
-  void number(std::string_view key, U& out) const {
-    if (const Json* v = find(key)) {
+  template <class U, class = std::enable_if_t<std::is_unsigned_v<U> && !std::is_same_v<U, bool>>>
+  void operator()(std::string_view path, U& out) const {
+    if (const Json* v = member(identity, path)) {
       const auto n = unsigned_value(*v, std::numeric_limits<U>::max());
-      if (!n) refuse_input(field(key), "expected an integer in [0, " + std::to_string(std::numeric_limits<U>::max()) + "]");
+      if (!n) refuse_input(std::string(path), "expected an integer in [0, " + std::to_string(std::numeric_limits<U>::max()) + "]");
       out = static_cast<U>(*n);
     }
   }
-  void flag(std::string_view key, bool& out) const {
-    if (const Json* v = find(key)) {
-      if (!v->is_boolean()) refuse_input(field(key), "expected true or false");
+  void operator()(std::string_view path, bool& out) const {
+    if (const Json* v = member(identity, path)) {
+      if (!v->is_boolean()) refuse_input(std::string(path), "expected true or false");
       out = v->get<bool>();
     }
   }
-  void dtype(std::string_view key, kvkey::KvDtype& out) const {
-    if (const Json* v = find(key)) out = dtype_value(key, *v);
+  void operator()(std::string_view path, kvkey::KvDtype& out) const {
+    if (const Json* v = member(identity, path)) out = dtype(path, *v);
   }
-  void dtype(std::string_view key, std::optional<kvkey::KvDtype>& out) const {
-    if (const Json* v = find(key)) out = dtype_value(key, *v);
+  void operator()(std::string_view path, std::optional<kvkey::KvDtype>& out) const {
+    if (const Json* v = member(identity, path)) out = dtype(path, *v);
   }
-  void digest(std::string_view key, std::optional<kvkey::Digest>& out) const {
-    if (const Json* v = find(key)) {
+  void operator()(std::string_view path, kvkey::Digest& out) const {
+    std::optional<kvkey::Digest> d;
+    (*this)(path, d);
+    if (d) out = *d;
+  }
+  void operator()(std::string_view path, std::optional<kvkey::Digest>& out) const {
+    if (const Json* v = member(identity, path)) {
       const auto d = v->is_string() ? kvkey::Digest::try_from_hex(v->get<std::string>()) : std::nullopt;
-      if (!d) refuse_input(field(key), "expected 64 hex digits");
+      if (!d) refuse_input(std::string(path), "expected 64 hex digits");
       out = d;
     }
   }
-
- private:
-  kvkey::KvDtype dtype_value(std::string_view key, const Json& v) const {
-    const auto d = v.is_string() ? kvkey::kv_dtype_from_string(v.get<std::string>()) : std::nullopt;
-    if (!d) refuse_input(field(key), "expected a dtype name");
-    return *d;
+  void operator()(std::string_view path, std::optional<kvkey::Adapter>& out) const {
+    if (member(identity, path) == nullptr) return;
+    kvkey::visit_adapter_fields(out.emplace(), *this);
   }
 
-  const Json& j_;
-  std::string path_;
+ private:
+  static kvkey::KvDtype dtype(std::string_view path, const Json& v) {
+    const auto d = v.is_string() ? kvkey::kv_dtype_from_string(v.get<std::string>()) : std::nullopt;
+    if (!d) refuse_input(std::string(path), "expected a dtype name");
+    return *d;
+  }
 };
 
 struct Request {
@@ -140,57 +169,20 @@ struct Request {
 };
 
 void decode_identity(const Json& j, Request& r) {
-  kvkey::Identity& id = r.identity;
-  const Section top(j, "identity", {"tenant", "policy", "model", "kv", "shard", "adapter"});
-  top.text("tenant", id.tenant);
+  check_keys(j, "");
+  const FieldReader read{j};
   std::string policy = "required";
-  top.text("policy", policy);
+  read("policy", policy);
   if (policy == "single_tenant") {
     r.policy.tenant = kvkey::TenantPolicy::single_tenant;
   } else if (policy != "required") {
     refuse_input("policy", "expected \"required\" or \"single_tenant\"");
   }
-  if (const Json* m = top.find("model")) {
-    const Section s(*m, "model", {"name", "revision", "weights_epoch", "weights_fingerprint", "positional_fingerprint"});
-    s.text("name", id.model.name);
-    s.text("revision", id.model.revision);
-    s.number("weights_epoch", id.model.weights_epoch);
-    s.digest("weights_fingerprint", id.model.weights_fingerprint);
-    s.digest("positional_fingerprint", id.model.positional_fingerprint);
-  }
-  if (const Json* k = top.find("kv")) {
-    const Section s(*k, "kv", {"dtype", "quant", "block_size", "num_layers", "num_kv_heads", "head_dim", "layout", "mla"});
-    s.dtype("dtype", id.kv.dtype);
-    if (const Json* q = s.find("quant")) {
-      const Section qs(*q, "kv.quant", {"scheme", "group_size", "scale_dtype", "zero_point", "scales_fingerprint"});
-      qs.text("scheme", id.kv.quant.scheme);
-      qs.number("group_size", id.kv.quant.group_size);
-      qs.dtype("scale_dtype", id.kv.quant.scale_dtype);
-      qs.flag("zero_point", id.kv.quant.zero_point);
-      qs.digest("scales_fingerprint", id.kv.quant.scales_fingerprint);
-    }
-    s.number("block_size", id.kv.block_size);
-    s.number("num_layers", id.kv.num_layers);
-    s.number("num_kv_heads", id.kv.num_kv_heads);
-    s.number("head_dim", id.kv.head_dim);
-    s.text("layout", id.kv.layout);
-    s.flag("mla", id.kv.mla);
-  }
-  if (const Json* sh = top.find("shard")) {
-    const Section s(*sh, "shard", {"tp_size", "tp_rank", "pp_size", "pp_rank"});
-    s.number("tp_size", id.shard.tp_size);
-    s.number("tp_rank", id.shard.tp_rank);
-    s.number("pp_size", id.shard.pp_size);
-    s.number("pp_rank", id.shard.pp_rank);
-  }
-  if (const Json* a = top.find("adapter")) {
-    const Section s(*a, "adapter", {"name", "weights_fingerprint"});
-    kvkey::Adapter adapter;
-    s.text("name", adapter.name);
-    std::optional<kvkey::Digest> fp;
-    s.digest("weights_fingerprint", fp);
-    if (fp) adapter.weights_fingerprint = *fp;
-    id.adapter = std::move(adapter);
+  kvkey::visit_identity_fields(r.identity, read);
+  kvkey::Shard& sh = r.identity.shard;
+  for (auto [path, m] : {std::pair{"shard.tp_size", &sh.tp_size}, std::pair{"shard.tp_rank", &sh.tp_rank},
+                         std::pair{"shard.pp_size", &sh.pp_size}, std::pair{"shard.pp_rank", &sh.pp_rank}}) {
+    read(path, *m);
   }
 }
 
@@ -280,7 +272,7 @@ Json outputs(const Ns& ns, const Request& r, const std::string& perturb) {
   } catch (const kvkey::input_error& e) {  // the token ids were checked: an extra key
     throw Refusal{"input_error", "extras", e.what()};
   }
-  out["encoding"] = to_hex(ns.encoding().data(), ns.encoding().size());
+  out["encoding"] = hex(std::string_view(reinterpret_cast<const char*>(ns.encoding().data()), ns.encoding().size()));
   out["root"] = ns.root().hex();
   out["prefix"] = ns.key_prefix();
   out["blocks"] = Json::array();
@@ -326,6 +318,11 @@ Json evaluate(Request r, const std::string& perturb) {
 }
 
 }  // namespace
+
+std::string hex(std::string_view bytes) {
+  return fmt::format("{:02x}", fmt::join(reinterpret_cast<const unsigned char*>(bytes.data()),
+                                         reinterpret_cast<const unsigned char*>(bytes.data() + bytes.size()), ""));
+}
 
 Json respond(const Json& request, const std::string& perturb) {
   Json response;

@@ -8,7 +8,7 @@ request per line on stdin, one JSON response per line on stdout.
 
 import json
 import sys
-from typing import Any, Dict, List, NoReturn, Optional, Tuple
+from typing import Any, Callable, Dict, List, NoReturn, Optional, Tuple
 
 import kvkey
 
@@ -51,41 +51,33 @@ class Section:
     def get(self, k: str) -> Any:
         return self.v.get(k)
 
-    def text(self, k: str, kw: Dict[str, Any], name: Optional[str] = None) -> None:
+    def read(self, k: str, kw: Dict[str, Any], ok: Callable[[Any], bool], message: str,
+             convert: Callable[[Any], Any] = lambda v: v) -> None:
+        """kw[k] = convert(member k) when the member is present and passes ok."""
         v = self.get(k)
         if v is not None:
-            if not isinstance(v, str):
-                bad(self.field(k), "expected a string")
-            kw[name or k] = v
+            if not ok(v):
+                bad(self.field(k), message)
+            kw[k] = convert(v)
+
+    def text(self, k: str, kw: Dict[str, Any]) -> None:
+        self.read(k, kw, lambda v: isinstance(v, str), "expected a string")
 
     def uint(self, k: str, kw: Dict[str, Any], limit: int = U32) -> None:
-        v = self.get(k)
-        if v is not None:
-            if not is_uint(v, limit):
-                bad(self.field(k), "expected an unsigned integer in range")
-            kw[k] = v
+        self.read(k, kw, lambda v: is_uint(v, limit), "expected an unsigned integer in range")
+
+    def u64(self, k: str, kw: Dict[str, Any]) -> None:
+        self.uint(k, kw, U64)
 
     def flag(self, k: str, kw: Dict[str, Any]) -> None:
-        v = self.get(k)
-        if v is not None:
-            if not isinstance(v, bool):
-                bad(self.field(k), "expected true or false")
-            kw[k] = v
+        self.read(k, kw, lambda v: isinstance(v, bool), "expected true or false")
 
     def dtype(self, k: str, kw: Dict[str, Any]) -> None:
-        v = self.get(k)
-        if v is not None:
-            if not isinstance(v, str) or v not in DTYPES:
-                bad(self.field(k), "expected a dtype name")
-            kw[k] = DTYPES[v]
+        self.read(k, kw, lambda v: isinstance(v, str) and v in DTYPES, "expected a dtype name", DTYPES.__getitem__)
 
     def digest(self, k: str, kw: Dict[str, Any]) -> None:
-        v = self.get(k)
-        if v is not None:
-            b = from_hex(v) if isinstance(v, str) else None
-            if b is None or len(b) != 32:
-                bad(self.field(k), "expected 64 hex digits")
-            kw[k] = b
+        self.read(k, kw, lambda v: isinstance(v, str) and len(from_hex(v) or b"") == 32, "expected 64 hex digits",
+                  bytes.fromhex)
 
 
 def from_hex(s: str) -> Optional[bytes]:
@@ -104,55 +96,46 @@ def hex_member(m: Dict[str, Any], k: str, field: str) -> Optional[bytes]:
     return b
 
 
+# The members of each object of the identity and how each is read (a reader
+# method of Section, or the name of a nested object).
+FIELDS: Dict[str, Dict[str, str]] = {
+    "model": {"name": "text", "revision": "text", "weights_epoch": "u64", "weights_fingerprint": "digest",
+              "positional_fingerprint": "digest"},
+    "kv": {"dtype": "dtype", "quant": "kv.quant", "block_size": "uint", "num_layers": "uint", "num_kv_heads": "uint",
+           "head_dim": "uint", "layout": "text", "mla": "flag"},
+    "kv.quant": {"scheme": "text", "group_size": "uint", "scale_dtype": "dtype", "zero_point": "flag",
+                 "scales_fingerprint": "digest"},
+    "shard": {"tp_size": "uint", "tp_rank": "uint", "pp_size": "uint", "pp_rank": "uint"},
+    "adapter": {"name": "text", "weights_fingerprint": "digest"},
+}
+CLASSES: Dict[str, Any] = {"model": kvkey.Model, "kv": kvkey.Kv, "kv.quant": kvkey.Quant, "shard": kvkey.Shard}
+
+
+def read_section(v: Any, path: str) -> Dict[str, Any]:
+    s = Section(v, path, tuple(FIELDS[path]))
+    kw: Dict[str, Any] = {}
+    for k, how in FIELDS[path].items():
+        if how in FIELDS:
+            if s.get(k) is not None:
+                kw[k] = CLASSES[how](**read_section(s.get(k), how))
+        else:
+            getattr(s, how)(k, kw)
+    return kw
+
+
 def decode_identity(v: Any) -> Tuple[kvkey.Identity, bool]:
-    top = Section(v, "identity", ("tenant", "policy", "model", "kv", "shard", "adapter"))
+    top = Section(v, "identity", ("tenant", "policy", *FIELDS))
     kw: Dict[str, Any] = {}
     top.text("tenant", kw)
     policy: Dict[str, Any] = {}
     top.text("policy", policy)
     if policy.get("policy", "required") not in ("required", "single_tenant"):
         bad("policy", 'expected "required" or "single_tenant"')
-    if top.get("model") is not None:
-        s = Section(top.get("model"), "model",
-                    ("name", "revision", "weights_epoch", "weights_fingerprint", "positional_fingerprint"))
-        m: Dict[str, Any] = {}
-        s.text("name", m)
-        s.text("revision", m)
-        s.uint("weights_epoch", m, U64)
-        s.digest("weights_fingerprint", m)
-        s.digest("positional_fingerprint", m)
-        kw["model"] = kvkey.Model(**m)
-    if top.get("kv") is not None:
-        s = Section(top.get("kv"), "kv",
-                    ("dtype", "quant", "block_size", "num_layers", "num_kv_heads", "head_dim", "layout", "mla"))
-        k: Dict[str, Any] = {}
-        s.dtype("dtype", k)
-        if s.get("quant") is not None:
-            qs = Section(s.get("quant"), "kv.quant",
-                         ("scheme", "group_size", "scale_dtype", "zero_point", "scales_fingerprint"))
-            q: Dict[str, Any] = {}
-            qs.text("scheme", q)
-            qs.uint("group_size", q)
-            qs.dtype("scale_dtype", q)
-            qs.flag("zero_point", q)
-            qs.digest("scales_fingerprint", q)
-            k["quant"] = kvkey.Quant(**q)
-        for name in ("block_size", "num_layers", "num_kv_heads", "head_dim"):
-            s.uint(name, k)
-        s.text("layout", k)
-        s.flag("mla", k)
-        kw["kv"] = kvkey.Kv(**k)
-    if top.get("shard") is not None:
-        s = Section(top.get("shard"), "shard", ("tp_size", "tp_rank", "pp_size", "pp_rank"))
-        sh: Dict[str, Any] = {}
-        for name in ("tp_size", "tp_rank", "pp_size", "pp_rank"):
-            s.uint(name, sh)
-        kw["shard"] = kvkey.Shard(**sh)
+    for name in ("model", "kv", "shard"):
+        if top.get(name) is not None:
+            kw[name] = CLASSES[name](**read_section(top.get(name), name))
     if top.get("adapter") is not None:
-        s = Section(top.get("adapter"), "adapter", ("name", "weights_fingerprint"))
-        a: Dict[str, Any] = {}
-        s.text("name", a)
-        s.digest("weights_fingerprint", a)
+        a = read_section(top.get("adapter"), "adapter")
         kw["adapter"] = kvkey.Adapter(a.get("name", ""), a.get("weights_fingerprint", bytes(32)))
     return kvkey.Identity(**kw), policy.get("policy") == "single_tenant"
 
