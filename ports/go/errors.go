@@ -23,6 +23,7 @@ type Error struct {
 	Msg   string    // what is wrong, for people
 }
 
+// Error returns "kvkey.<kind>: <field>: <what is wrong>".
 func (e *Error) Error() string {
 	if e.Field == "" {
 		return "kvkey." + string(e.Kind) + ": " + e.Msg
