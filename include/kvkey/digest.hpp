@@ -119,7 +119,7 @@ class Digest {
 /// of block hashes; it is a lossy index key, never a store key.
 [[nodiscard]] inline std::uint64_t u64_projection(const Digest& d) noexcept {
   std::uint64_t v = 0;
-  for (std::size_t i = 0; i < 8; ++i) v = (v << 8) | d[i];
+  for (std::size_t i = 0; i < 8; ++i) v = (v << 8) | std::uint64_t{d[i]};
   return v;
 }
 
