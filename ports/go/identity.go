@@ -236,10 +236,12 @@ func ResolveSlice(kv KV, shard Shard) (Slice, error) {
 		}
 	}
 	if shard.TPRank >= shard.TPSize {
-		return Slice{}, identityError("shard.tp_rank", fmt.Sprintf("%d is not below shard.tp_size %d", shard.TPRank, shard.TPSize))
+		return Slice{}, identityError("shard.tp_rank",
+			fmt.Sprintf("%d is not below shard.tp_size %d", shard.TPRank, shard.TPSize))
 	}
 	if shard.PPRank >= shard.PPSize {
-		return Slice{}, identityError("shard.pp_rank", fmt.Sprintf("%d is not below shard.pp_size %d", shard.PPRank, shard.PPSize))
+		return Slice{}, identityError("shard.pp_rank",
+			fmt.Sprintf("%d is not below shard.pp_size %d", shard.PPRank, shard.PPSize))
 	}
 	heads, tp, r := kv.NumKVHeads, shard.TPSize, shard.TPRank
 	var s Slice
@@ -259,7 +261,8 @@ func ResolveSlice(kv KV, shard Shard) (Slice, error) {
 		s.KVHeadBegin, s.KVHeadEnd = head, head+1
 	}
 	if kv.NumLayers%shard.PPSize != 0 {
-		return Slice{}, identityError("shard.pp_size", fmt.Sprintf("%d does not divide kv.num_layers %d", shard.PPSize, kv.NumLayers))
+		return Slice{}, identityError("shard.pp_size",
+			fmt.Sprintf("%d does not divide kv.num_layers %d", shard.PPSize, kv.NumLayers))
 	}
 	per := kv.NumLayers / shard.PPSize
 	s.LayerBegin, s.LayerEnd = shard.PPRank*per, (shard.PPRank+1)*per

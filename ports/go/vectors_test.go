@@ -230,7 +230,8 @@ func TestKeyedVectors(t *testing.T) {
 		if v := ns.VerifyHeader(h, blocks[i], c.PayloadSize); v != (Verdict{ReasonPayloadMismatch, "payload"}) {
 			t.Errorf("keyed envelope %d: %v %s", i, v.Reason, v.Field)
 		}
-		if v := ns.VerifyHeader(h, blocks[(i+1)%len(blocks)], c.PayloadSize); v != (Verdict{ReasonBlockMismatch, "block_hash"}) {
+		other := blocks[(i+1)%len(blocks)]
+		if v := ns.VerifyHeader(h, other, c.PayloadSize); v != (Verdict{ReasonBlockMismatch, "block_hash"}) {
 			t.Errorf("keyed envelope %d for another block: %v %s", i, v.Reason, v.Field)
 		}
 		want := Verdict{ReasonIdentityMismatch, "envelope.namespace_kind"}
@@ -238,7 +239,8 @@ func TestKeyedVectors(t *testing.T) {
 			t.Errorf("keyed envelope %d read by a plain namespace: %v %s", i, v.Reason, v.Field)
 		}
 	}
-	if _, err := NewNamespace(id, WithSecret(make([]byte, MinSecretSize-1))); !hasField(err, IdentityErrorKind, "tenant_secret") {
+	_, err = NewNamespace(id, WithSecret(make([]byte, MinSecretSize-1)))
+	if !hasField(err, IdentityErrorKind, "tenant_secret") {
 		t.Errorf("a 31-byte secret: %v", err)
 	}
 }

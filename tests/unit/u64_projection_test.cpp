@@ -59,8 +59,9 @@ TEST_CASE("u64_projection: the first 8 bytes, big-endian", "[digest]") {
 TEST_CASE("Generate tests/vectors/u64-projection.json", "[.golden-generate]") {
   json doc;
   doc["spec"] = "docs/format.md, section 11";
-  doc["rule"] = "u64 = the first 8 bytes of the block hash read big-endian; u64_hex is its 16 hex digits, "
-                "the first 16 hex digits of the block hash";
+  doc["rule"] =
+      "u64 = the first 8 bytes of the block hash read big-endian; u64_hex is its 16 hex digits, "
+      "the first 16 hex digits of the block hash";
   doc["source"] = "the block hashes of tests/vectors/format-v2.json, then edge cases";
   doc["vectors"] = blocks_of(read("format-v2.json"));
   for (json& v : doc["vectors"]) {

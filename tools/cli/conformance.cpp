@@ -48,7 +48,8 @@ std::string difference(const Msg& want, const Msg& got) {
     if (j->contains("error") && (*j)["error"].is_object()) (*j)["error"].erase("message");
   }
   // In the order a defect shows first: the identity encoding before what is derived from it.
-  std::vector<std::string> order = {"id", "error", "encoding", "root", "prefix", "blocks", "blocks_u64", "keys", "verdict"};
+  std::vector<std::string> order = {"id",     "error",      "encoding", "root",   "prefix",
+                                    "blocks", "blocks_u64", "keys",     "verdict"};
   for (const auto& item : w.items()) {
     if (std::find(order.begin(), order.end(), item.key()) == order.end()) order.push_back(item.key());
   }
@@ -113,8 +114,11 @@ class Child {
       for (std::size_t done = 0; ok && done < line.size();) {
         const ssize_t n = ::write(to_, line.data() + done, line.size() - done);
         if (n < 0 && errno == EINTR) continue;
-        if (n <= 0) ok = false;
-        else done += static_cast<std::size_t>(n);
+        if (n <= 0) {
+          ok = false;
+        } else {
+          done += static_cast<std::size_t>(n);
+        }
       }
     }
     close_input();
@@ -150,16 +154,19 @@ class Child {
 }  // namespace
 
 ConformanceCommands add_conformance_commands(CLI::App& app, ConformanceOptions& o) {
-  auto* runner = app.add_subcommand("conformance", "Hold a testee (another implementation) to the library's bytes "
-                                                   "over the conformance protocol (docs/conformance.md)");
+  auto* runner = app.add_subcommand("conformance",
+                                    "Hold a testee (another implementation) to the library's bytes "
+                                    "over the conformance protocol (docs/conformance.md)");
   runner->add_option("--testee", o.testee, "the testee's command line, run by /bin/sh -c")->required();
   runner->add_option("--cases", o.cases, "random cases to run (default 1000; 0 with --vectors replays only them)");
   runner->add_option("--seed", o.seed, "seed of the random cases (default: a fresh one, printed)");
   runner->add_option("--vectors", o.vectors, "replay a vectors file (tests/vectors/format-v2.json) first");
   runner->add_option("--show", o.show, "differences to print (default 5)");
-  auto* testee = app.add_subcommand("conformance-testee", "Answer conformance requests (one JSON object per line "
-                                                          "on stdin) with the C++ library");
-  testee->add_option("--perturb", o.perturb, "emulate a defect (adapter, salt, extras, u64, field), to test the runner");
+  auto* testee = app.add_subcommand("conformance-testee",
+                                    "Answer conformance requests (one JSON object per line "
+                                    "on stdin) with the C++ library");
+  testee->add_option("--perturb", o.perturb,
+                     "emulate a defect (adapter, salt, extras, u64, field), to test the runner");
   return {runner, testee};
 }
 
@@ -220,8 +227,8 @@ int run_conformance(const ConformanceOptions& o, std::string& out) {
     if (why.empty()) {
       ++passed;
     } else if (failures.size() < show) {
-      failures.push_back("  case " + dump(request.value("id", Msg())) + ": " + why + "\n    request: " +
-                         shorten(dump(request)) + "\n");
+      failures.push_back("  case " + dump(request.value("id", Msg())) + ": " + why +
+                         "\n    request: " + shorten(dump(request)) + "\n");
     } else {
       failures.emplace_back();
     }
@@ -230,8 +237,7 @@ int run_conformance(const ConformanceOptions& o, std::string& out) {
   while (child.read_line(line)) ++surplus;
   writer.join();
   const int status = child.wait();
-  out += fmt::format("conformance: {}: {} passed, {} failed\n", o.testee, passed,
-                     requests.size() - passed + surplus);
+  out += fmt::format("conformance: {}: {} passed, {} failed\n", o.testee, passed, requests.size() - passed + surplus);
   for (const std::string& f : failures) out += f;
   if (surplus != 0) out += fmt::format("conformance: {} lines beyond the last answer\n", surplus);
   if (status != 0) out += fmt::format("conformance: the testee exited with status {}\n", status);

@@ -45,7 +45,7 @@ std::vector<Json> vector_requests(const std::string& path);
 }  // namespace conformance
 
 struct ConformanceOptions {
-  std::string testee;   ///< runner: the testee's command line (run by /bin/sh -c)
+  std::string testee;  ///< runner: the testee's command line (run by /bin/sh -c)
   std::string cases = "1000";
   std::string seed;     ///< empty: a fresh one, printed
   std::string vectors;  ///< replay this vectors file too

@@ -33,7 +33,9 @@ class Gen {
   std::uint64_t range(std::uint64_t lo, std::uint64_t hi) { return lo + below(hi - lo + 1); }
   bool chance(double p) { return std::bernoulli_distribution(p)(rng_); }
   template <class T, std::size_t N>
-  const T& pick(const std::array<T, N>& a) { return a[below(N)]; }
+  const T& pick(const std::array<T, N>& a) {
+    return a[below(N)];
+  }
 
   std::string bytes(std::size_t n) {
     std::string s(n, '\0');
@@ -101,7 +103,10 @@ Json valid_identity(Gen& g, bool single_tenant) {
   Json model = {{"name", g.text(kvkey::limits::model_name, g.chance(0.1))},
                 {"revision", g.printable(kvkey::limits::revision)}};
   const std::uint64_t epoch_kind = g.below(4);
-  model["weights_epoch"] = epoch_kind == 0 ? 0 : epoch_kind == 1 ? g.below(100) : epoch_kind == 2 ? ~std::uint64_t{0} : g.below(~std::uint64_t{0});
+  model["weights_epoch"] = epoch_kind == 0   ? 0
+                           : epoch_kind == 1 ? g.below(100)
+                           : epoch_kind == 2 ? ~std::uint64_t{0}
+                                             : g.below(~std::uint64_t{0});
   if (g.chance(0.4)) model["weights_fingerprint"] = g.digest_hex();
   if (g.chance(0.4)) model["positional_fingerprint"] = g.digest_hex();
   id["model"] = model;
@@ -120,10 +125,15 @@ Json valid_identity(Gen& g, bool single_tenant) {
     kv["quant"] = {{"scheme", "none"}};
   }
   const std::uint64_t bs_kind = g.below(5);
-  kv["block_size"] = bs_kind == 0 ? g.range(1, 4) : bs_kind == 1 ? 16 : bs_kind == 2 ? 64 : bs_kind == 3 ? g.range(1, 300) : 256 + g.below(3);
+  kv["block_size"] = bs_kind == 0   ? g.range(1, 4)
+                     : bs_kind == 1 ? 16
+                     : bs_kind == 2 ? 64
+                     : bs_kind == 3 ? g.range(1, 300)
+                                    : 256 + g.below(3);
   const bool mla = g.chance(0.2);
   const std::uint32_t layers = static_cast<std::uint32_t>(g.pick(std::array<std::uint64_t, 6>{1, 2, 24, 27, 28, 61}));
-  const std::uint32_t heads = mla ? 1 : static_cast<std::uint32_t>(g.pick(std::array<std::uint64_t, 6>{1, 2, 4, 8, 12, 32}));
+  const std::uint32_t heads =
+      mla ? 1 : static_cast<std::uint32_t>(g.pick(std::array<std::uint64_t, 6>{1, 2, 4, 8, 12, 32}));
   kv["num_layers"] = layers;
   kv["num_kv_heads"] = heads;
   kv["head_dim"] = mla ? 576 : g.pick(std::array<std::uint64_t, 4>{1, 64, 128, 256});
@@ -140,7 +150,9 @@ Json valid_identity(Gen& g, bool single_tenant) {
     const std::uint32_t pp = pps[g.below(pps.size())];
     id["shard"] = {{"tp_size", tp}, {"tp_rank", g.below(tp)}, {"pp_size", pp}, {"pp_rank", g.below(pp)}};
   }
-  if (g.chance(0.3)) id["adapter"] = {{"name", g.text(kvkey::limits::adapter_name, g.chance(0.1))}, {"weights_fingerprint", g.digest_hex()}};
+  if (g.chance(0.3))
+    id["adapter"] = {{"name", g.text(kvkey::limits::adapter_name, g.chance(0.1))},
+                     {"weights_fingerprint", g.digest_hex()}};
   if (single_tenant) id["policy"] = "single_tenant";
   return id;
 }
@@ -155,29 +167,40 @@ void break_request(Gen& g, Json& r) {
     case 1: id["tenant"] = g.chance(0.5) ? "-x" : "a/b"; break;
     case 2: id["tenant"] = std::string(kvkey::limits::tenant + 1, 'a'); break;
     case 3: id["model"]["name"] = g.chance(0.5) ? "" : std::string(kvkey::limits::model_name + 1, 'n'); break;
-    case 4: id["model"]["name"] = g.pick(std::array<std::string, 4>{"a\tb", "a\x7f", "a\xc2\x85", "a\xe2\x80\xae"}); break;
-    case 5: id["model"]["revision"] = g.pick(std::array<std::string, 4>{"", "a b", "r\xc3\xa9", std::string(129, 'r')}); break;
+    case 4:
+      id["model"]["name"] = g.pick(std::array<std::string, 4>{"a\tb", "a\x7f", "a\xc2\x85", "a\xe2\x80\xae"});
+      break;
+    case 5:
+      id["model"]["revision"] = g.pick(std::array<std::string, 4>{"", "a b", "r\xc3\xa9", std::string(129, 'r')});
+      break;
     case 6: kv.erase("dtype"); break;
-    case 7: kv["quant"] = {{"scheme", g.pick(std::array<std::string, 3>{"", "Per_Token", std::string(33, 'q')})}}; break;
+    case 7:
+      kv["quant"] = {{"scheme", g.pick(std::array<std::string, 3>{"", "Per_Token", std::string(33, 'q')})}};
+      break;
     case 8: kv["quant"] = {{"scheme", "none"}, {"group_size", g.range(1, 128)}}; break;
     case 9: kv["quant"] = {{"scheme", "none"}, {"scale_dtype", g.dtype()}}; break;
     case 10: kv["quant"] = {{"scheme", "none"}, {"zero_point", true}}; break;
     case 11: kv["quant"] = {{"scheme", "none"}, {"scales_fingerprint", g.digest_hex()}}; break;
     case 12: kv[g.pick(std::array<std::string, 4>{"block_size", "head_dim", "num_layers", "num_kv_heads"})] = 0; break;
     case 13: kv["layout"] = g.pick(std::array<std::string, 3>{"", "a b", std::string(65, 'l')}); break;
-    case 14: id["adapter"] = {{"name", g.pick(std::array<std::string, 3>{"", "x\n", std::string(129, 'a')})}, {"weights_fingerprint", g.digest_hex()}}; break;
+    case 14:
+      id["adapter"] = {{"name", g.pick(std::array<std::string, 3>{"", "x\n", std::string(129, 'a')})},
+                       {"weights_fingerprint", g.digest_hex()}};
+      break;
     case 15: id["shard"] = {{"tp_size", 0}}; break;
     case 16: id["shard"] = {{"tp_size", 2}, {"tp_rank", 2}}; break;
     case 17: id["shard"] = {{"pp_size", 0}}; break;
     case 18: id["shard"] = {{"pp_size", 1}, {"pp_rank", 1}}; break;
     case 19: kv["mla"] = false, kv["num_kv_heads"] = 12, id["shard"] = {{"tp_size", 8}}; break;  // 8 does not divide 12
-    case 20: kv["mla"] = false, kv["num_kv_heads"] = 4, id["shard"] = {{"tp_size", 6}}; break;  // not a multiple of 4
+    case 20: kv["mla"] = false, kv["num_kv_heads"] = 4, id["shard"] = {{"tp_size", 6}}; break;   // not a multiple of 4
     case 21: kv["num_layers"] = 27, id["shard"] = {{"pp_size", 2}}; break;
     case 22: r["secret_hex"] = hex(g.bytes(g.chance(0.5) ? 31 : 257)); break;
     // input errors
     case 23: r["tokens"].push_back(g.chance(0.5) ? Json(u32_max + 1) : Json(-1)); break;
     case 24: kv["dtype"] = g.pick(std::array<std::string, 3>{"fp17", "unset", "FP16"}); break;
-    case 25: id["model"]["weights_fingerprint"] = g.chance(0.5) ? std::string(63, 'a') : std::string(63, 'a') + "g"; break;
+    case 25:
+      id["model"]["weights_fingerprint"] = g.chance(0.5) ? std::string(63, 'a') : std::string(63, 'a') + "g";
+      break;
     case 26: kv[g.chance(0.5) ? "blocksize" : "block_size"] = g.chance(0.5) ? Json("64") : Json(64); break;
     case 27: kv["num_layers"] = u32_max + 1; break;
     case 28: r["salt_hex"] = "abc"; break;
@@ -209,7 +232,8 @@ Json valid_request(Gen& g, std::uint64_t id) {
     Json extras = Json::array();
     for (std::uint64_t i = 0, n = g.range(1, 4); i < n; ++i) {
       const std::uint64_t begin = g.below(count + 8);
-      extras.push_back({{"token_begin", begin}, {"token_end", begin + g.range(1, 2 * bs)}, {"key_hex", hex(g.bytes(g.below(20)))}});
+      extras.push_back(
+          {{"token_begin", begin}, {"token_end", begin + g.range(1, 2 * bs)}, {"key_hex", hex(g.bytes(g.below(20)))}});
     }
     if (g.chance(0.2)) extras.push_back(extras.front());  // duplicates are allowed and count twice
     r["extras"] = extras;
@@ -228,23 +252,29 @@ void add_verify(Gen& g, Json& r) {
   switch (defect) {
     case 1:  // another identity: one salient field differs
       if (g.chance(0.5)) {
-        writer["identity"]["model"]["weights_epoch"] = writer["identity"]["model"]["weights_epoch"].get<std::uint64_t>() ^ 1;
+        writer["identity"]["model"]["weights_epoch"] =
+            writer["identity"]["model"]["weights_epoch"].get<std::uint64_t>() ^ 1;
       } else {
         writer["identity"]["kv"]["dtype"] = writer["identity"]["kv"]["dtype"] == "fp16" ? "bf16" : "fp16";
       }
       break;
     case 2:  // another block of the same request
-      if (blocks > 1) writer_index = (index + 1 + g.below(blocks - 1)) % blocks;
-      else writer["salt_hex"] = "ff";
+      if (blocks > 1)
+        writer_index = (index + 1 + g.below(blocks - 1)) % blocks;
+      else
+        writer["salt_hex"] = "ff";
       break;
     case 3:  // plain and keyed swapped
-      if (writer.contains("secret_hex")) writer.erase("secret_hex");
-      else writer["secret_hex"] = hex(g.bytes(32));
+      if (writer.contains("secret_hex"))
+        writer.erase("secret_hex");
+      else
+        writer["secret_hex"] = hex(g.bytes(32));
       break;
     case 5:  // another rank's slice
       writer["identity"]["shard"] = {{"pp_size", 1}, {"tp_size", 1}};
       r["identity"]["shard"] = {{"pp_size", r["identity"]["kv"]["num_layers"]}, {"pp_rank", 0}};
-      if (r["identity"]["kv"]["num_layers"] == 1) r["identity"]["kv"]["mla"] = false, r["identity"]["shard"] = {{"tp_size", 2}};
+      if (r["identity"]["kv"]["num_layers"] == 1)
+        r["identity"]["kv"]["mla"] = false, r["identity"]["shard"] = {{"tp_size", 2}};
       break;
     default: break;
   }
@@ -330,7 +360,8 @@ std::vector<Json> vector_requests(const std::string& path) {
     // replay every header as a verify request.
     const Json got = respond(r);
     for (const char* k : {"root", "blocks", "keys"}) {
-      if (got.value(k, Json()) != want.at(k)) fail("{}: {} differs from the library's for {}", path, k, want.value("name", "keyed"));
+      if (got.value(k, Json()) != want.at(k))
+        fail("{}: {} differs from the library's for {}", path, k, want.value("name", "keyed"));
     }
     out.push_back(r);
     for (std::size_t i = 0; i < envelopes.size(); ++i) {
@@ -348,7 +379,9 @@ std::vector<Json> vector_requests(const std::string& path) {
     r["salt_hex"] = hex(c.at("salt").get<std::string>());
     r["extras"] = Json::array();
     for (const Json& x : c.at("extras")) {
-      r["extras"].push_back({{"token_begin", x.at("token_begin")}, {"token_end", x.at("token_end")}, {"key_hex", hex(x.at("key").get<std::string>())}});
+      r["extras"].push_back({{"token_begin", x.at("token_begin")},
+                             {"token_end", x.at("token_end")},
+                             {"key_hex", hex(x.at("key").get<std::string>())}});
     }
     add(r, c, c.at("envelopes"), c.at("payload_size"));
   }

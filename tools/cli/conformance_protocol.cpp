@@ -113,7 +113,9 @@ struct FieldReader {
   void operator()(std::string_view path, U& out) const {
     if (const Json* v = member(identity, path)) {
       const auto n = unsigned_value(*v, std::numeric_limits<U>::max());
-      if (!n) refuse_input(std::string(path), "expected an integer in [0, " + std::to_string(std::numeric_limits<U>::max()) + "]");
+      if (!n)
+        refuse_input(std::string(path),
+                     "expected an integer in [0, " + std::to_string(std::numeric_limits<U>::max()) + "]");
       out = static_cast<U>(*n);
     }
   }
@@ -203,7 +205,8 @@ Request decode(const Json& j) {
     if (!st->is_boolean()) refuse_input("single_tenant", "expected true or false");
     if (st->get<bool>()) r.policy.tenant = kvkey::TenantPolicy::single_tenant;
   }
-  if (const auto s = j.find("secret_hex"); s != j.end() && !s->is_null()) r.secret = hex_member(j, "secret_hex", "secret_hex");
+  if (const auto s = j.find("secret_hex"); s != j.end() && !s->is_null())
+    r.secret = hex_member(j, "secret_hex", "secret_hex");
   if (const auto t = j.find("tokens"); t != j.end() && !t->is_null()) {
     if (!t->is_array()) refuse_input("tokens", "expected an array of token ids");
     r.tokens.reserve(t->size());

@@ -48,7 +48,8 @@ class RunnerTest(unittest.TestCase):
         if not PYTHONPATH:
             self.skipTest("the Python module is not built (KVKEY_PYTHONPATH unset)")
         env = dict(os.environ, PYTHONPATH=PYTHONPATH)
-        testee = f"{shlex.quote(sys.executable)} {shlex.quote(os.path.join(SOURCE, 'tools', 'conformance', 'testee.py'))}"
+        script = os.path.join(SOURCE, "tools", "conformance", "testee.py")
+        testee = f"{shlex.quote(sys.executable)} {shlex.quote(script)}"
         r = run(testee, "--vectors", VECTORS, "--cases", CASES, "--seed", "2", env=env)
         self.assertEqual(r.returncode, 0, r.stdout + r.stderr)
         self.assertEqual(counts(r.stdout)[1], 0)
@@ -57,8 +58,10 @@ class RunnerTest(unittest.TestCase):
         # Each defect of a real router: the adapter left out of the hash, the
         # salt or the extras ignored, the u64 projection little-endian, an
         # error naming the wrong field.
-        for defect, shown in (("adapter", r"case \S+: (encoding: got|error: missing)"), ("salt", r"case \S+: blocks\["),
-                              ("extras", r"case \S+: blocks\["), ("u64", r"case \S+: blocks_u64\[\d+\]: got \d+, want \d+"),
+        for defect, shown in (("adapter", r"case \S+: (encoding: got|error: missing)"),
+                              ("salt", r"case \S+: blocks\["),
+                              ("extras", r"case \S+: blocks\["),
+                              ("u64", r"case \S+: blocks_u64\[\d+\]: got \d+, want \d+"),
                               ("field", r'case \S+: error: got .*"field":"kv.block_size".*want .*"kv.head_dim"')):
             with self.subTest(defect=defect):
                 r = run(f"{shlex.quote(TOOL)} conformance-testee --perturb {defect}", "--cases", "2000", "--seed", "3")
