@@ -34,7 +34,7 @@ def kvkey_version():
 
 extension = Pybind11Extension(
     "kvkey._kvkey",
-    ["src/module.cpp", "src/model_dir.cpp"],  # model_dir.cpp also needs nlohmann-json's headers
+    ["src/module.cpp", "src/model_dir.cpp", "src/metrics.cpp", "src/value.cpp"],  # model_dir.cpp also needs nlohmann-json's headers
     include_dirs=[INCLUDE],
     libraries=["crypto", "fmt", "xxhash"],  # OpenSSL 3 libcrypto (EVP), {fmt} for the reprs, payload digests
     cxx_std=17,

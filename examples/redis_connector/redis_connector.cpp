@@ -9,6 +9,7 @@
 #include <set>
 #include <sys/socket.h>
 #include <sys/time.h>
+#include <unistd.h>
 #include <utility>
 
 namespace kvkey_redis {
@@ -27,6 +28,10 @@ std::string_view to_string(StoreError::Kind kind) noexcept {
     case StoreError::Kind::server: return "server";
   }
   return "invalid";
+}
+
+std::string_view metrics_kind(StoreError::Kind kind) noexcept {
+  return kind == StoreError::Kind::connect || kind == StoreError::Kind::io ? "connection" : to_string(kind);
 }
 
 namespace {
@@ -67,15 +72,17 @@ void Connection::disconnect() noexcept {
   if (ctx_ != nullptr) redisFree(ctx_);
   ctx_ = nullptr;
   armed_ = std::chrono::microseconds(-1);
+  received_ = fed_ = 0;
 }
 
 redisContext* Connection::context() {
   if (ctx_ != nullptr) {
-    // Bytes (or the end of the stream) waiting before anything was sent are
-    // not this call's: start on a fresh connection rather than fail the call.
+    // Bytes, the end of the stream or an error waiting before anything was
+    // sent are not this call's: start on a fresh connection rather than fail.
     char byte = 0;
-    const bool stale = ctx_->reader->pos < ctx_->reader->len ||
-                       ::recv(ctx_->fd, &byte, 1, MSG_PEEK | MSG_DONTWAIT) >= 0;
+    const ssize_t peeked = ::recv(ctx_->fd, &byte, 1, MSG_PEEK | MSG_DONTWAIT);
+    const bool stale = ctx_->reader->pos < ctx_->reader->len || fed_ < received_ || peeked >= 0 ||
+                       (errno != EAGAIN && errno != EWOULDBLOCK);
     if (!stale) return ctx_;
     disconnect();
   }
@@ -145,18 +152,55 @@ void Connection::past_deadline(std::string_view during) {
 }
 
 void Connection::fail(std::string_view during, int saved_errno) {
-  StoreError::Kind kind = StoreError::Kind::io;
-  std::string detail = ctx_->errstr[0] != '\0' ? ctx_->errstr : "connection closed";
   if (ctx_->err == REDIS_ERR_PROTOCOL) {
-    kind = StoreError::Kind::protocol;
-  } else if (is_timeout(ctx_->err, saved_errno)) {
+    const std::string detail = ctx_->errstr;
+    disconnect();  // the reply stream is out of step now: start afresh
+    throw StoreError(StoreError::Kind::protocol, std::string(during) + ": " + detail);
+  }
+  fail_io(during, is_timeout(ctx_->err, saved_errno) ? EAGAIN : saved_errno,
+          ctx_->errstr[0] != '\0' ? ctx_->errstr : "connection closed");
+}
+
+void Connection::fail_io(std::string_view during, int saved_errno, std::string detail) {
+  StoreError::Kind kind = StoreError::Kind::io;
+  if (saved_errno == EAGAIN || saved_errno == EWOULDBLOCK) {
     if (armed_by_deadline_) past_deadline(during);
     kind = StoreError::Kind::timeout;
     detail = "no reply within " + std::to_string(options_.command_timeout.count()) + " ms";
   }
-  // The reply stream is out of step now (or the socket is gone): start afresh.
-  disconnect();
+  disconnect();  // the socket is gone or the stream is out of step: start afresh
   throw StoreError(kind, std::string(during) + ": " + detail);
+}
+
+void Connection::read_more(std::string_view during) {
+  if (fed_ < received_) {
+    // hiredis moves the unparsed rest of its buffer to the front after each
+    // reply of 1 KiB or more; fed in slices, that rest stays short (with 16 KiB
+    // at once, a pipeline of 1 KiB replies moved about 8 times its bytes).
+    constexpr std::size_t slice = 4096;
+    const std::size_t n = std::min(slice, received_ - fed_);
+    if (redisReaderFeed(ctx_->reader, inbuf_.data() + fed_, n) != REDIS_OK) {
+      fail_io(during, ENOMEM, "out of memory");
+    }
+    fed_ += n;
+    return;
+  }
+  for (;;) {
+    arm();
+    if (inbuf_.empty()) inbuf_.resize(64 * 1024);
+    const ssize_t n = ::read(ctx_->fd, inbuf_.data(), inbuf_.size());
+    if (n > 0) {
+      received_ = static_cast<std::size_t>(n);
+      fed_ = 0;
+      read_more(during);
+      return;
+    }
+    if (n == 0) fail_io(during, 0, "connection closed by the server");
+    if (errno != EINTR) {
+      const int saved_errno = errno;
+      fail_io(during, saved_errno, std::strerror(saved_errno));
+    }
+  }
 }
 
 std::string Connection::next_nonce() {
@@ -203,25 +247,49 @@ std::vector<Reply> Connection::pipeline(const std::vector<Command>& commands, co
 
 std::vector<Reply> Connection::exchange(const std::vector<Command>& commands, const StringTap& tap) {
   redisContext* c = context();
-  std::vector<const char*> argv;
-  std::vector<std::size_t> lens;
   const std::string nonce = next_nonce();
   const Command sentinel = {"ECHO", nonce};
+  // The whole pipeline as one RESP request, written here: no per-command
+  // formatting or copy into hiredis' output buffer.
+  std::size_t size = 0;
   for (std::size_t k = 0; k <= commands.size(); ++k) {
     const Command& cmd = k < commands.size() ? commands[k] : sentinel;
-    argv.clear();
-    lens.clear();
+    size += 16;  // "*N\r\n"
+    for (std::string_view arg : cmd) size += arg.size() + 16;  // "$L\r\n" arg "\r\n"
+  }
+  std::string request;
+  request.reserve(size);
+  auto append_count = [&request](char mark, std::size_t n) {
+    char digits[24];
+    char* end = digits + sizeof digits;
+    char* p = end;
+    do {
+      *--p = static_cast<char>('0' + n % 10);
+      n /= 10;
+    } while (n != 0);
+    request.push_back(mark);
+    request.append(p, static_cast<std::size_t>(end - p));
+    request.append("\r\n", 2);
+  };
+  for (std::size_t k = 0; k <= commands.size(); ++k) {
+    const Command& cmd = k < commands.size() ? commands[k] : sentinel;
+    append_count('*', cmd.size());
     for (std::string_view arg : cmd) {
-      argv.push_back(arg.data());
-      lens.push_back(arg.size());
-    }
-    if (redisAppendCommandArgv(c, static_cast<int>(argv.size()), argv.data(), lens.data()) != REDIS_OK) {
-      fail("queueing a command", errno);
+      append_count('$', arg.size());
+      request.append(arg.data(), arg.size());
+      request.append("\r\n", 2);
     }
   }
-  for (int done = 0; done == 0;) {
+  const std::string sending = "sending " + std::to_string(commands.size()) + " commands";
+  for (std::size_t sent = 0; sent < request.size();) {
     arm();
-    if (redisBufferWrite(c, &done) != REDIS_OK) fail("sending " + std::to_string(commands.size()) + " commands", errno);
+    const ssize_t n = ::send(c->fd, request.data() + sent, request.size() - sent, MSG_NOSIGNAL);
+    if (n >= 0) {
+      sent += static_cast<std::size_t>(n);
+    } else if (errno != EINTR) {
+      const int saved_errno = errno;
+      fail_io(sending, saved_errno, std::strerror(saved_errno));
+    }
   }
   std::vector<Reply> replies;
   replies.reserve(commands.size() + 1);
@@ -236,11 +304,7 @@ std::vector<Reply> Connection::exchange(const std::vector<Command>& commands, co
         fail("reply " + std::to_string(i + 1) + " of " + std::to_string(commands.size()), errno);
       }
       if (r != nullptr) break;
-      arm();
-      if (redisBufferRead(c) != REDIS_OK) {
-        const int saved_errno = errno;
-        fail("reply " + std::to_string(i + 1) + " of " + std::to_string(commands.size()), saved_errno);
-      }
+      read_more("reply " + std::to_string(i + 1) + " of " + std::to_string(commands.size()));
     }
     replies.emplace_back(static_cast<redisReply*>(r));
   }
@@ -254,7 +318,7 @@ std::vector<Reply> Connection::exchange(const std::vector<Command>& commands, co
                      "the reply stream is out of step: reply " + std::to_string(commands.size() + 1) +
                          " is not the sentinel's nonce");
   }
-  if (c->reader->pos < c->reader->len) {
+  if (c->reader->pos < c->reader->len || fed_ < received_) {
     throw StoreError(StoreError::Kind::protocol, "the reply stream is out of step: bytes after the sentinel");
   }
   return replies;
@@ -281,10 +345,23 @@ template <class Call>
 decltype(auto) Connector::guarded(Call&& call) {
   try {
     return call();
-  } catch (const StoreError&) {
+  } catch (const StoreError& e) {
     conn_.disconnect();  // a reply the connector could not use: the stream may be out of step
+    if (metrics_ != nullptr) metrics_->record_store_error(metrics_kind(e.kind()));
     throw;
   }
+}
+
+void Connector::record_loads(const std::vector<LoadOutcome>& outcomes, std::size_t payload_size) noexcept {
+  std::size_t loaded = 0;
+  std::size_t missing = 0;
+  for (const LoadOutcome& o : outcomes) {
+    if (o.status == LoadStatus::loaded) ++loaded;
+    if (o.status == LoadStatus::missing) ++missing;
+    if (o.status == LoadStatus::rejected) metrics_->record_rejection(o.verdict);
+  }
+  metrics_->record_load(loaded, missing, outcomes.size() - loaded - missing);
+  metrics_->record_payload_bytes(static_cast<std::uint64_t>(loaded) * payload_size);
 }
 
 void Connector::save(const Namespace& ns, const std::vector<BlockPayload>& blocks) {
@@ -303,12 +380,18 @@ void Connector::save(const Namespace& ns, const std::vector<BlockPayload>& block
   std::vector<Connection::Command> commands;  // one SET per object: header and payload together
   commands.reserve(blocks.size());
   for (std::size_t i = 0; i < blocks.size(); ++i) commands.push_back({"SET", keys[i], values[i]});
-  guarded([&] {
-    for (const Reply& r : conn_.pipeline(commands)) {
-      expect_type(*r, REDIS_REPLY_STATUS, "SET");
-      if (std::string_view(r->str, r->len) != "OK") throw StoreError(StoreError::Kind::protocol, "SET: not OK");
-    }
-  });
+  try {
+    guarded([&] {
+      for (const Reply& r : conn_.pipeline(commands)) {
+        expect_type(*r, REDIS_REPLY_STATUS, "SET");
+        if (std::string_view(r->str, r->len) != "OK") throw StoreError(StoreError::Kind::protocol, "SET: not OK");
+      }
+    });
+  } catch (const StoreError&) {
+    if (metrics_ != nullptr) metrics_->record_save(0, blocks.size());  // none acknowledged
+    throw;
+  }
+  if (metrics_ != nullptr) metrics_->record_save(blocks.size(), 0);
 }
 
 Lookup Connector::lookup(const std::vector<const Namespace*>& ranks, std::vector<kvkey::Digest> blocks,
@@ -326,17 +409,36 @@ Lookup Connector::lookup(const std::vector<const Namespace*>& ranks, std::vector
   for (const std::string& key : keys) commands.push_back({"GETRANGE", key, "0", last});
   // Each header is verified where hiredis read it, for its rank and block.
   std::vector<bool> found(keys.size(), false);
+  std::vector<kvkey::Verdict> rejected(metrics_ != nullptr ? blocks.size() : 0, {kvkey::Reason::ok, {}});
   const Connection::StringTap verify_header = [&](std::size_t i, const char* data, std::size_t len) {
     const Namespace& ns = *ranks[i % ranks.size()];
-    found[i] = ns.verify_header(reinterpret_cast<const std::uint8_t*>(data), len, blocks[i / ranks.size()]).ok();
+    kvkey::Verdict v = ns.verify_header(reinterpret_cast<const std::uint8_t*>(data), len, blocks[i / ranks.size()]);
+    found[i] = v.ok();
+    // An empty string is a missing key; a block's first refused header is its rejection.
+    if (!rejected.empty() && len != 0 && !v.ok() && rejected[i / ranks.size()].ok()) {
+      rejected[i / ranks.size()] = std::move(v);
+    }
     return true;
   };
-  guarded([&] {
-    // GETRANGE answers a string, empty for a missing key: all were tapped.
-    for (const Reply& r : conn_.pipeline(commands, verify_header)) expect_type(*r, REDIS_REPLY_STRING, "GETRANGE");
-  });
+  try {
+    guarded([&] {
+      // GETRANGE answers a string, empty for a missing key: all were tapped.
+      for (const Reply& r : conn_.pipeline(commands, verify_header)) expect_type(*r, REDIS_REPLY_STRING, "GETRANGE");
+    });
+  } catch (const StoreError&) {
+    if (metrics_ != nullptr) metrics_->record_lookup(0, blocks.size(), 0);
+    throw;
+  }
   Lookup out;
   out.prefix = ranks.front()->reusable_prefix(found, ranks.size(), max_tokens);
+  if (metrics_ != nullptr) {
+    std::size_t refused = 0;
+    for (const kvkey::Verdict& v : rejected) {
+      if (!v.ok()) ++refused;
+      metrics_->record_rejection(v);  // an ok verdict records nothing
+    }
+    metrics_->record_lookup(out.prefix.blocks, blocks.size() - out.prefix.blocks - refused, refused);
+  }
   out.blocks = std::move(blocks);
   return out;
 }
@@ -354,15 +456,21 @@ Lookup Connector::lookup_existing(const std::vector<const Namespace*>& ranks, st
   for (const std::string& key : keys) commands.push_back({"EXISTS", key});
   std::vector<bool> found;
   found.reserve(keys.size());
-  guarded([&] {
-    for (const Reply& r : conn_.pipeline(commands)) {
-      expect_type(*r, REDIS_REPLY_INTEGER, "EXISTS");
-      if (r->integer != 0 && r->integer != 1) unexpected(*r, "EXISTS of one key");
-      found.push_back(r->integer == 1);
-    }
-  });
+  try {
+    guarded([&] {
+      for (const Reply& r : conn_.pipeline(commands)) {
+        expect_type(*r, REDIS_REPLY_INTEGER, "EXISTS");
+        if (r->integer != 0 && r->integer != 1) unexpected(*r, "EXISTS of one key");
+        found.push_back(r->integer == 1);
+      }
+    });
+  } catch (const StoreError&) {
+    if (metrics_ != nullptr) metrics_->record_lookup(0, blocks.size(), 0);
+    throw;
+  }
   Lookup out;
   out.prefix = ranks.front()->reusable_prefix(found, ranks.size(), max_tokens);
+  if (metrics_ != nullptr) metrics_->record_lookup(out.prefix.blocks, blocks.size() - out.prefix.blocks, 0);
   out.blocks = std::move(blocks);
   return out;
 }
@@ -403,14 +511,20 @@ std::vector<LoadOutcome> Connector::load_verified(const Namespace& ns, const std
     seen[i] = true;
     return true;
   };
-  guarded([&] {
-    const std::vector<Reply> replies = conn_.pipeline(commands, verify_value);
-    for (std::size_t i = 0; i < blocks.size(); ++i) {
-      if (seen[i]) continue;
-      if (replies[i]->type != REDIS_REPLY_NIL) unexpected(*replies[i], "GET");  // strings were all tapped
-      out[i].status = LoadStatus::missing;
-    }
-  });
+  try {
+    guarded([&] {
+      const std::vector<Reply> replies = conn_.pipeline(commands, verify_value);
+      for (std::size_t i = 0; i < blocks.size(); ++i) {
+        if (seen[i]) continue;
+        if (replies[i]->type != REDIS_REPLY_NIL) unexpected(*replies[i], "GET");  // strings were all tapped
+        out[i].status = LoadStatus::missing;
+      }
+    });
+  } catch (const StoreError&) {
+    if (metrics_ != nullptr) metrics_->record_load(0, blocks.size(), 0);  // nothing of the call counts
+    throw;
+  }
+  if (metrics_ != nullptr) record_loads(out, payload_size);
   return out;
 }
 

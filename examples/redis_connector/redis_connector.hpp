@@ -45,6 +45,14 @@
 // call is StoreError(timeout) and the connection is dropped. Raise the
 // deadline for pipelines that move more than a few hundred MB.
 //
+// Metrics. A Connector given a kvkey::Metrics (constructor or set_metrics)
+// records every call into it: lookups and loads with their blocks by result,
+// each rejection by reason and field, verified payload bytes, saves, and store
+// errors by kind (connect and io count as "connection"). False hits need to
+// know which load follows which lookup: the engine records them
+// (Metrics::record_false_hits). One Metrics may be shared by the Connectors of
+// every thread.
+//
 // Threads. A Connector holds one hiredis connection, which is not thread-safe:
 // use one Connector per thread. The kvkey::KeyNamespace objects are immutable
 // and may be shared by all threads.
@@ -59,6 +67,7 @@
 #include <kvkey/kvkey.hpp>
 
 #include <hiredis/hiredis.h>
+#include <kvkey/metrics.hpp>
 
 #include <chrono>
 #include <cstddef>
@@ -106,6 +115,10 @@ class StoreError : public std::runtime_error {
 
 std::string_view to_string(StoreError::Kind kind) noexcept;
 
+/// The kind kvkey::Metrics counts a StoreError as (kvkey::store_error_kinds):
+/// connect and io are "connection", the others keep their names.
+std::string_view metrics_kind(StoreError::Kind kind) noexcept;
+
 struct ReplyDeleter {
   void operator()(redisReply* r) const noexcept { freeReplyObject(r); }
 };
@@ -149,7 +162,9 @@ class Connection {
   redisContext* context();
   std::vector<Reply> exchange(const std::vector<Command>& commands, const StringTap& tap);
   void arm();  // the socket timeout for the next read or write: per-read, or the time left
+  void read_more(std::string_view during);  // feeds the reader more bytes, reading the socket if need be
   [[noreturn]] void fail(std::string_view during, int saved_errno);
+  [[noreturn]] void fail_io(std::string_view during, int saved_errno, std::string detail);
   [[noreturn]] void past_deadline(std::string_view during);
   std::string next_nonce();
   static void* create_string(const redisReadTask* task, char* str, std::size_t len);
@@ -159,6 +174,9 @@ class Connection {
   Clock::time_point deadline_ = Clock::time_point::max();  // of the call under way
   std::chrono::microseconds armed_{-1};                    // the socket's timeout now
   bool armed_by_deadline_ = false;                         // ... shortened to the time left
+  std::vector<char> inbuf_;                                // bytes read from the socket ...
+  std::size_t received_ = 0;                               // ... how many
+  std::size_t fed_ = 0;                                    // ... fed to hiredis' reader so far
   std::mt19937_64 nonce_rng_;                              // seeded from std::random_device
   std::size_t tap_limit_ = 0;                              // replies [0, tap_limit_) are tapped
   redisReplyObjectFunctions functions_{};  // hiredis' own, createString routed through tap_
@@ -206,7 +224,13 @@ struct LoadedBlock {
 
 class Connector {
  public:
-  explicit Connector(Options options) : conn_(std::move(options)) {}
+  /// metrics: where to record (see "Metrics" above), or null; it must outlive the Connector.
+  explicit Connector(Options options, kvkey::Metrics* metrics = nullptr)
+      : conn_(std::move(options)), metrics_(metrics) {}
+
+  /// Records into metrics from the next call on (null: stop recording).
+  void set_metrics(kvkey::Metrics* metrics) noexcept { metrics_ = metrics; }
+  kvkey::Metrics* metrics() const noexcept { return metrics_; }
 
   /// Stores each block as seal(block, payload) || payload with one SET per block
   /// (pipelined). Returns when every SET is acknowledged; throws StoreError
@@ -297,7 +321,11 @@ class Connector {
   std::vector<LoadOutcome> load_verified(const Namespace& ns, const std::vector<kvkey::Digest>& blocks,
                                          std::size_t payload_size, Deliver&& deliver);
 
+  // Records a finished load or lookup (rejections by verdict, payload bytes).
+  void record_loads(const std::vector<LoadOutcome>& outcomes, std::size_t payload_size) noexcept;
+
   Connection conn_;
+  kvkey::Metrics* metrics_ = nullptr;
 };
 
 /// prefix with Redis glob specials (* ? [ ] \) escaped, for SCAN MATCH.

@@ -6,10 +6,7 @@
 #ifndef KVKEY_FINGERPRINT_HPP
 #define KVKEY_FINGERPRINT_HPP
 
-#include <cerrno>
-#include <cstdio>
-#include <cstring>
-#include <memory>
+#include <cstddef>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -17,6 +14,7 @@
 #include "kvkey/config.hpp"
 #include "kvkey/digest.hpp"
 #include "kvkey/errors.hpp"
+#include "kvkey/input_file.hpp"
 #include "kvkey/sha256.hpp"
 
 KVKEY_BEGIN_NAMESPACE
@@ -28,34 +26,19 @@ KVKEY_BEGIN_NAMESPACE
 
 namespace detail {
 
-/// SHA-256 of a file's contents, read in `chunk`-byte pieces straight into one
-/// buffer; on_chunk(n) is called after each piece and stops the read (returning
-/// an empty Digest) when it returns false. Throws io_error naming the path.
+/// SHA-256 of the rest of an open file, read in `chunk`-byte pieces straight
+/// into one buffer; on_chunk(n) is called after each piece and stops the read
+/// (returning an empty Digest) when it returns false. Throws io_error naming
+/// the file. Every file kvkey hashes is hashed here.
 template <class OnChunk>
-Digest sha256_file(const std::string& path, std::size_t chunk, OnChunk&& on_chunk) {
-  struct Closer {
-    void operator()(std::FILE* f) const noexcept { std::fclose(f); }
-  };
-  errno = 0;
-  std::unique_ptr<std::FILE, Closer> file(std::fopen(path.c_str(), "rb"));
-  if (!file) {
-    const int err = errno;
-    throw io_error("fingerprint_file: cannot open '" + path + "': " +
-                   (err != 0 ? std::strerror(err) : "unknown error"));
-  }
-  std::setvbuf(file.get(), nullptr, _IONBF, 0);  // reads go straight into buf
+Digest sha256_file(InputFile& file, std::size_t chunk, OnChunk&& on_chunk) {
   Sha256 h;
   std::vector<unsigned char> buf(chunk);
   for (;;) {
-    const std::size_t n = std::fread(buf.data(), 1, buf.size(), file.get());
+    const std::size_t n = file.read(buf.data(), buf.size());
     h.update(buf.data(), n);
     if (!on_chunk(n)) return Digest{};
-    if (n < buf.size()) {
-      if (std::ferror(file.get()) != 0) {
-        throw io_error("fingerprint_file: read error on '" + path + "'");
-      }
-      break;
-    }
+    if (n < buf.size()) break;
   }
   return h.result();
 }
@@ -63,10 +46,19 @@ Digest sha256_file(const std::string& path, std::size_t chunk, OnChunk&& on_chun
 }  // namespace detail
 
 /// Plain SHA-256 of a file's contents, streamed in 1 MiB chunks so a multi-GB
-/// checkpoint is never held in memory. Equal to `sha256sum PATH`.
-/// Throws io_error naming the path when the file cannot be opened or read.
+/// checkpoint is never held in memory. Equal to `sha256sum PATH`. The file must
+/// be a regular file (symbolic links are followed); it is opened without
+/// blocking (InputFile), so a FIFO is refused at once rather than waited on.
+/// Throws io_error naming the path when the file cannot be opened or read or is
+/// not a regular file.
 [[nodiscard]] inline Digest fingerprint_file(const std::string& path) {
-  return detail::sha256_file(path, std::size_t{1} << 20, [](std::size_t) { return true; });
+  InputFile file(path);
+  return detail::sha256_file(file, std::size_t{1} << 20, [](std::size_t) { return true; });
+}
+
+/// Plain SHA-256 of the rest of an open file (e.g. InputFile::standard_input()).
+[[nodiscard]] inline Digest fingerprint_file(InputFile& file) {
+  return detail::sha256_file(file, std::size_t{1} << 20, [](std::size_t) { return true; });
 }
 
 KVKEY_END_NAMESPACE

@@ -31,6 +31,7 @@
 #include "kvkey/config.hpp"
 #include "kvkey/digest.hpp"
 #include "kvkey/errors.hpp"
+#include "kvkey/input_file.hpp"
 
 KVKEY_BEGIN_NAMESPACE
 
@@ -99,7 +100,8 @@ class TenantSecret {
   ///    included (`head -c 32 /dev/urandom > FILE`).
   /// The file must be a regular file (symbolic links are followed) that neither
   /// others can read or write nor its group can write: mode 0600 or 0640, as
-  /// for an SSH private key. Throws io_error naming the path when the file
+  /// for an SSH private key. It is opened without blocking and checked before
+  /// any read (InputFile), so a FIFO or a device is refused, never waited on. Throws io_error naming the path when the file
   /// cannot be opened or read, is not a regular file or has looser permissions;
   /// identity_error ("tenant_secret") when its content is not a valid secret.
   /// No message quotes the content.
@@ -226,40 +228,19 @@ bool decode_secret_base64(std::string_view s, WipedBuffer<N>& out) noexcept {
   return true;
 }
 
-inline std::string errno_text(int err) { return err != 0 ? std::strerror(err) : "unknown error"; }
-
 }  // namespace detail
 
 inline TenantSecret TenantSecret::from_file(const std::string& path) {
-  struct Fd {
-    int fd;
-    ~Fd() {
-      if (fd >= 0) ::close(fd);
-    }
-  };
   const std::string where = "tenant secret file '" + path + "'";
-  const Fd file{::open(path.c_str(), O_RDONLY | O_CLOEXEC)};
-  if (file.fd < 0) throw io_error("cannot open " + where + ": " + detail::errno_text(errno));
-  struct stat st {};
-  if (::fstat(file.fd, &st) != 0) throw io_error("cannot stat " + where + ": " + detail::errno_text(errno));
-  if (!S_ISREG(st.st_mode)) throw io_error(where + " is not a regular file");
-  if ((st.st_mode & (S_IROTH | S_IWOTH | S_IWGRP)) != 0) {
+  InputFile file(path, where);  // never blocks; anything but a regular file is refused before a read
+  if ((file.mode() & (S_IROTH | S_IWOTH | S_IWGRP)) != 0) {
     throw io_error(where + " is readable or writable by others or writable by its group; chmod 600 (or 640) it");
   }
   // Longest valid file: hex of max_size bytes and "\r\n". Read one byte more to
   // tell a file that is too long.
   constexpr std::size_t max_file = 2 * max_size + 2;
   detail::WipedBuffer<max_file + 1> raw;
-  for (;;) {
-    if (raw.size == raw.bytes.size()) break;
-    const ssize_t n = ::read(file.fd, raw.bytes.data() + raw.size, raw.bytes.size() - raw.size);
-    if (n < 0) {
-      if (errno == EINTR) continue;
-      throw io_error("cannot read " + where + ": " + detail::errno_text(errno));
-    }
-    if (n == 0) break;
-    raw.size += static_cast<std::size_t>(n);
-  }
+  raw.size = file.read(raw.bytes.data(), raw.bytes.size());
   if (raw.size > max_file) {
     throw identity_error("tenant_secret", where + " is longer than " + std::to_string(max_file) + " bytes");
   }

@@ -4,14 +4,17 @@
 // the envelopes it seals and verifies. Build one per (identity, rank) and share
 // it. For many prompts at once reach for BatchHasher (kvkey/batch.hpp); for a
 // keyed namespace, KeyNamespace<HmacSha256> (kvkey/hmac.hpp); to count how much
-// of a prompt the store can serve, reusable_prefix (kvkey/prefix.hpp).
+// of a prompt the store can serve, reusable_prefix (kvkey/prefix.hpp). Stored
+// values (envelope + payload as one store value): seal_value / open_value.
 #ifndef KVKEY_KEY_NAMESPACE_HPP
 #define KVKEY_KEY_NAMESPACE_HPP
 
 #include <cstddef>
 #include <cstdint>
 #include <cstring>
+#include <algorithm>
 #include <limits>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <type_traits>
@@ -26,6 +29,7 @@
 #include "kvkey/encode.hpp"
 #include "kvkey/envelope.hpp"
 #include "kvkey/errors.hpp"
+#include "kvkey/geometry.hpp"
 #include "kvkey/hash_options.hpp"
 #include "kvkey/identity.hpp"
 #include "kvkey/payload.hpp"
@@ -49,6 +53,27 @@ inline constexpr std::size_t max_store_key_size = 256;
   return p;
 }
 
+/// The size of a stored value (docs/format.md, "Stored values") whose payload
+/// has payload_size bytes: envelope_size + payload_size. Throws input_error
+/// when that does not fit a std::size_t.
+[[nodiscard]] inline std::size_t value_size(std::uint64_t payload_size) {
+  if (payload_size > std::numeric_limits<std::size_t>::max() - envelope_size) {
+    throw input_error("a payload of " + std::to_string(payload_size) + " bytes does not fit a value in memory");
+  }
+  return envelope_size + static_cast<std::size_t>(payload_size);
+}
+
+/// What KeyNamespace::open_value found in a stored value.
+struct [[nodiscard]] OpenedValue {
+  /// ok, or why the value is a miss (as KeyNamespace::verify; a value shorter
+  /// than envelope_size is malformed, "envelope.size").
+  Verdict verdict;
+  /// The verified payload: a view into the value (valid as long as the value's
+  /// bytes are), {nullptr, 0} unless ok.
+  ConstBuffer payload;
+
+  bool ok() const noexcept { return verdict.ok(); }
+};
 
 /// Keys, block hashes and envelopes of one deployment's rank.
 ///
@@ -250,6 +275,74 @@ class KeyNamespace {
   Verdict verify(const Envelope& header, const Digest& block_hash, std::uint64_t payload_size) const {
     return verify(header.data(), header.size(), block_hash, payload_size);
   }
+
+  // ---- stored values (docs/format.md, "Stored values") -------------------------
+
+  /// One store value for this rank's object of block_hash: the header
+  /// seal(block_hash, payload) would give, followed by the payload's bytes
+  /// (value_size(payload.size()) bytes in all). The digest or tag is computed
+  /// over the copied bytes, so the value is consistent even if the source
+  /// changes meanwhile.
+  [[nodiscard]] Bytes seal_value(const Digest& block_hash, Payload payload) const {
+    Bytes value(value_size(payload.size()));
+    (void)seal_value(block_hash, payload, value.data(), value.size());
+    return value;
+  }
+
+  /// As above, written to out[0, capacity) (which must not overlap the
+  /// payload); returns the bytes written, value_size(payload.size()). Throws
+  /// input_error, writing nothing, when capacity is too small. No heap allocation.
+  std::size_t seal_value(const Digest& block_hash, Payload payload, std::uint8_t* out, std::size_t capacity) const {
+    const std::uint64_t n = payload.size();
+    if (out == nullptr || capacity < envelope_size || capacity - envelope_size < n) {
+      throw input_error("seal_value: the buffer holds " + std::to_string(out == nullptr ? 0 : capacity) +
+                        " bytes, the value needs " + std::to_string(envelope_size) + " + " + std::to_string(n));
+    }
+    constexpr std::size_t piece = std::size_t{1} << 16;  // copy, then hash the copy while it is in cache
+    PayloadSealer s(header_for(block_hash, 0), scheme(), false);
+    std::uint8_t* dst = out + envelope_size;
+    for (const ConstBuffer& b : payload) {
+      const auto* src = static_cast<const std::uint8_t*>(b.data);
+      for (std::size_t off = 0; off < b.size; off += piece) {
+        const std::size_t len = std::min(piece, b.size - off);
+        std::memcpy(dst, src + off, len);
+        s.update(dst, len);
+        dst += len;
+      }
+    }
+    const Envelope header = s.finish();
+    std::memcpy(out, header.data(), envelope_size);
+    return envelope_size + static_cast<std::size_t>(n);
+  }
+
+  /// Verifies a stored value (header, then payload) for block_hash: the
+  /// Verdict of verify(value, envelope_size, block_hash, rest of the value),
+  /// and, when ok, a view of the verified payload inside the value. A value
+  /// shorter than an envelope is malformed ("envelope.size"); a payload shorter
+  /// or longer than the header says is size_mismatch ("payload_size"). Never
+  /// reads outside [value, value + size); never throws for any bytes.
+  OpenedValue open_value(const std::uint8_t* value, std::size_t size, const Digest& block_hash) const {
+    OpenedValue out;
+    if (value == nullptr || size < envelope_size) {
+      out.verdict = {Reason::malformed, "envelope.size"};
+      return out;
+    }
+    const std::uint8_t* payload = value + envelope_size;
+    out.verdict = verify(value, envelope_size, block_hash, Payload(payload, size - envelope_size));
+    if (out.verdict.ok()) out.payload = {payload, size - envelope_size};
+    return out;
+  }
+  OpenedValue open_value(const Bytes& value, const Digest& block_hash) const {
+    return open_value(value.data(), value.size(), block_hash);
+  }
+
+  // ---- geometry (kvkey/geometry.hpp) ----------------------------------------------
+
+  /// One block's KV bytes in this rank's slice (kvkey::payload_size of the
+  /// identity's kv and slice()): dense 2 x layers x heads x head_dim x
+  /// block_size x itemsize, MLA layers x head_dim x block_size x itemsize;
+  /// nullopt where quantization scales make the size engine-specific.
+  std::optional<std::uint64_t> payload_size() const noexcept { return kvkey::payload_size(id_.kv, slice_); }
 
   /// Header-only check, for counting lookups only, never sufficient to serve a
   /// block: loading verifies the payload (verify() with the bytes). `header`

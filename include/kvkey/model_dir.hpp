@@ -21,6 +21,7 @@
 #include <filesystem>
 #include <functional>
 #include <limits>
+#include <map>
 #include <memory>
 #include <mutex>
 #include <optional>
@@ -36,6 +37,7 @@
 #include "kvkey/errors.hpp"
 #include "kvkey/fingerprint.hpp"
 #include "kvkey/identity.hpp"
+#include "kvkey/input_file.hpp"
 #include "kvkey/sha256.hpp"
 
 KVKEY_BEGIN_NAMESPACE
@@ -118,50 +120,144 @@ namespace detail {
   throw input_error(m);
 }
 
-inline std::string read_small_file(const std::filesystem::path& p) {
-  struct Closer {
-    void operator()(std::FILE* f) const noexcept { std::fclose(f); }
-  };
-  errno = 0;
-  std::unique_ptr<std::FILE, Closer> f(std::fopen(p.c_str(), "rb"));
-  if (!f) throw io_error("cannot open " + p.string() + ": " + (errno != 0 ? std::strerror(errno) : "unknown error"));
-  std::string text;
-  char buf[65536];
-  for (;;) {
-    const std::size_t n = std::fread(buf, 1, sizeof buf, f.get());
-    text.append(buf, n);
-    if (n < sizeof buf) {
-      if (std::ferror(f.get()) != 0) throw io_error("read error on " + p.string());
-      break;
-    }
+/// Text from a file for a message: control characters become '?', and more
+/// than 64 bytes are cut.
+inline std::string printable(std::string_view text) {
+  std::string out(text.substr(0, 64));
+  for (char& c : out) {
+    if (static_cast<unsigned char>(c) < 0x20 || c == 0x7f) c = '?';
   }
-  return text;
+  return text.size() > 64 ? out + "..." : out;
 }
 
-/// Parses JSON; a syntax error names the file, line and column.
-inline nlohmann::json parse_json_file_text(const std::string& text, const std::string& where) {
-  try {
-    return nlohmann::json::parse(text);
-  } catch (const nlohmann::json::parse_error& e) {
-    // e.byte is the 1-based offset of the byte where parsing stopped.
-    const std::size_t end = std::min<std::size_t>(e.byte == 0 ? 0 : e.byte - 1, text.size());
-    std::size_t line = 1, column = 1;
-    for (std::size_t i = 0; i < end; ++i) {
-      if (text[i] == '\n') {
-        ++line;
-        column = 1;
+/// Parser callback: refuses nesting deeper than max_depth before the parser
+/// builds it, and keeps the key path of the value being parsed, for errors the
+/// parser reports without one (a number out of range).
+class JsonPathTracker {
+ public:
+  JsonPathTracker(const std::string& name, std::size_t max_depth) : name_(name), max_depth_(max_depth) {}
+
+  template <class BasicJson>
+  bool operator()(int /*depth*/, typename BasicJson::parse_event_t event, BasicJson& parsed) {
+    using Event = typename BasicJson::parse_event_t;
+    switch (event) {
+      case Event::object_start:
+      case Event::array_start:
+        if (frames_.size() >= max_depth_) {
+          throw input_error(name_ + ": " + path() + ": nested deeper than " + std::to_string(max_depth_) + " levels");
+        }
+        frames_.push_back({event == Event::object_start, {}, 0});
+        break;
+      case Event::object_end:
+      case Event::array_end:
+        if (!frames_.empty()) frames_.pop_back();
+        if (!frames_.empty()) ++frames_.back().count;
+        break;
+      case Event::key:
+        if (!frames_.empty() && parsed.is_string()) frames_.back().key = parsed.template get_ref<const std::string&>();
+        break;
+      case Event::value:
+        if (!frames_.empty()) ++frames_.back().count;
+        break;
+    }
+    return true;
+  }
+
+  /// "rope_scaling.factor", "layers[2]", or "(top level)": where the parser is.
+  std::string path() const {
+    std::string p;
+    for (const Frame& f : frames_) {
+      if (f.object) {
+        if (!p.empty()) p += '.';
+        p += printable(f.key);
       } else {
-        ++column;
+        p += "[" + std::to_string(f.count) + "]";
       }
     }
-    // "[json.exception.parse_error.101] parse error at line L, column C: <reason>" -> "<reason>"
-    std::string what = e.what();
-    const auto at = what.find("column ");
-    const auto colon = at == std::string::npos ? what.find("] ") : what.find(": ", at);
-    if (colon != std::string::npos) what = what.substr(colon + 2);
-    throw input_error(where + ":" + std::to_string(line) + ":" + std::to_string(column) + ": invalid JSON: " + what);
+    return p.empty() ? "(top level)" : p;
+  }
+
+ private:
+  struct Frame {
+    bool object;
+    std::string key;    // objects: the current key
+    std::size_t count;  // arrays: values before the current one
+  };
+
+  const std::string& name_;
+  std::size_t max_depth_;
+  std::vector<Frame> frames_;
+};
+
+/// A JSON value for a message: compact, invalid UTF-8 replaced, at most about 60 bytes.
+inline std::string json_excerpt(const nlohmann::json& j) {
+  std::string s = j.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
+  if (s.size() > 60) s = s.substr(0, 57) + "...";
+  return s;
+}
+
+/// The greatest nesting of arrays and objects in j is at most max_depth
+/// (walked with an explicit stack: no recursion on deep input).
+inline bool json_depth_at_most(const nlohmann::json& j, std::size_t max_depth) {
+  std::vector<std::pair<const nlohmann::json*, std::size_t>> todo{{&j, 0}};
+  while (!todo.empty()) {
+    const auto [v, depth] = todo.back();
+    todo.pop_back();
+    if (!v->is_structured()) continue;
+    if (depth + 1 > max_depth) return false;
+    for (const auto& child : *v) todo.emplace_back(&child, depth + 1);
+  }
+  return true;
+}
+
+}  // namespace detail
+
+/// Limits on the files read_model_dir and read_adapter_dir read (docs/api.md).
+inline constexpr std::size_t max_config_file_size = std::size_t{16} << 20;  ///< config.json, adapter_config.json: 16 MiB
+inline constexpr std::size_t max_index_file_size = std::size_t{64} << 20;  ///< model.safetensors.index.json: 64 MiB
+inline constexpr std::size_t max_config_depth = 64;  ///< nesting of arrays and objects in those files and in overrides
+
+/// nlohmann::json's exception message without its "[json.exception.K.N] " id
+/// and "parse error at line L, column C: " preamble: the reason alone.
+[[nodiscard]] inline std::string_view json_error_reason(std::string_view what) {
+  const auto column = what.find("column ");
+  const auto colon = column == std::string_view::npos ? what.find("] ") : what.find(": ", column);
+  if (colon != std::string_view::npos) what.remove_prefix(colon + 2);
+  return what;
+}
+
+/// Parses JSON text that messages call `name`, refusing nesting deeper than
+/// max_depth before the parser builds it. Throws input_error:
+/// "NAME:LINE:COLUMN: invalid JSON: REASON" on a syntax error (invalid UTF-8
+/// too), "NAME: PATH: nested deeper than N levels", "NAME: PATH: number out of
+/// range" (PATH: the value's key path, e.g. rope_scaling.factor or a[2]).
+[[nodiscard]] inline nlohmann::json parse_json_text(std::string_view text, const std::string& name,
+                                                    std::size_t max_depth = max_config_depth) {
+  detail::JsonPathTracker tracker(name, max_depth);
+  try {
+    return nlohmann::json::parse(text.begin(), text.end(), std::ref(tracker));
+  } catch (const nlohmann::json::parse_error& e) {
+    const TextPosition at = text_position(text, e.byte == 0 ? 0 : e.byte - 1);
+    throw input_error(name + ":" + std::to_string(at.line) + ":" + std::to_string(at.column) +
+                      ": invalid JSON: " + std::string(json_error_reason(e.what())));
+  } catch (const nlohmann::json::out_of_range&) {  // a number beyond double: 1e400
+    throw input_error(name + ": " + tracker.path() + ": number out of range");
+  } catch (const nlohmann::json::exception& e) {
+    throw input_error(name + ": " + tracker.path() + ": " + std::string(json_error_reason(e.what())));
   }
 }
+
+/// A JSON file as parse_json_text parses it, read through InputFile (a regular
+/// file of at most max_size bytes; never blocks). Messages name the file's path.
+[[nodiscard]] inline nlohmann::json read_json_file(const std::filesystem::path& file,
+                                                   std::size_t max_size = max_config_file_size,
+                                                   std::size_t max_depth = max_config_depth) {
+  InputFile in(file.string(), file.string());
+  const std::string text = in.read_all(max_size, "JSON configuration files");
+  return parse_json_text(text, file.string(), max_depth);
+}
+
+namespace detail {
 
 inline bool is_lower_hex(std::string_view s, std::size_t n) {
   if (s.size() != n) return false;
@@ -199,16 +295,62 @@ inline bool is_dir(const std::filesystem::path& p) {
   return std::filesystem::is_directory(p, ec);
 }
 
+/// A revision (a ref name, a commit or a checkpoint id) is refused with an
+/// input_error naming `revision` when it is empty, holds a control character
+/// (NUL included: the file system would see only the part before it), is an
+/// absolute path or has a ".." component: as a ref it must name a file inside refs/.
+inline void check_revision(const std::string& rev) {
+  if (rev.empty()) throw input_error("revision: empty");
+  for (std::size_t i = 0; i < rev.size(); ++i) {
+    const auto c = static_cast<unsigned char>(rev[i]);
+    if (c < 0x20 || c == 0x7f) throw input_error("revision: byte " + std::to_string(i) + " is a control character");
+  }
+  if (rev.front() == '/') {
+    throw input_error("revision: '" + rev + "' is an absolute path; a revision is a ref (a file in refs/) or a commit");
+  }
+  for (std::size_t begin = 0; begin <= rev.size();) {
+    std::size_t end = rev.find('/', begin);
+    if (end == std::string::npos) end = rev.size();
+    if (rev.compare(begin, end - begin, "..") == 0) {
+      throw input_error("revision: '" + rev + "' has a '..' component; a ref lies inside refs/");
+    }
+    begin = end + 1;
+  }
+}
+
+/// p lies strictly inside dir (both real paths, as std::filesystem::canonical gives them).
+inline bool is_within(const std::filesystem::path& p, const std::filesystem::path& dir) {
+  auto pi = p.begin();
+  for (auto di = dir.begin(); di != dir.end(); ++di, ++pi) {
+    if (pi == p.end() || *pi != *di) return false;
+  }
+  return pi != p.end();
+}
+
+/// The real path of p (every symlink resolved), or an empty path when it does not resolve.
+inline std::filesystem::path real_path(const std::filesystem::path& p) {
+  std::error_code ec;
+  std::filesystem::path real = std::filesystem::canonical(p, ec);
+  return ec ? std::filesystem::path() : real;
+}
+
 /// The commit a ref names: refs/<ref> holds it (40 hex, no newline; tolerated).
+/// The ref must resolve (symlinks included) to a file inside refs/.
 inline std::optional<std::string> read_ref(const std::filesystem::path& repo_root, const std::string& ref) {
-  if (ref.empty() || ref.find("..") != std::string::npos) return std::nullopt;
+  check_revision(ref);
   const std::filesystem::path file = repo_root / "refs" / ref;
   std::error_code ec;
   if (!std::filesystem::is_regular_file(file, ec)) return std::nullopt;
-  std::string commit = read_small_file(file);
+  const std::filesystem::path real = real_path(file);
+  if (!is_within(real, real_path(repo_root / "refs"))) {
+    throw input_error("revision: refs/" + ref + " resolves to " + real.string() + ", outside " +
+                      (repo_root / "refs").string());
+  }
+  InputFile in(file.string(), file.string());
+  std::string commit = in.read_all(4096, "refs files");
   while (!commit.empty() && (commit.back() == '\n' || commit.back() == '\r' || commit.back() == ' ')) commit.pop_back();
   if (!is_lower_hex(commit, 40)) {
-    throw input_error((repo_root / "refs" / ref).string() + ": does not hold a 40-hex commit");
+    throw input_error(file.string() + ": does not hold a 40-hex commit");
   }
   return commit;
 }
@@ -261,6 +403,14 @@ inline std::optional<HfLocation> locate_hf(const std::filesystem::path& dir, con
   return loc;
 }
 
+/// The real path of a cache repo's blobs/ directory, if there is one.
+inline std::optional<std::filesystem::path> blobs_real_path(const std::optional<HfLocation>& hf) {
+  if (!hf) return std::nullopt;
+  std::filesystem::path real = real_path(hf->repo_root / "blobs");
+  if (real.empty()) return std::nullopt;
+  return real;
+}
+
 // ---- weight files and the manifest ----------------------------------------------
 
 struct FileToHash {
@@ -272,10 +422,12 @@ struct FileToHash {
   bool hash = true;
 };
 
-/// The entry for dir/name: follows a symlink (a broken one is an error); a
-/// symlink into the cache's blobs/ named by 64 hex gives the hash without reading.
+/// The entry for dir/name: follows symlinks (a broken one is an error). A file
+/// whose real path (every symlink resolved, as the kernel opens it) is exactly
+/// <blobs_real>/<64 hex> gives its hash by that name without reading;
+/// blobs_real is the real path of the cache's blobs/ directory.
 inline FileToHash weight_entry(const std::filesystem::path& dir, const std::string& name,
-                               const std::optional<std::filesystem::path>& blobs_dir, bool verify) {
+                               const std::optional<std::filesystem::path>& blobs_real, bool verify) {
   namespace fs = std::filesystem;
   if (name.find('\n') != std::string::npos || name.find('\\') != std::string::npos) {
     throw input_error((dir / name).string() + ": file name contains a newline or backslash (sha256sum escapes "
@@ -287,18 +439,18 @@ inline FileToHash weight_entry(const std::filesystem::path& dir, const std::stri
   std::error_code ec;
   const fs::file_status link = fs::symlink_status(f.path, ec);
   if (ec) throw io_error("cannot stat " + f.path.string() + ": " + ec.message());
-  if (fs::is_symlink(link)) {
-    const fs::path target = fs::read_symlink(f.path, ec);
-    if (ec) throw io_error("cannot read symlink " + f.path.string() + ": " + ec.message());
-    const fs::path resolved = (target.is_absolute() ? target : dir / target).lexically_normal();
-    if (!fs::exists(resolved, ec)) {
-      throw io_error(f.path.string() + ": broken symlink (its target " + target.string() + " does not exist)");
+  const fs::path real = real_path(f.path);
+  if (real.empty()) {
+    if (fs::is_symlink(link)) {
+      throw io_error(f.path.string() + ": broken symlink (its target " + fs::read_symlink(f.path, ec).string() +
+                     " does not exist)");
     }
-    const std::string blob = resolved.filename().string();
-    if (blobs_dir && is_lower_hex(blob, 64) && fs::equivalent(resolved.parent_path(), *blobs_dir, ec)) {
-      f.claimed = Digest::from_hex(blob);
-      f.hash = verify;
-    }
+    throw io_error("cannot resolve " + f.path.string());
+  }
+  const std::string blob = real.filename().string();
+  if (blobs_real && is_lower_hex(blob, 64) && real.parent_path() == *blobs_real) {
+    f.claimed = Digest::from_hex(blob);
+    f.hash = verify;
   }
   const fs::file_status st = fs::status(f.path, ec);
   if (ec || !fs::is_regular_file(st)) {
@@ -313,7 +465,8 @@ inline FileToHash weight_entry(const std::filesystem::path& dir, const std::stri
 /// `stop` is set.
 inline Digest hash_file_counting(const std::filesystem::path& path, std::atomic<std::uint64_t>& done,
                                  const std::atomic<bool>& stop) {
-  return sha256_file(path.string(), std::size_t{4} << 20, [&](std::size_t n) {
+  InputFile file(path.string());  // a file swapped for a FIFO since weight_entry looked is refused, never waited on
+  return sha256_file(file, std::size_t{4} << 20, [&](std::size_t n) {
     done.fetch_add(n, std::memory_order_relaxed);
     return !stop.load(std::memory_order_relaxed);
   });
@@ -416,9 +569,56 @@ inline std::vector<WeightFile> manifest_files(const std::filesystem::path& dir, 
   return out;
 }
 
-/// Top-level *.safetensors, else *.bin, *.pt and *.pth (regular files or
-/// symlinks to them; a broken symlink is reported later by weight_entry).
-inline std::vector<std::string> weight_file_names(const std::filesystem::path& dir) {
+/// The files model.safetensors.index.json (`index`) names in "weight_map", as
+/// clean relative paths (subdirectories included). A name that is empty, holds
+/// a control character, is absolute, has a ".." component or resolves (symlinks
+/// included) outside dir is an input_error naming the index file and the entry;
+/// in a cache, a file resolving into the repo's blobs/ (blobs_real) is inside.
+inline std::vector<std::string> index_weight_files(const std::filesystem::path& dir, const std::filesystem::path& index,
+                                                   const std::optional<std::filesystem::path>& blobs_real) {
+  namespace fs = std::filesystem;
+  const nlohmann::json j = read_json_file(index, max_index_file_size);
+  if (!j.is_object()) throw input_error(index.string() + ": expected a JSON object");
+  const auto map = j.find("weight_map");
+  if (map == j.end() || !map->is_object()) model_dir_fail(index, "weight_map", "expected an object of file names");
+  std::map<std::string, std::string> files;  // file name -> the first tensor naming it
+  for (const auto& [tensor, file] : map->items()) {
+    const std::string key = "weight_map." + printable(tensor);
+    if (!file.is_string()) model_dir_fail(index, key, "expected a file name, got " + json_excerpt(file));
+    files.emplace(file.get_ref<const std::string&>(), key);
+  }
+  const fs::path dir_real = real_path(dir);
+  std::vector<std::string> out;
+  for (const auto& [name, key] : files) {
+    const auto bad = [&, &n = name, &k = key](const std::string& why) {
+      model_dir_fail(index, k, "'" + printable(n) + "' " + why);
+    };
+    if (name.empty()) bad("is empty");
+    if (std::any_of(name.begin(), name.end(), [](char c) { return static_cast<unsigned char>(c) < 0x20 || c == 0x7f; })) {
+      bad("holds a control character");
+    }
+    if (name.front() == '/') bad("is an absolute path: it leaves the model directory");
+    for (const auto& part : fs::path(name)) {
+      if (part == "..") bad("has a '..' component: it leaves the model directory");
+    }
+    const std::string clean = fs::path(name).lexically_normal().generic_string();
+    if (clean.empty() || clean == "." || clean.back() == '/') bad("names a directory, not a file");
+    const fs::path real = real_path(dir / clean);
+    if (real.empty()) throw io_error(index.string() + ": " + key + ": '" + printable(name) + "' does not exist");
+    if (!is_within(real, dir_real) && !(blobs_real && real.parent_path() == *blobs_real)) {
+      bad("resolves to " + real.string() + ", outside the model directory");
+    }
+    out.push_back(clean);
+  }
+  return out;
+}
+
+/// The weight files: the top-level *.safetensors and every file
+/// model.safetensors.index.json names; when there are none, the top-level
+/// *.bin, *.pt and *.pth (regular files or symlinks to them; a broken symlink
+/// is reported later by weight_entry). Sorted bytewise, each name once.
+inline std::vector<std::string> weight_file_names(const std::filesystem::path& dir,
+                                                  const std::optional<std::filesystem::path>& blobs_real) {
   namespace fs = std::filesystem;
   std::vector<std::string> safetensors, other;
   std::error_code ec;
@@ -434,11 +634,17 @@ inline std::vector<std::string> weight_file_names(const std::filesystem::path& d
       other.push_back(name);
     }
   }
+  const fs::path index = dir / "model.safetensors.index.json";
+  if (fs::exists(fs::symlink_status(index, ec))) {
+    for (auto& name : index_weight_files(dir, index, blobs_real)) safetensors.push_back(std::move(name));
+  }
   auto& chosen = safetensors.empty() ? other : safetensors;
   if (chosen.empty()) {
-    throw input_error(dir.string() + ": no weight files (looked for *.safetensors, then *.bin, *.pt and *.pth "
-                      "at the top level)");
+    throw input_error(dir.string() + ": no weight files (looked for *.safetensors and model.safetensors.index.json, "
+                      "then *.bin, *.pt and *.pth at the top level)");
   }
+  std::sort(chosen.begin(), chosen.end());
+  chosen.erase(std::unique(chosen.begin(), chosen.end()), chosen.end());
   return chosen;
 }
 
@@ -463,7 +669,7 @@ class ConfigReader {
     if (v == nullptr) fail(k, "required key is missing (or null)");
     if (!v->is_number_integer() || v->get<std::int64_t>() <= 0 ||
         v->get<std::uint64_t>() > std::numeric_limits<std::uint32_t>::max()) {
-      fail(k, "expected a positive 32-bit integer, got " + v->dump());
+      fail(k, "expected a positive 32-bit integer, got " + json_excerpt(*v));
     }
     return static_cast<std::uint32_t>(v->get<std::uint64_t>());
   }
@@ -501,15 +707,15 @@ inline void apply_overrides(nlohmann::json& config, const nlohmann::json& overri
 /// Numbers in canonical form: integral values with magnitude below 1e16 become
 /// integers; the others keep their double value (see canonical_json). A
 /// fraction of magnitude 1e15 or more is an input_error.
-inline nlohmann::json canonical_numbers(const nlohmann::json& j) {
+inline nlohmann::json canonical_numbers(const nlohmann::json& j, const std::string& where) {
   if (j.is_object()) {
     nlohmann::json out = nlohmann::json::object();
-    for (const auto& [k, v] : j.items()) out[k] = canonical_numbers(v);
+    for (const auto& [k, v] : j.items()) out[k] = canonical_numbers(v, where);
     return out;
   }
   if (j.is_array()) {
     nlohmann::json out = nlohmann::json::array();
-    for (const auto& v : j) out.push_back(canonical_numbers(v));
+    for (const auto& v : j) out.push_back(canonical_numbers(v, where));
     return out;
   }
   if (j.is_number_float()) {
@@ -520,10 +726,19 @@ inline nlohmann::json canonical_numbers(const nlohmann::json& j) {
     // Python's repr and nlohmann's dump disagree on the notation of fractions in
     // [1e15, 1e16) (positional there, an exponent here): refuse rather than differ.
     if ((d <= -1e15 || d >= 1e15) && std::floor(d) != d) {
-      throw input_error("canonical JSON: " + j.dump() + " has a fraction and a magnitude of 1e15 or more");
+      throw input_error(where + ": " + j.dump() + " has a fraction and a magnitude of 1e15 or more");
     }
   }
   return j;
+}
+
+/// canonical_json; errors start with `where`.
+inline std::string canonical_json_of(const nlohmann::json& j, const std::string& where) {
+  try {
+    return canonical_numbers(j, where).dump();
+  } catch (const nlohmann::json::type_error& e) {
+    throw input_error(where + ": " + std::string(json_error_reason(e.what())));
+  }
 }
 
 }  // namespace detail
@@ -542,13 +757,7 @@ inline constexpr std::string_view positional_keys[] = {
 /// numbers as Python's repr writes them (shortest round-trip digits), strings as
 /// UTF-8 with only '"', '\\' and control characters escaped. Throws input_error
 /// on invalid UTF-8 and on a fraction of magnitude 1e15 or more.
-inline std::string canonical_json(const nlohmann::json& j) {
-  try {
-    return detail::canonical_numbers(j).dump();
-  } catch (const nlohmann::json::type_error& e) {
-    throw input_error(std::string("canonical JSON: ") + e.what());
-  }
-}
+inline std::string canonical_json(const nlohmann::json& j) { return detail::canonical_json_of(j, "canonical JSON"); }
 
 /// SHA-256 of the manifest "<sha256 hex>  <path>\n" over files in the given
 /// order (sorted bytewise for a weights fingerprint): what
@@ -571,7 +780,13 @@ inline Digest weights_manifest_fingerprint(const std::vector<WeightFile>& files)
 inline ModelDir read_model_dir(const std::filesystem::path& path, const ModelDirOptions& o = {}) {
   namespace fs = std::filesystem;
   if (!detail::is_dir(path)) throw io_error(path.string() + ": not a directory");
-  if (!o.overrides.is_object()) throw input_error("overrides: expected a JSON object, got " + o.overrides.dump());
+  if (!detail::json_depth_at_most(o.overrides, max_config_depth)) {
+    throw input_error("overrides: nested deeper than " + std::to_string(max_config_depth) + " levels");
+  }
+  if (!o.overrides.is_object()) {
+    throw input_error("overrides: expected a JSON object, got " + detail::json_excerpt(o.overrides));
+  }
+  if (o.revision) detail::check_revision(*o.revision);
   ModelDir out;
   const auto hf = detail::locate_hf(path, o.revision);
   out.directory = hf ? hf->snapshot : path;
@@ -601,7 +816,7 @@ inline ModelDir read_model_dir(const std::filesystem::path& path, const ModelDir
     }
     throw io_error(config_file.string() + ": missing (not a model directory?)");
   }
-  nlohmann::json config = detail::parse_json_file_text(detail::read_small_file(config_file), config_file.string());
+  nlohmann::json config = read_json_file(config_file);
   if (!config.is_object()) throw input_error(config_file.string() + ": expected a JSON object");
   detail::apply_overrides(config, o.overrides);
   const nlohmann::json* text = nullptr;
@@ -662,13 +877,14 @@ inline ModelDir read_model_dir(const std::filesystem::path& path, const ModelDir
   for (std::string_view k : positional_keys) {
     if (const nlohmann::json* v = c.find(k)) positional[std::string(k)] = *v;
   }
-  out.positional_config = canonical_json(positional);
+  out.positional_config = detail::canonical_json_of(positional, config_file.string() + ": positional keys");
   out.model.positional_fingerprint = Sha256::hash(out.positional_config.data(), out.positional_config.size());
   out.sources.push_back({"model.positional_fingerprint", "SHA-256 of " + out.positional_config});
 
   // Weights.
-  const std::optional<fs::path> blobs = hf ? std::optional<fs::path>(hf->repo_root / "blobs") : std::nullopt;
-  out.weight_files = detail::manifest_files(out.directory, detail::weight_file_names(out.directory), blobs, o.hashing);
+  const std::optional<fs::path> blobs = detail::blobs_real_path(hf);
+  out.weight_files =
+      detail::manifest_files(out.directory, detail::weight_file_names(out.directory, blobs), blobs, o.hashing);
   out.model.weights_fingerprint = weights_manifest_fingerprint(out.weight_files);
   std::size_t from_names = 0;
   for (const auto& f : out.weight_files) from_names += f.from_blob_name ? 1 : 0;
@@ -690,7 +906,7 @@ inline Adapter read_adapter_dir(const std::filesystem::path& path, const Adapter
   const fs::path config_file = dir / "adapter_config.json";
   std::error_code ec;
   if (!fs::exists(config_file, ec)) throw io_error(config_file.string() + ": missing (not a PEFT adapter directory?)");
-  const nlohmann::json config = detail::parse_json_file_text(detail::read_small_file(config_file), config_file.string());
+  const nlohmann::json config = read_json_file(config_file);
   if (!config.is_object()) throw input_error(config_file.string() + ": expected a JSON object");
   std::string weights;
   for (const char* candidate : {"adapter_model.safetensors", "adapter_model.bin"}) {
@@ -700,7 +916,7 @@ inline Adapter read_adapter_dir(const std::filesystem::path& path, const Adapter
     }
   }
   if (weights.empty()) throw io_error(dir.string() + ": no adapter_model.safetensors or adapter_model.bin");
-  const std::optional<fs::path> blobs = hf ? std::optional<fs::path>(hf->repo_root / "blobs") : std::nullopt;
+  const std::optional<fs::path> blobs = detail::blobs_real_path(hf);
   const auto files = detail::manifest_files(dir, {"adapter_config.json", weights}, blobs, o.hashing);
   const fs::path clean = fs::absolute(path).lexically_normal();
   std::string name = o.name ? *o.name

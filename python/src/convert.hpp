@@ -80,6 +80,8 @@ class ByteString {
   std::string str() const { return std::string(view_); }
   const std::uint8_t* data() const noexcept { return reinterpret_cast<const std::uint8_t*>(view_.data()); }
   std::size_t size() const noexcept { return view_.size(); }
+  /// True when the bytes are read in place from the object's buffer (not copied, not a str).
+  bool in_place() const noexcept { return held_ && copy_.empty() && buffer_.len != 0; }
 
  private:
   Py_buffer buffer_{};
@@ -200,6 +202,21 @@ inline bool is_bool(const py::handle& obj) {
 inline bool to_bool(const py::handle& obj, const std::string& field) {
   if (!is_bool(obj)) throw_type_error(field, "a bool", obj);
   return PyObject_IsTrue(obj.ptr()) == 1;
+}
+
+// 1 or 0 for an int equal to 1 or 0 (Python's, numpy's: anything with
+// __index__ but a bool or a float); -1 for anything else.
+inline int zero_or_one(const py::handle& obj) {
+  if (is_bool(obj) || PyFloat_Check(obj.ptr()) || !PyIndex_Check(obj.ptr())) return -1;
+  const auto index = py::reinterpret_steal<py::object>(PyNumber_Index(obj.ptr()));
+  if (!index) {
+    PyErr_Clear();
+    return -1;
+  }
+  int overflow = 0;
+  const long v = PyLong_AsLongAndOverflow(index.ptr(), &overflow);
+  if (v == -1 && PyErr_Occurred() != nullptr) PyErr_Clear();
+  return overflow == 0 && (v == 0 || v == 1) ? static_cast<int>(v) : -1;
 }
 
 // ---- containers and instances -----------------------------------------------------------------

@@ -9,9 +9,12 @@
 
 #include "convert.hpp"
 
+#include <cmath>
+#include <cstddef>
 #include <optional>
 #include <string>
 #include <utility>
+#include <vector>
 
 namespace py = pybind11;
 using namespace kvkey_python;  // NOLINT(google-build-using-namespace): the binding's own helpers
@@ -32,6 +35,63 @@ kvkey::KvDtype identity_dtype(const py::handle& obj) {
     throw kvkey::identity_error("kv.dtype", "unknown dtype " + kvkey_python::quoted(s) + " (known: " + known_dtypes() + ")");
   }
   return to_dtype(obj, "kv_dtype");
+}
+
+// Walks overrides without recursion before json.dumps sees them: a float that
+// is not finite (which JSON cannot hold; 1e400 is inf in Python) and nesting
+// deeper than the library's limit are InputErrors naming the key path, as the
+// library's parser names them in a file.
+void check_overrides(const py::handle& root) {
+  struct Item {
+    py::handle obj;  // borrowed: its container, and so root, keeps it alive
+    std::string path;
+    std::size_t depth;
+  };
+  std::vector<Item> todo{{root, "", 0}};
+  const auto where = [](const std::string& path) { return "overrides: " + (path.empty() ? "(top level)" : path); };
+  while (!todo.empty()) {
+    const Item item = todo.back();
+    todo.pop_back();
+    if (PyFloat_Check(item.obj.ptr())) {
+      const double d = PyFloat_AsDouble(item.obj.ptr());
+      if (std::isnan(d)) throw kvkey::input_error(where(item.path) + ": not a number (NaN)");
+      if (std::isinf(d)) throw kvkey::input_error(where(item.path) + ": number out of range");
+      continue;
+    }
+    const bool dict = PyDict_Check(item.obj.ptr());
+    if (!dict && !PyList_Check(item.obj.ptr()) && !PyTuple_Check(item.obj.ptr())) continue;
+    if (item.depth >= kvkey::max_config_depth) {
+      throw kvkey::input_error(where(item.path) + ": nested deeper than " + std::to_string(kvkey::max_config_depth) +
+                               " levels");
+    }
+    if (dict) {
+      for (const auto& [key, value] : py::reinterpret_borrow<py::dict>(item.obj)) {
+        const std::string name = std::string(py::str(key)).substr(0, 64);
+        todo.push_back({value, item.path.empty() ? name : item.path + "." + name, item.depth + 1});
+      }
+    } else {
+      std::size_t i = 0;
+      for (const auto& value : item.obj) {
+        todo.push_back({value, item.path + "[" + std::to_string(i++) + "]", item.depth + 1});
+      }
+    }
+  }
+}
+
+// overrides (a dict) as JSON, through the library's parser (a number beyond
+// double, deep nesting: InputErrors naming `overrides` and the key). What
+// json.dumps refuses as a value (a cycle) is an InputError too; other types
+// stay a TypeError.
+nlohmann::json overrides_json(const py::object& overrides) {
+  check_overrides(overrides);
+  std::string text;
+  try {
+    text = py::str(py::module_::import("json").attr("dumps")(overrides, py::arg("allow_nan") = false));
+  } catch (py::error_already_set& e) {
+    if (!e.matches(PyExc_ValueError) && !e.matches(PyExc_RecursionError)) throw;
+    throw kvkey::input_error("overrides: " + std::string(py::str(e.value())));
+  }
+  return kvkey::parse_json_text(text, "overrides");
 }
 
 }  // namespace
@@ -59,10 +119,7 @@ void bind_model_dir(py::module_& m) {
         mo.revision = to_optional_text(revision, "revision");
         mo.name = to_optional_text(name, "name");
         mo.hashing.verify = verify;
-        if (!overrides.is_none()) {
-          const std::string text = py::str(py::module_::import("json").attr("dumps")(overrides, py::arg("allow_nan") = false));
-          mo.overrides = nlohmann::json::parse(text);
-        }
+        if (!overrides.is_none()) mo.overrides = overrides_json(overrides);
         kvkey::AdapterDirOptions ao;
         ao.name = to_optional_text(adapter_name, "adapter_name");
         ao.hashing.verify = verify;

@@ -22,13 +22,16 @@
 
 #include "batch.hpp"
 #include "convert.hpp"
+#include "messages.hpp"
 #include "tokens.hpp"
+#include "value.hpp"
 
 namespace py = pybind11;
 namespace lm = kvkey::compat::lmdeploy;
 using namespace kvkey_python;  // NOLINT(google-build-using-namespace): the binding's own helpers
 
 void bind_model_dir(py::module_& m);  // model_dir.cpp
+void bind_metrics(py::module_& m);    // metrics.cpp
 
 namespace {
 
@@ -43,9 +46,9 @@ Exceptions& exceptions() {
   return *e;
 }
 
-// Raises cls(message), with extra attributes, as the active Python exception.
+// Raises cls(message in Python's names), with extra attributes, as the active Python exception.
 void raise_as(const py::object& cls, const char* message, const char* field = nullptr) {
-  py::object exc = cls(message);
+  py::object exc = cls(python_message(message));
   if (field != nullptr) exc.attr("field") = field;
   PyErr_SetObject(cls.ptr(), exc.ptr());
 }
@@ -542,17 +545,25 @@ struct PyVerdict {
   std::string field() const { return std::string(v.field); }
 };
 
-// One entry per (block, shard): True/False (numpy's bool too) or a Verdict.
-// Anything else is refused, so a miss can never count as a hit.
+// One entry per (block, shard): True/False (numpy's bool too), the ints 0/1
+// a store returns (redis-py's exists(), numpy integers) or a Verdict. Anything
+// else is refused, so a miss can never count as a hit.
 std::vector<bool> to_results(const py::handle& results) {
   std::vector<bool> out;
-  for_each_item(results, "results", "a list of bools or Verdicts", [&](const py::handle& item, std::size_t i) {
+  for_each_item(results, "results", "a list of bools, 0/1 or Verdicts", [&](const py::handle& item, std::size_t i) {
     if (is_bool(item)) {
       out.push_back(PyObject_IsTrue(item.ptr()) == 1);
     } else if (py::isinstance<PyVerdict>(item)) {
       out.push_back(item.cast<const PyVerdict&>().ok());
+    } else if (const int flag = zero_or_one(item); flag >= 0) {
+      out.push_back(flag == 1);
+    } else if (PyLong_Check(item.ptr()) != 0) {
+      int overflow = 0;
+      const long v = PyLong_AsLongAndOverflow(item.ptr(), &overflow);
+      throw py::type_error(indexed("results", i) + " must be a bool, 0 or 1, or a Verdict, not the int " +
+                           (overflow == 0 ? std::to_string(v) : std::string("beyond 64 bits")));
     } else {
-      throw_type_error(indexed("results", i), "a bool or a Verdict", item);
+      throw_type_error(indexed("results", i), "a bool, 0 or 1, or a Verdict", item);
     }
   });
   return out;
@@ -968,7 +979,9 @@ PYBIND11_MODULE(_kvkey, m) {
 
   bind_identity(m);
   bind_namespace(m);
+  bind_values<Namespace, PyVerdict>(m);  // value.hpp
   bind_model_dir(m);
+  bind_metrics(m);
 
   m.def(
       "fingerprint",

@@ -1,6 +1,8 @@
 """Shared fixtures for the kvkey binding tests."""
 
 import os
+import subprocess
+import sys
 
 import pytest
 
@@ -54,3 +56,12 @@ def identity():
 @pytest.fixture
 def ns(identity):
     return kvkey.KeyNamespace(identity)
+
+
+def in_fresh_interpreter(code, *args):
+    """Runs code in a new interpreter (sys.argv[1:] = args) and returns the
+    CompletedProcess. The timeout only keeps a regression that would hang (a
+    blocking open) or crash (deep recursion) from taking the suite with it:
+    tests assert on what the code printed, never on time."""
+    return subprocess.run([sys.executable, "-c", code, *map(str, args)], capture_output=True, text=True,
+                          timeout=120, env=dict(os.environ))

@@ -19,7 +19,7 @@ import pytest
 
 import kvkey
 from kvkey.compat import lmdeploy as lm
-from conftest import PROBE_PROMPT, make_identity
+from conftest import PROBE_PROMPT, in_fresh_interpreter, make_identity
 
 STRIDED = np.frombuffer(b"user-42!user-43!", np.uint8)[::2]  # logical bytes b"ue-2ue-3"
 REVERSED = np.frombuffer(b"abcdefgh", np.uint8)[::-1]  # logical bytes b"hgfedcba"
@@ -150,12 +150,18 @@ def test_str_is_refused_where_bytes_are_meant(ns):
 
 # ---- defect 4: reusable_prefix fails closed ---------------------------------------------------
 
-@pytest.mark.parametrize("bad", [["malformed", "malformed"], [b"\0" * 1024], [1, 1], [None], [True, 1.0]])
-def test_reusable_prefix_refuses_anything_but_bools_and_verdicts(ns, bad):
-    with pytest.raises(TypeError, match=r"results\[\d+\] must be a bool or a Verdict"):
+@pytest.mark.parametrize("bad", [["malformed", "malformed"], [b"\0" * 1024], [1, 2], [-1], [2**70], [None],
+                                 [True, 1.0], [np.float64(1.0)], [np.int64(3)]])
+def test_reusable_prefix_refuses_anything_but_bools_01_and_verdicts(ns, bad):
+    with pytest.raises(TypeError, match=r"results\[\d+\] must be a bool, 0 or 1, or a Verdict"):
         ns.reusable_prefix(bad, 1)
-    with pytest.raises(TypeError, match=r"results\[\d+\] must be a bool or a Verdict"):
+    with pytest.raises(TypeError, match=r"results\[\d+\] must be a bool, 0 or 1, or a Verdict"):
         kvkey.reusable_prefix(bad, 1, 64)
+
+
+def test_reusable_prefix_names_the_refused_int(ns):
+    with pytest.raises(TypeError, match=r"results\[1\] must be .*, not the int 2$"):
+        ns.reusable_prefix([1, 2], 1)
 
 
 def test_reusable_prefix_takes_bools_numpy_bools_and_verdicts(ns):
@@ -163,6 +169,15 @@ def test_reusable_prefix_takes_bools_numpy_bools_and_verdicts(ns):
     ok = ns.verify(ns.seal(h, b"x"), h, b"x")
     assert ns.reusable_prefix([True, ok, np.bool_(True), False], 1).blocks == 3
     assert ns.reusable_prefix(np.array([True, True, False]), 1).blocks == 2
+
+
+def test_reusable_prefix_takes_the_ints_stores_return(ns):
+    # redis-py's exists() per key, a pipeline's results, numpy integer arrays
+    assert ns.reusable_prefix([1, 1, 0, 1], 1).blocks == 2
+    assert ns.reusable_prefix([1, np.int64(1), np.uint8(1), 0], 1).blocks == 3
+    assert ns.reusable_prefix(np.array([1, 1, 1, 0]), 1).blocks == 3
+    assert kvkey.reusable_prefix([1, 1, 1, 1], 2, 64).tokens == 128
+    assert ns.reusable_prefix([0, 1], 1).blocks == 0
 
 
 # ---- defects 5 and 8: paths -------------------------------------------------------------------
@@ -335,3 +350,36 @@ def test_reprs_quote_and_escape_strings():
     assert eval(repr(i), vars(kvkey)) == i
     ns = kvkey.KeyNamespace(make_identity(tenant="t-1"))
     assert "tenant='t-1'" in repr(ns)
+
+
+# ---- issue 19, defect 10: FIFOs where a file is expected ------------------------------------
+
+REFUSE = (
+    "import sys, kvkey\n"
+    "try:\n"
+    "    {call}\n"
+    "except kvkey.IoError as e:\n"
+    "    print('IoError:', e)\n"
+)
+
+
+@pytest.mark.parametrize("call", ["kvkey.fingerprint_file(sys.argv[1])",
+                                  "kvkey.fingerprint_file(sys.argv[1].encode())",
+                                  "kvkey.TenantSecret.from_file(sys.argv[1])"])
+def test_a_fifo_is_refused_at_once_not_waited_on(tmp_path, call):
+    fifo = tmp_path / "input.fifo"
+    os.mkfifo(fifo, 0o600)
+    out = in_fresh_interpreter(REFUSE.format(call=call), fifo)
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert out.stdout.startswith("IoError: [kvkey.io_error] "), out.stdout
+    assert str(fifo) in out.stdout
+    assert "not a regular file (a FIFO)" in out.stdout
+
+
+def test_a_device_is_refused_before_it_is_read(tmp_path):
+    link = tmp_path / "weights.safetensors"
+    os.symlink("/dev/zero", link)
+    with pytest.raises(kvkey.IoError, match=r"not a regular file \(a character device\)"):
+        kvkey.fingerprint_file(link)
+    with pytest.raises(kvkey.IoError, match=r"not a regular file \(a character device\)"):
+        kvkey.TenantSecret.from_file("/dev/zero")

@@ -163,6 +163,9 @@ def result_entry(x):
         return bool(x)
     if isinstance(x, kvkey.Verdict):
         return x
+    # the 0/1 a store returns (redis-py's exists(), numpy integers); no float, no other int
+    if not isinstance(x, (float, np.floating)) and hasattr(type(x), "__index__") and operator.index(x) in (0, 1):
+        return bool(operator.index(x))
     raise Refused(TypeError)
 
 

@@ -3,6 +3,7 @@
 import hashlib
 import json
 import os
+import re
 
 import pytest
 
@@ -151,3 +152,159 @@ def test_arguments_go_through_the_checked_conversions(plain):
         kvkey.Identity.from_model_dir(plain, revision="r1", tp_size=-1, **ARGS)
     with pytest.raises(TypeError, match="revision must be str"):
         kvkey.Identity.from_model_dir(plain, revision=b"r1", **ARGS)
+
+
+# ---- issue 19: hostile model directories ------------------------------------------------------
+
+from conftest import in_fresh_interpreter  # noqa: E402
+
+FROM_MODEL_DIR = (
+    "import json, sys, kvkey\n"
+    "args = json.loads(sys.argv[2])\n"
+    "try:\n"
+    "    kvkey.Identity.from_model_dir(sys.argv[1], **args)\n"
+    "    print('returned')\n"
+    "except (kvkey.InputError, kvkey.IoError) as e:\n"
+    "    print(type(e).__name__ + ':', e)\n"
+)
+
+
+def from_model_dir_isolated(path, **args):
+    """from_model_dir in a fresh interpreter (a hang or a crash cannot take the suite down): what it printed."""
+    out = in_fresh_interpreter(FROM_MODEL_DIR, path, json.dumps(dict(ARGS, **args)))
+    assert out.returncode == 0, out.stderr[-2000:]
+    return out.stdout.strip()
+
+
+def test_fifo_config_and_adapter_config_are_refused_at_once(plain, tmp_path):
+    os.remove(plain / "config.json")
+    os.mkfifo(plain / "config.json")
+    assert from_model_dir_isolated(plain, revision="r1") == \
+        f"IoError: [kvkey.io_error] {plain / 'config.json'}: not a regular file (a FIFO)"
+    os.remove(plain / "config.json")
+    (plain / "config.json").write_text(json.dumps(LLAMA))
+    a = tmp_path / "lora"
+    a.mkdir()
+    (a / "adapter_model.safetensors").write_bytes(b"lora")
+    os.mkfifo(a / "adapter_config.json")
+    assert from_model_dir_isolated(plain, revision="r1", adapter_dir=str(a)) == \
+        f"IoError: [kvkey.io_error] {a / 'adapter_config.json'}: not a regular file (a FIFO)"
+
+
+def test_deep_config_is_an_input_error_not_a_crash(plain):
+    deep = "[" * 50000 + "]" * 50000
+    (plain / "config.json").write_text(json.dumps(dict(LLAMA, rope_scaling=None))[:-1] + ', "rope_scaling": ' + deep + "}")
+    printed = from_model_dir_isolated(plain, revision="r1")
+    assert printed.startswith("InputError: "), printed
+    assert "config.json: rope_scaling[0][0]" in printed and "nested deeper than 64 levels" in printed
+    (plain / "config.json").write_text(json.dumps(dict(LLAMA, head_dim=json.loads("[" * 64 + "]" * 64))))
+    with pytest.raises(kvkey.InputError, match=r"config\.json: head_dim(\[0\])+: nested deeper than 64 levels"):
+        kvkey.Identity.from_model_dir(plain, revision="r1", **ARGS)
+
+
+def test_overrides_deeper_than_the_limit_are_an_input_error(plain):
+    deep = {}
+    for _ in range(70):
+        deep = {"x": deep}
+    with pytest.raises(kvkey.InputError, match=r"overrides: rope_scaling(\.x)+: nested deeper than 64 levels"):
+        kvkey.Identity.from_model_dir(plain, revision="r1", overrides={"rope_scaling": deep}, **ARGS)
+    for _ in range(5000):  # beyond the interpreter's recursion limit too
+        deep = [deep]
+    with pytest.raises(kvkey.InputError, match=r"overrides: rope_scaling(\[0\])+: nested deeper than 64 levels"):
+        kvkey.Identity.from_model_dir(plain, revision="r1", overrides={"rope_scaling": deep}, **ARGS)
+
+
+def test_config_larger_than_the_limit_is_refused_before_reading(plain):
+    with open(plain / "config.json", "r+b") as f:
+        f.truncate(16 * 1024 * 1024 + 1)  # sparse
+    with pytest.raises(kvkey.InputError, match=r"config\.json: larger than the 16777216-byte limit"):
+        kvkey.Identity.from_model_dir(plain, revision="r1", **ARGS)
+
+
+@pytest.mark.parametrize("text, key", [
+    ('"rope_theta": 1e400', "rope_theta"),
+    ('"rope_scaling": {"factor": -7E+1000, "rope_type": "linear"}', "rope_scaling.factor"),
+    ('"rope_scaling": {"mrope_section": [1, 2, 3, 9e999]}', "rope_scaling.mrope_section[3]"),
+    ('"vocab_size": 2e308', "vocab_size"),
+])
+def test_number_out_of_range_in_config_is_an_input_error(plain, text, key):
+    (plain / "config.json").write_text(json.dumps(LLAMA)[:-1] + ", " + text + "}")
+    with pytest.raises(kvkey.InputError) as e:
+        kvkey.Identity.from_model_dir(plain, revision="r1", **ARGS)
+    assert str(e.value).endswith(f"config.json: {key}: number out of range"), str(e.value)
+
+
+def test_number_out_of_range_in_overrides_is_an_input_error(plain):
+    with pytest.raises(kvkey.InputError, match=r"overrides: rope_scaling\.factor: number out of range"):
+        kvkey.Identity.from_model_dir(plain, revision="r1", overrides={"rope_scaling": {"factor": 10 ** 400}}, **ARGS)
+    with pytest.raises(kvkey.InputError, match=r"overrides: rope_theta: number out of range"):
+        kvkey.Identity.from_model_dir(plain, revision="r1", overrides={"rope_theta": 1e400}, **ARGS)
+    with pytest.raises(kvkey.InputError, match=r"overrides: rope_scaling\.mrope_section\[1\]: number out of range"):
+        kvkey.Identity.from_model_dir(plain, revision="r1",
+                                      overrides={"rope_scaling": {"mrope_section": [16, -float("inf")]}}, **ARGS)
+    with pytest.raises(kvkey.InputError, match=r"overrides: text_config\.rope_theta: not a number"):
+        kvkey.Identity.from_model_dir(plain, revision="r1", overrides={"text_config": {"rope_theta": float("nan")}},
+                                      **ARGS)
+    cycle = {}
+    cycle["self"] = [1, 2]
+    cycle["self"].append(cycle["self"])
+    with pytest.raises(kvkey.InputError, match=r"overrides: self(\[2\])+: nested deeper than 64 levels"):
+        kvkey.Identity.from_model_dir(plain, revision="r1", overrides=cycle, **ARGS)
+    with pytest.raises(TypeError):  # not JSON at all: a type error, as json.dumps says
+        kvkey.Identity.from_model_dir(plain, revision="r1", overrides={"rope_theta": {1, 2}}, **ARGS)
+
+
+def test_index_shards_in_subdirectories_are_in_the_fingerprint(plain):
+    (plain / "shards").mkdir()
+    (plain / "shards" / "part-1.safetensors").write_bytes(os.urandom(100))
+    (plain / "model.safetensors.index.json").write_text(json.dumps(
+        {"weight_map": {"a": "model.safetensors", "b": "shards/part-1.safetensors"}}))
+    i = kvkey.Identity.from_model_dir(plain, revision="r1", **ARGS)
+    assert i.model.weights_fingerprint == manifest(plain, ["model.safetensors", "shards/part-1.safetensors"])
+    (plain / "shards" / "part-1.safetensors").write_bytes(os.urandom(100))
+    assert kvkey.Identity.from_model_dir(plain, revision="r1", **ARGS).model.weights_fingerprint != \
+        i.model.weights_fingerprint
+
+
+@pytest.mark.parametrize("entry, why", [
+    ("../elsewhere.safetensors", "'..' component"),
+    ("/etc/hostname", "absolute path"),
+    ("escape/elsewhere.safetensors", "outside the model directory"),
+])
+def test_index_entries_leaving_the_directory_are_refused(plain, tmp_path, entry, why):
+    (tmp_path / "elsewhere.safetensors").write_bytes(b"x")
+    os.symlink(tmp_path, plain / "escape")
+    index = plain / "model.safetensors.index.json"
+    index.write_text(json.dumps({"weight_map": {"lm_head.weight": entry}}))
+    with pytest.raises(kvkey.InputError) as e:
+        kvkey.Identity.from_model_dir(plain, revision="r1", **ARGS)
+    assert f"{index}: weight_map.lm_head.weight: '{entry}'" in str(e.value)
+    assert why in str(e.value)
+
+
+def test_cache_link_through_a_symlinked_directory_is_hashed_not_trusted(hf_snapshot, tmp_path):
+    root, snap = hf_snapshot
+    genuine = os.readlink(snap / "model.safetensors").split("/")[-1]
+    (tmp_path / "x" / "y" / "z").mkdir(parents=True)
+    os.symlink(tmp_path / "x" / "y" / "z", snap / "detour")
+    (tmp_path / "x" / "blobs").mkdir()
+    (tmp_path / "x" / "blobs" / genuine).write_bytes(b"planted")
+    os.remove(snap / "model.safetensors")
+    os.symlink(f"detour/../../blobs/{genuine}", snap / "model.safetensors")
+    i = kvkey.Identity.from_model_dir(snap, **ARGS)
+    assert i.model.weights_fingerprint == manifest(snap, ["model.safetensors"])  # the planted bytes, hashed
+    line = hashlib.sha256(b"planted").hexdigest() + "  model.safetensors\n"
+    assert i.model.weights_fingerprint == hashlib.sha256(line.encode()).digest()
+
+
+@pytest.mark.parametrize("revision, why", [
+    ("main\x00evil", "revision: byte 4 is a control character"),
+    ("main\t", "revision: byte 4 is a control character"),
+    ("../../../../etc", "has a '..' component"),
+    ("/tmp", "absolute path"),
+])
+def test_revisions_that_escape_refs_are_refused(hf_snapshot, revision, why):
+    root, snap = hf_snapshot
+    for where in (root, snap):
+        with pytest.raises(kvkey.InputError, match=re.escape(why)):
+            kvkey.Identity.from_model_dir(where, revision=revision, **ARGS)

@@ -181,7 +181,7 @@ def test_single_tenant_policy():
     ns = kvkey.KeyNamespace(i, single_tenant=True)
     assert ns.single_tenant
     assert ns.key_prefix.startswith("kvk1/_single/")
-    with pytest.raises(kvkey.IdentityError, match="must be empty under the single_tenant policy"):
+    with pytest.raises(kvkey.IdentityError, match="must be empty with single_tenant=True"):
         kvkey.KeyNamespace(make_identity(), single_tenant=True)
 
 

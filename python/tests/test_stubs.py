@@ -28,6 +28,8 @@ def declared(stub):
             out[node.name] = None
         elif isinstance(node, ast.AnnAssign) and isinstance(node.target, ast.Name):
             out[node.target.id] = None
+        elif isinstance(node, ast.ImportFrom):  # explicit re-exports: `from .x import Y as Y`
+            out.update({a.name: None for a in node.names if a.asname == a.name})
     return out
 
 

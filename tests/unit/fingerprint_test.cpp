@@ -11,6 +11,7 @@
 #include <fstream>
 #include <string>
 
+#include "fifo.hpp"
 #include "temp_dir.hpp"
 
 namespace {
@@ -94,5 +95,28 @@ TEST_CASE("fingerprint_file errors name the path", "[fingerprint]") {
     const std::string p = (dir.path() / "missing").string();
     CHECK_THROWS_AS(kvkey::fingerprint_file(p), kvkey::error);
     CHECK_THROWS_AS(kvkey::fingerprint_file(p), std::exception);
+  }
+}
+
+TEST_CASE("fingerprint_file refuses a FIFO or a device at once, before reading", "[fingerprint]") {
+  TempDir dir;
+  SECTION("a FIFO with no writer: the open does not wait for one") {
+    const std::string fifo = (dir.path() / "weights.fifo").string();
+    REQUIRE(kvkey_test::make_fifo(fifo));
+    const std::string what = kvkey_test::refusal_of_fifo(fifo, [&] { (void)kvkey::fingerprint_file(fifo); });
+    CHECK_THAT(what, Catch::StartsWith("[kvkey.io_error] ") && Catch::Contains("'" + fifo + "'") &&
+                         Catch::Contains("not a regular file (a FIFO)"));
+  }
+  SECTION("a symlink to a character device") {
+    const fs::path link = dir.path() / "null.safetensors";
+    fs::create_symlink("/dev/null", link);
+    CHECK_THROWS_WITH(kvkey::fingerprint_file(link.string()), Catch::Contains("not a regular file (a character device)"));
+  }
+  SECTION("an open InputFile is hashed from where it stands") {
+    const std::string p = write_file(dir.path() / "f", "abcdef");
+    kvkey::InputFile f(p);
+    char first[2];
+    REQUIRE(f.read(first, 2) == 2);
+    CHECK(kvkey::fingerprint_file(f) == kvkey::fingerprint("cdef"));
   }
 }

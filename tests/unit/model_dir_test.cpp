@@ -10,9 +10,11 @@
 #include <cstdint>
 #include <filesystem>
 #include <fstream>
+#include <map>
 #include <string>
 #include <vector>
 
+#include "fifo.hpp"
 #include "temp_dir.hpp"
 
 namespace {
@@ -557,4 +559,291 @@ TEST_CASE("model_dir: canonical_json sorts keys, drops whitespace and writes int
         "[9007199254740994,9999999999999998,999999999999999.5]");
   CHECK_THROWS_WITH(kvkey::canonical_json(Json::parse("[1000000000000000.5]")),
                     Catch::Contains("has a fraction and a magnitude of 1e15 or more"));
+}
+
+// ---- hostile model directories -------------------------------------------------------
+
+namespace {
+
+// The message of the input_error or io_error f throws ("(none)" if it throws nothing).
+template <class F>
+std::string kvkey_error_of(F&& f) {
+  try {
+    f();
+  } catch (const kvkey::input_error& e) {
+    return std::string("input_error: ") + e.what();
+  } catch (const kvkey::io_error& e) {
+    return std::string("io_error: ") + e.what();
+  }
+  return "(none)";
+}
+
+// n arrays nested around 1: "[[[1]]]".
+std::string nested_arrays(std::size_t n) { return std::string(n, '[') + "1" + std::string(n, ']'); }
+
+}  // namespace
+
+TEST_CASE("model_dir: a FIFO config.json or adapter_config.json is refused at once", "[model_dir][hostile]") {
+  TempDir t;
+  const fs::path d = t.path() / "m";
+  write(d / "model.safetensors", "w");
+  REQUIRE(kvkey_test::make_fifo((d / "config.json").string()));
+  const std::string what = kvkey_test::refusal_of_fifo((d / "config.json").string(),
+                                                       [&] { (void)kvkey::read_model_dir(d, with_revision()); });
+  CHECK_THAT(what, Catch::Contains("config.json: not a regular file (a FIFO)"));
+
+  const fs::path a = t.path() / "lora";
+  write(a / "adapter_model.safetensors", "lora");
+  REQUIRE(kvkey_test::make_fifo((a / "adapter_config.json").string()));
+  const std::string adapter = kvkey_test::refusal_of_fifo((a / "adapter_config.json").string(),
+                                                          [&] { (void)kvkey::read_adapter_dir(a); });
+  CHECK_THAT(adapter, Catch::Contains("adapter_config.json: not a regular file (a FIFO)"));
+}
+
+TEST_CASE("model_dir: a weight file that is a FIFO is refused, not waited on", "[model_dir][hostile]") {
+  TempDir t;
+  const fs::path d = model_dir(t, qwen2_7b, {{"a.safetensors", "a"}});
+  REQUIRE(kvkey_test::make_fifo((d / "b.safetensors").string()));
+  const std::string what = kvkey_test::refusal_of_fifo((d / "b.safetensors").string(),
+                                                       [&] { (void)kvkey::read_model_dir(d, with_revision()); });
+  CHECK_THAT(what, Catch::Contains("b.safetensors: not a regular file"));
+}
+
+TEST_CASE("model_dir: config files must be regular files within the size limit", "[model_dir][hostile]") {
+  TempDir t;
+  const fs::path d = model_dir(t, qwen2_7b);
+  SECTION("a device") {
+    fs::remove(d / "config.json");
+    fs::create_symlink("/dev/null", d / "config.json");
+    CHECK(kvkey_error_of([&] { (void)kvkey::read_model_dir(d, with_revision()); }) ==
+          "io_error: [kvkey.io_error] " + (d / "config.json").string() + ": not a regular file (a character device)");
+  }
+  SECTION("larger than max_config_file_size (refused by its size, before it is read)") {
+    {
+      std::ofstream grow(d / "config.json", std::ios::binary | std::ios::app);
+    }
+    fs::resize_file(d / "config.json", kvkey::max_config_file_size + 1);  // sparse: nothing to read quickly
+    CHECK_THAT(kvkey_error_of([&] { (void)kvkey::read_model_dir(d, with_revision()); }),
+               Catch::StartsWith("input_error: ") && Catch::Contains("config.json: larger than the 16777216-byte limit"));
+  }
+  SECTION("an adapter config too") {
+    const fs::path a = t.path() / "lora";
+    write(a / "adapter_model.safetensors", "lora");
+    write(a / "adapter_config.json", "{}");
+    fs::resize_file(a / "adapter_config.json", kvkey::max_config_file_size + 100);
+    CHECK_THAT(kvkey_error_of([&] { (void)kvkey::read_adapter_dir(a); }),
+               Catch::Contains("adapter_config.json: larger than the 16777216-byte limit"));
+  }
+}
+
+TEST_CASE("model_dir: nesting deeper than max_config_depth is refused before it is built", "[model_dir][hostile]") {
+  TempDir t;
+  const std::string base = R"({"num_hidden_layers": 2, "num_attention_heads": 4, "hidden_size": 64, )";
+  SECTION("one level too deep, in a positional key") {
+    const fs::path d = model_dir(t, base + R"("rope_scaling": {"factor": )" + nested_arrays(kvkey::max_config_depth - 1) + "}}");
+    CHECK_THAT(kvkey_error_of([&] { (void)kvkey::read_model_dir(d, with_revision()); }),
+               Catch::StartsWith("input_error: ") && Catch::Contains("config.json: rope_scaling.factor[0][0]") &&
+                   Catch::Contains("nested deeper than 64 levels"));
+  }
+  SECTION("the greatest depth allowed is read") {
+    const fs::path d =
+        model_dir(t, base + R"("rope_scaling": {"factor": )" + nested_arrays(kvkey::max_config_depth - 2) + "}}");
+    const auto m = kvkey::read_model_dir(d, with_revision());
+    CHECK(m.positional_config.find(nested_arrays(kvkey::max_config_depth - 2)) != std::string::npos);
+  }
+  SECTION("200000 levels in head_dim: an error, no crash") {
+    const fs::path d = model_dir(t, base + R"("head_dim": )" + nested_arrays(200000) + "}");
+    CHECK_THAT(kvkey_error_of([&] { (void)kvkey::read_model_dir(d, with_revision()); }),
+               Catch::Contains("config.json: head_dim[0][0]") && Catch::Contains("nested deeper than 64 levels"));
+  }
+  SECTION("in adapter_config.json") {
+    const fs::path a = t.path() / "lora";
+    write(a / "adapter_model.safetensors", "lora");
+    write(a / "adapter_config.json", R"({"target_modules": )" + nested_arrays(100000) + "}");
+    CHECK_THAT(kvkey_error_of([&] { (void)kvkey::read_adapter_dir(a); }),
+               Catch::Contains("adapter_config.json: target_modules[0]") && Catch::Contains("nested deeper"));
+  }
+  SECTION("in overrides, built in C++ (checked without recursion)") {
+    const fs::path d = model_dir(t, qwen2_7b);
+    auto o = with_revision();
+    Json deep = Json::array();
+    for (int i = 0; i < 100; ++i) deep = Json::array({deep});
+    o.overrides = Json::object({{"rope_scaling", deep}});
+    CHECK_THAT(kvkey_error_of([&] { (void)kvkey::read_model_dir(d, o); }),
+               Catch::Contains("overrides: nested deeper than 64 levels"));
+  }
+}
+
+TEST_CASE("model_dir: a number beyond double is an input_error naming the file and the key", "[model_dir][hostile]") {
+  TempDir t;
+  const std::map<std::string, std::string> cases = {
+      {R"({"rope_theta": 1e400})", "config.json: rope_theta: number out of range"},
+      {R"({"rope_scaling": {"type": "yarn", "factor": -2.5e999}})", "config.json: rope_scaling.factor: number out of range"},
+      {R"({"rope_scaling": {"mrope_section": [16, 24, 1e309]}})",
+       "config.json: rope_scaling.mrope_section[2]: number out of range"},
+      {R"({"text_config": {"num_hidden_layers": 123456789e300000}})",
+       "config.json: text_config.num_hidden_layers: number out of range"},
+  };
+  for (const auto& [config, message] : cases) {
+    CAPTURE(config);
+    TempDir each;
+    const fs::path d = model_dir(each, config);
+    CHECK_THAT(kvkey_error_of([&] { (void)kvkey::read_model_dir(d, with_revision()); }),
+               Catch::StartsWith("input_error: [kvkey.input_error] ") && Catch::EndsWith(message));
+  }
+  SECTION("a value of the wrong type is described without failing on invalid UTF-8 or a huge value") {
+    auto o = with_revision();
+    o.overrides = Json::object({{"num_hidden_layers", std::string("\xff\xfe")}});
+    const fs::path d = model_dir(t, qwen2_7b);
+    CHECK_THAT(kvkey_error_of([&] { (void)kvkey::read_model_dir(d, o); }),
+               Catch::Contains("num_hidden_layers: expected a positive 32-bit integer"));
+    o.overrides = Json::object({{"num_hidden_layers", std::string(100000, 'x')}});
+    CHECK(kvkey_error_of([&] { (void)kvkey::read_model_dir(d, o); }).size() < 1000);
+  }
+  SECTION("parse_json_text names what it parses") {
+    CHECK_THROWS_WITH(kvkey::parse_json_text(R"({"a": [1, {"b": 1E+999}]})", "overrides"),
+                      Catch::EndsWith("overrides: a[1].b: number out of range"));
+    CHECK_THROWS_WITH(kvkey::parse_json_text("1e999", "x.json"), Catch::EndsWith("x.json: (top level): number out of range"));
+    CHECK_THROWS_WITH(kvkey::parse_json_text("{\n \"a\": tru\n}", "x.json"), Catch::Contains("x.json:2:10: invalid JSON"));
+    CHECK_THROWS_WITH(kvkey::parse_json_text("[[[]]]", "x.json", 2), Catch::EndsWith("x.json: [0][0]: nested deeper than 2 levels"));
+  }
+}
+
+TEST_CASE("model_dir: model.safetensors.index.json names shards, subdirectories too", "[model_dir][index]") {
+  TempDir t;
+  const std::string index_of_two = R"({"metadata": {"total_size": 8}, "weight_map": {
+      "lm_head.weight": "model-00002-of-00002.safetensors",
+      "model.embed_tokens.weight": "model-00001-of-00002.safetensors",
+      "model.norm.weight": "model-00002-of-00002.safetensors"}})";
+  SECTION("an index naming only top-level files leaves the fingerprint as it was") {
+    const fs::path d = model_dir(t, qwen2_7b,
+                                 {{"model-00001-of-00002.safetensors", "one"}, {"model-00002-of-00002.safetensors", "two"}});
+    const auto without = kvkey::read_model_dir(d, with_revision());
+    write(d / "model.safetensors.index.json", index_of_two);
+    const auto with = kvkey::read_model_dir(d, with_revision());
+    CHECK(with.model.weights_fingerprint == without.model.weights_fingerprint);
+    CHECK(with.model.weights_fingerprint ==
+          manifest_of(d, {"model-00001-of-00002.safetensors", "model-00002-of-00002.safetensors"}));
+  }
+  SECTION("shards in subdirectories are covered; a top-level decoy does not hide them") {
+    const fs::path d = model_dir(t, qwen2_7b, {{"decoy.safetensors", "decoy"}, {"weights/a.safetensors", "real a"},
+                                               {"weights/deep/b.safetensors", "real b"}});
+    write(d / "model.safetensors.index.json",
+          R"({"weight_map": {"x": "weights/a.safetensors", "y": "./weights/deep/b.safetensors",
+                             "z": "weights//a.safetensors"}})");
+    const auto m = kvkey::read_model_dir(d, with_revision());
+    REQUIRE(m.weight_files.size() == 3);
+    CHECK(m.weight_files[0].path == "decoy.safetensors");
+    CHECK(m.weight_files[1].path == "weights/a.safetensors");
+    CHECK(m.weight_files[2].path == "weights/deep/b.safetensors");
+    CHECK(m.model.weights_fingerprint ==
+          manifest_of(d, {"decoy.safetensors", "weights/a.safetensors", "weights/deep/b.safetensors"}));
+    write(d / "weights" / "deep" / "b.safetensors", "rewritten");
+    CHECK(kvkey::read_model_dir(d, with_revision()).model.weights_fingerprint != m.model.weights_fingerprint);
+  }
+  SECTION("an index is enough: no top-level shard at all") {
+    const fs::path d = model_dir(t, qwen2_7b, {{"pytorch_model.bin", "ignored"}, {"sub/only.safetensors", "only"}});
+    write(d / "model.safetensors.index.json", R"({"weight_map": {"w": "sub/only.safetensors"}})");
+    const auto m = kvkey::read_model_dir(d, with_revision());
+    REQUIRE(m.weight_files.size() == 1);
+    CHECK(m.model.weights_fingerprint == manifest_of(d, {"sub/only.safetensors"}));
+  }
+}
+
+TEST_CASE("model_dir: an index entry that leaves the model directory is an error naming the index and the entry",
+          "[model_dir][index]") {
+  TempDir t;
+  const fs::path d = model_dir(t, qwen2_7b, {{"a.safetensors", "a"}});
+  write(t.path() / "outside" / "evil.safetensors", "evil");
+  const fs::path index = d / "model.safetensors.index.json";
+  const auto error_for = [&](const std::string& entry) {
+    write(index, Json::object({{"weight_map", Json::object({{"model.layers.0.weight", entry}})}}).dump());
+    return kvkey_error_of([&] { (void)kvkey::read_model_dir(d, with_revision()); });
+  };
+  const std::string where = index.string() + ": weight_map.model.layers.0.weight: ";
+  CHECK_THAT(error_for("../outside/evil.safetensors"),
+             Catch::StartsWith("input_error: ") && Catch::Contains(where + "'../outside/evil.safetensors'") &&
+                 Catch::Contains("leaves the model directory"));
+  CHECK_THAT(error_for("sub/../../outside/evil.safetensors"), Catch::Contains("'..' component"));
+  CHECK_THAT(error_for((t.path() / "outside" / "evil.safetensors").string()),
+             Catch::Contains(where) && Catch::Contains("absolute path"));
+  fs::create_directory_symlink(t.path() / "outside", d / "linked");
+  CHECK_THAT(error_for("linked/evil.safetensors"),
+             Catch::Contains(where + "'linked/evil.safetensors' resolves to ") && Catch::Contains("outside the model"));
+  fs::create_symlink(t.path() / "outside" / "evil.safetensors", d / "b.safetensors");
+  CHECK_THAT(error_for("b.safetensors"), Catch::Contains("outside the model directory"));
+  fs::remove(d / "b.safetensors");
+  CHECK_THAT(error_for(std::string("a.safetensors\0x", 15)), Catch::Contains("control character"));
+  CHECK_THAT(error_for(""), Catch::Contains("is empty"));
+  CHECK_THAT(error_for("missing.safetensors"),
+             Catch::StartsWith("io_error: ") && Catch::Contains(where + "'missing.safetensors' does not exist"));
+  write(index, R"({"weight_map": {"w": 7}})");
+  CHECK_THAT(kvkey_error_of([&] { (void)kvkey::read_model_dir(d, with_revision()); }),
+             Catch::Contains("weight_map.w: expected a file name, got 7"));
+  write(index, R"({"weight_map": {"w": "a.safetensors"}, "metadata": {"total_size": 1e500}})");
+  CHECK_THAT(kvkey_error_of([&] { (void)kvkey::read_model_dir(d, with_revision()); }),
+             Catch::Contains("model.safetensors.index.json: metadata.total_size: number out of range"));
+}
+
+TEST_CASE("model_dir: cache links are checked by their real path, not lexically", "[model_dir][hostile]") {
+  TempDir t;
+  const HfRepo repo(t.path(), "models--org--linked");
+  repo.git("config.json", qwen2_7b, "3333333333333333333333333333333333333333");
+  const std::string genuine = "the weights the hub served";
+  const std::string sha = kvkey::fingerprint(genuine).hex();
+  write(repo.root / "blobs" / sha, genuine);
+  // snapshot/sub -> t/evil/a/b, so sub/../../../blobs/<sha> is t/blobs/<sha> to the
+  // kernel, while it normalises lexically to the repo's own blobs/<sha>.
+  fs::create_directories(t.path() / "evil" / "a" / "b");
+  fs::create_directory_symlink(t.path() / "evil" / "a" / "b", repo.snapshot() / "sub");
+  const std::string planted = "planted weights";
+  write(t.path() / "blobs" / sha, planted);
+  fs::create_symlink("sub/../../../blobs/" + sha, repo.snapshot() / "model.safetensors");
+  REQUIRE(kvkey::fingerprint_file((repo.snapshot() / "model.safetensors").string()) == kvkey::fingerprint(planted));
+  const auto m = kvkey::read_model_dir(repo.snapshot());
+  REQUIRE(m.weight_files.size() == 1);
+  CHECK_FALSE(m.weight_files[0].from_blob_name);
+  CHECK(m.weight_files[0].sha256 == kvkey::fingerprint(planted));
+  SECTION("a genuine link is still taken by its blob name") {
+    fs::remove(repo.snapshot() / "model.safetensors");
+    fs::create_symlink("../../blobs/" + sha, repo.snapshot() / "model.safetensors");
+    const auto g = kvkey::read_model_dir(repo.snapshot());
+    CHECK(g.weight_files[0].from_blob_name);
+    CHECK(g.weight_files[0].sha256.hex() == sha);
+  }
+}
+
+TEST_CASE("model_dir: revisions that are not refs inside refs/ are refused, naming revision", "[model_dir][hostile]") {
+  TempDir t;
+  const HfRepo repo(t.path(), "models--org--revs");
+  repo.git("config.json", qwen2_7b, "4444444444444444444444444444444444444444");
+  repo.lfs("model.safetensors", "w");
+  const std::string other = "fedcba9876543210fedcba9876543210fedcba98";
+  fs::create_directories(repo.root / "snapshots" / other);
+  fs::copy(repo.snapshot(), repo.root / "snapshots" / other, fs::copy_options::copy_symlinks | fs::copy_options::recursive);
+  write(t.path() / "planted-ref", other);
+  const auto error_for = [&](const fs::path& dir, const std::string& revision) {
+    kvkey::ModelDirOptions o;
+    o.revision = revision;
+    return kvkey_error_of([&] { (void)kvkey::read_model_dir(dir, o); });
+  };
+  CHECK_THAT(error_for(repo.root, std::string("main\0evil", 9)),
+             Catch::Equals("input_error: [kvkey.input_error] revision: byte 4 is a control character"));
+  CHECK_THAT(error_for(repo.snapshot(), std::string("main\0", 5)), Catch::Contains("revision: byte 4 is a control"));
+  CHECK_THAT(error_for(repo.root, "main\n"), Catch::Contains("revision: byte 4 is a control character"));
+  CHECK_THAT(error_for(repo.root, "v1\x7f"), Catch::Contains("revision: byte 2 is a control character"));
+  CHECK_THAT(error_for(repo.root, (t.path() / "planted-ref").string()),
+             Catch::StartsWith("input_error: ") && Catch::Contains("revision: '") && Catch::Contains("absolute path"));
+  CHECK_THAT(error_for(repo.root, "../../../planted-ref"), Catch::Contains("revision: '../../../planted-ref' has a '..'"));
+  CHECK_THAT(error_for(repo.root, "pr/../../main"), Catch::Contains("has a '..' component"));
+  fs::create_symlink(t.path() / "planted-ref", repo.root / "refs" / "escape");
+  CHECK_THAT(error_for(repo.root, "escape"), Catch::Contains("revision: refs/escape resolves to") &&
+                                                 Catch::Contains("outside"));
+  CHECK_THAT(error_for(model_dir(t, qwen2_7b), "\x1b[31m"), Catch::Contains("revision: byte 0 is a control"));
+  SECTION("refs in subdirectories (refs/pr/1) still resolve") {
+    write(repo.root / "refs" / "pr" / "1", other);
+    kvkey::ModelDirOptions o;
+    o.revision = "pr/1";
+    CHECK(kvkey::read_model_dir(repo.root, o).model.revision == other);
+  }
 }

@@ -10,6 +10,7 @@
 #include <string>
 #include <vector>
 
+#include "fifo.hpp"
 #include "support/fixtures.hpp"
 
 namespace {
@@ -204,4 +205,19 @@ TEST_CASE("from_env refuses unset, empty and malformed values without quoting th
   CHECK(refused("base64:AAECAwQFBgcICQoLDA0O xAREhMUFRYXGBkaGxwdHh8="));  // whitespace
   CHECK(refused("base64:"));
   CHECK(refused(std::string(2 * 257, 'a')));  // 257 bytes of hex
+}
+
+TEST_CASE("from_file refuses a FIFO at once: the regular-file check comes before any blocking open or read",
+          "[security][secret]") {
+  TempDir dir;
+  const std::string fifo = dir.path() + "/secret.fifo";
+  REQUIRE(kvkey_test::make_fifo(fifo));
+  REQUIRE(::chmod(fifo.c_str(), 0600) == 0);
+  const std::string what = kvkey_test::refusal_of_fifo(fifo, [&] { (void)TenantSecret::from_file(fifo); });
+  ::unlink(fifo.c_str());
+  CHECK(what.rfind("[kvkey.io_error] ", 0) == 0);
+  CHECK(what.find("tenant secret file '" + fifo + "'") != std::string::npos);
+  CHECK(what.find("not a regular file (a FIFO)") != std::string::npos);
+  // A character device is refused the same way, before its endless content is read.
+  CHECK(error_of([] { (void)TenantSecret::from_file("/dev/zero"); }).find("(a character device)") != std::string::npos);
 }

@@ -2,15 +2,11 @@
 #include "cli/inputs.hpp"
 
 #include <kvkey/errors.hpp>
-#include <kvkey/sha256.hpp>
-
-#include <fcntl.h>
-#include <sys/stat.h>
-#include <unistd.h>
+#include <kvkey/fingerprint.hpp>
+#include <kvkey/input_file.hpp>
+#include <kvkey/model_dir.hpp>
 
 #include <algorithm>
-#include <cerrno>
-#include <cstring>
 #include <limits>
 #include <set>
 
@@ -22,30 +18,14 @@ namespace {
 
 // 1-based line and column of byte offset `pos` (0-based) in text.
 std::pair<std::size_t, std::size_t> line_column(std::string_view text, std::size_t pos) {
-  std::size_t line = 1, column = 1;
-  for (std::size_t i = 0; i < pos && i < text.size(); ++i) {
-    if (text[i] == '\n') {
-      ++line;
-      column = 1;
-    } else {
-      ++column;
-    }
-  }
-  return {line, column};
+  const kvkey::TextPosition at = kvkey::text_position(text, pos);
+  return {at.line, at.column};
 }
 
-// nlohmann's message without its "[json.exception...] parse error at line L,
-// column C: " preamble; its "last read: '...'" quotes the input, so it is
-// escaped and truncated.
+// nlohmann's message without its preamble (kvkey::json_error_reason); its
+// "last read: '...'" quotes the input, so it is escaped and truncated.
 std::string parse_error_detail(std::string_view what) {
-  const auto column = what.find("column ");
-  if (column != std::string_view::npos) {
-    const auto colon = what.find(": ", column);
-    if (colon != std::string_view::npos) what.remove_prefix(colon + 2);
-  } else if (const auto id_end = what.find("] "); id_end != std::string_view::npos) {
-    what.remove_prefix(id_end + 2);
-  }
-  return escape(what, 2 * quote_limit + 60);
+  return escape(kvkey::json_error_reason(what), 2 * quote_limit + 60);
 }
 
 // Rejects duplicate object keys (nlohmann keeps the last one silently, which
@@ -93,59 +73,22 @@ struct ConfigCheck {
   }
 };
 
-// The smallest regular-file reader: an open descriptor, closed on scope exit.
-class Fd {
- public:
-  explicit Fd(int fd, bool owned) : fd_(fd), owned_(owned) {}
-  Fd(Fd&& other) noexcept : fd_(other.fd_), owned_(other.owned_) { other.owned_ = false; }
-  Fd(const Fd&) = delete;
-  Fd& operator=(const Fd&) = delete;
-  Fd& operator=(Fd&&) = delete;
-  ~Fd() {
-    if (owned_) ::close(fd_);
+// Runs f, whose kvkey errors (from kvkey::InputFile: the library's messages
+// name the file as display_name does) become the tool's failures.
+template <class F>
+auto reading(F&& f) -> decltype(f()) {
+  try {
+    return f();
+  } catch (const kvkey::error& e) {
+    fail("{}", without_error_id(e.what()));
   }
-  int get() const { return fd_; }
-
- private:
-  int fd_;
-  bool owned_;
-};
-
-const char* file_kind(mode_t mode) {
-  if (S_ISDIR(mode)) return "a directory";
-  if (S_ISCHR(mode)) return "a character device";
-  if (S_ISBLK(mode)) return "a block device";
-  if (S_ISFIFO(mode)) return "a FIFO";
-  if (S_ISSOCK(mode)) return "a socket";
-  return "not a plain file";
 }
 
 // stdin for "-", else path opened without blocking (a FIFO would wait for a
-// writer) and checked to be a regular file.
-Fd open_input(const std::string& path) {
-  if (path == "-") return Fd(STDIN_FILENO, false);
-  const int fd = ::open(path.c_str(), O_RDONLY | O_NONBLOCK | O_CLOEXEC);
-  if (fd < 0) fail("cannot open {}: {}", display_name(path), std::strerror(errno));
-  Fd f(fd, true);
-  struct stat st {};
-  if (::fstat(fd, &st) != 0) fail("cannot read {}: {}", display_name(path), std::strerror(errno));
-  if (!S_ISREG(st.st_mode)) fail("{}: not a regular file ({})", display_name(path), file_kind(st.st_mode));
-  return f;
-}
-
-// Up to n bytes into buf; fewer only at the end of the input.
-std::size_t read_some(const Fd& f, const std::string& path, char* buf, std::size_t n) {
-  std::size_t got = 0;
-  while (got < n) {
-    const ssize_t r = ::read(f.get(), buf + got, n - got);
-    if (r == 0) break;
-    if (r < 0) {
-      if (errno == EINTR) continue;
-      fail("cannot read {}: {}", display_name(path), std::strerror(errno));
-    }
-    got += static_cast<std::size_t>(r);
-  }
-  return got;
+// writer) and checked to be a regular file (kvkey::InputFile).
+kvkey::InputFile open_input(const std::string& path) {
+  if (path == "-") return kvkey::InputFile::standard_input(display_name(path));
+  return kvkey::InputFile(path, display_name(path));
 }
 
 }  // namespace
@@ -182,21 +125,11 @@ std::uint64_t parse_uint_option(std::string_view text, int bits, std::string_vie
 std::string display_name(const std::string& path) { return path == "-" ? "stdin" : escape(path, 4 * quote_limit); }
 
 std::string read_at_most(const std::string& path, std::size_t max) {
-  const Fd f = open_input(path);
-  std::string text;
-  char buf[1 << 16];
-  while (text.size() < max) {
-    const std::size_t n = read_some(f, path, buf, std::min(sizeof buf, max - text.size()));
-    text.append(buf, n);
-    if (n == 0) break;
-  }
-  return text;
+  return reading([&] { return open_input(path).read_at_most(max); });
 }
 
 std::string read_limited(const std::string& path, std::size_t limit, std::string_view what) {
-  std::string text = read_at_most(path, limit + 1);
-  if (text.size() > limit) fail("{}: larger than the {}-byte limit for {}", display_name(path), limit, what);
-  return text;
+  return reading([&] { return open_input(path).read_all(limit, what); });
 }
 
 std::string_view text_body(std::string_view bytes, const std::string& path) {
@@ -211,11 +144,10 @@ std::string_view text_body(std::string_view bytes, const std::string& path) {
 }
 
 kvkey::Digest fingerprint_regular_file(const std::string& path) {
-  const Fd f = open_input(path);
-  kvkey::Sha256 h;
-  std::vector<char> buf(std::size_t{1} << 20);
-  while (const std::size_t n = read_some(f, path, buf.data(), buf.size())) h.update(buf.data(), n);
-  return h.result();
+  return reading([&] {
+    kvkey::InputFile f = open_input(path);
+    return kvkey::fingerprint_file(f);
+  });
 }
 
 Json parse_json(std::string_view text, const std::string& path) {

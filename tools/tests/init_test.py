@@ -30,7 +30,8 @@ BASE_ARGS = ["--tenant", "team-a", "--kv-dtype", "fp16", "--block-size", "64", "
 
 
 def run(*args):
-    p = subprocess.run([TOOL, *args], capture_output=True)
+    # The timeout only keeps a regression that blocks (a FIFO) from hanging the suite.
+    p = subprocess.run([TOOL, *args], capture_output=True, timeout=600)
     return p.returncode, p.stdout.decode(), p.stderr.decode()
 
 
@@ -248,6 +249,79 @@ class InitTest(unittest.TestCase):
         with open(os.path.join(empty, "config.json"), "w") as f:
             json.dump(QWEN2, f)
         self.assert_error(["init", "--model", empty, "--revision", "r", *BASE_ARGS], r".*no weight files")
+
+    # ---- hostile model directories (issue 19) ----------------------------------------------
+
+    def hostile_plain(self):
+        plain = self.plain_copy(self.snapshot)
+        return plain, os.path.join(plain, "config.json")
+
+    def test_a_fifo_or_a_device_config_is_refused_at_once(self):
+        plain, config = self.hostile_plain()
+        os.remove(config)
+        os.mkfifo(config)
+        self.assert_error(["init", "--model", plain, "--revision", "r", *BASE_ARGS],
+                          r".*plain/config\.json: not a regular file \(a FIFO\)$")
+        os.remove(config)
+        os.symlink("/dev/zero", config)
+        self.assert_error(["init", "--model", plain, "--revision", "r", *BASE_ARGS],
+                          r".*plain/config\.json: not a regular file \(a character device\)$")
+        os.remove(config)
+        with open(config, "w") as f:
+            json.dump(QWEN2, f)
+        adapter = self.path("lora")
+        os.makedirs(adapter)
+        with open(os.path.join(adapter, "adapter_model.safetensors"), "wb") as f:
+            f.write(b"lora")
+        os.mkfifo(os.path.join(adapter, "adapter_config.json"))
+        self.assert_error(["init", "--model", plain, "--revision", "r", "--adapter", adapter, *BASE_ARGS],
+                          r".*lora/adapter_config\.json: not a regular file \(a FIFO\)$")
+
+    def test_config_limits_size_and_depth(self):
+        plain, config = self.hostile_plain()
+        with open(config, "r+b") as f:
+            f.truncate(16 * 1024 * 1024 + 7)
+        self.assert_error(["init", "--model", plain, "--revision", "r", *BASE_ARGS],
+                          r".*config\.json: larger than the 16777216-byte limit")
+        text = json.dumps(QWEN2)[:-1] + ', "rope_scaling": {"factor": ' + "[" * 120000 + "]" * 120000 + "}}"
+        with open(config, "w") as f:
+            f.write(text)
+        self.assert_error(["init", "--model", plain, "--revision", "r", *BASE_ARGS],
+                          r".*config\.json: rope_scaling\.factor(\[0\])+: nested deeper than 64 levels$")
+
+    def test_number_out_of_range_names_the_file_and_key(self):
+        plain, config = self.hostile_plain()
+        for text, key in [('"rope_theta": 1e400', "rope_theta"),
+                          ('"text_config": {"num_hidden_layers": 24, "rope_scaling": {"factor": -1e4000}}',
+                           r"text_config\.rope_scaling\.factor")]:
+            with open(config, "w") as f:
+                f.write(json.dumps(QWEN2)[:-1] + ", " + text + "}")
+            err = self.assert_error(["init", "--model", plain, "--revision", "r", *BASE_ARGS],
+                                    r".*plain/config\.json: %s: number out of range$" % key)
+            self.assertNotIn("unexpected failure", err)
+
+    def test_index_shards_are_covered_and_must_stay_inside(self):
+        plain, _ = self.hostile_plain()
+        os.makedirs(os.path.join(plain, "parts"))
+        with open(os.path.join(plain, "parts", "extra.safetensors"), "wb") as f:
+            f.write(os.urandom(1000))
+        index = os.path.join(plain, "model.safetensors.index.json")
+        names = list(self.weights) + ["parts/extra.safetensors"]
+        with open(index, "w") as f:
+            json.dump({"weight_map": {"t%d" % i: n for i, n in enumerate(names)}}, f)
+        j = self.init("--model", plain, "--revision", "r", *BASE_ARGS)
+        self.assertEqual(j["model"]["weights_fingerprint"], sha256sum_manifest(plain, names))
+        with open(index, "w") as f:
+            json.dump({"weight_map": {"lm_head.weight": "parts/../../outside.safetensors"}}, f)
+        self.assert_error(["init", "--model", plain, "--revision", "r", *BASE_ARGS],
+                          r".*plain/model\.safetensors\.index\.json: weight_map\.lm_head\.weight: "
+                          r"'parts/\.\./\.\./outside\.safetensors' has a '\.\.' component")
+
+    def test_revisions_must_stay_in_refs(self):
+        for revision, message in [("main\x01", r"revision: byte 4 is a control character"),
+                                  (self.path("hub"), r"revision: '.*' is an absolute path"),
+                                  ("../../models--Qwen--Qwen2.5-0.5B/refs/main", r"revision: '.*' has a '\.\.' component")]:
+            self.assert_error(["init", "--model", self.repo, "--revision", revision, *BASE_ARGS], message)
 
     def test_output_is_atomic_and_untouched_on_error(self):
         out = self.path("id.json")

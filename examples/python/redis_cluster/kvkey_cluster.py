@@ -1,15 +1,20 @@
 # SPDX-License-Identifier: Apache-2.0
 """A KV-block connector for Redis Cluster, keyed and verified with kvkey.
 
-Each stored object is one Redis string under ns.store_key(block):
+Built on kvkey's connector kit: kvkey.stores.RedisClusterStore moves the bytes
+(pipelines of single-key commands, grouped per node by redis-py) and
+kvkey.Connector seals, looks up and verifies. Each stored object is one Redis
+string under ns.store_key(block):
 
-    value = ns.seal(block, payload)  (kvkey.envelope_size bytes)  ||  payload (the KV bytes)
+    value = ns.seal_value(block, payload)  =  header (kvkey.envelope_size bytes) || payload
 
 written by ONE SET, so a header never exists without its payload. Keys carry no
 hash tag: objects spread over all 16384 slots and so over every primary, which
-is why purge and key counts scan every primary. A reader fetches the value,
-verifies the header against its own namespace and treats anything but ok as a
-miss, so foreign, stale or damaged objects are never served.
+is why purge and key counts scan every primary. A lookup reads each block's
+header (GETRANGE key 0 1023) and counts the leading blocks whose header
+verifies on every rank; a load fetches the value and serves the payload only
+when header and bytes verify, so foreign, stale or damaged objects are never
+served.
 
 Errors. Per-block outcomes are values (LoadedBlock, Lookup). A call that
 cannot complete raises ClusterError, whose `kind` says why:
@@ -36,12 +41,13 @@ from __future__ import annotations
 
 import dataclasses
 import enum
-from typing import Iterable, Iterator, Optional, Sequence
+from typing import Iterable, Iterator, Optional, Sequence, Union
 
 import redis.exceptions as rex
 from redis.cluster import ClusterNode, RedisCluster
 
 import kvkey
+from kvkey.stores import RedisClusterStore, StoreError
 
 __all__ = [
     "ClusterConnector",
@@ -49,28 +55,27 @@ __all__ = [
     "LoadStatus",
     "LoadedBlock",
     "Lookup",
+    "display_key",
     "error_kind",
     "glob_escape",
+    "key_bytes",
     "rotate_epoch",
 ]
 
 
 # ---- the envelope ---------------------------------------------------------------------------
-# The only two places that build and check a header. The header records the
-# payload's size and digest (a Poly1305 tag in a keyed namespace), so a value
-# whose bytes were flipped, torn or swapped never verifies.
+# kvkey.Connector seals with ns.seal_value and verifies with ns.open_value /
+# ns.verify_header; these two are for raw values (tests, tools).
 
 
 def seal_value(ns: kvkey.KeyNamespace, block: bytes, payload: bytes) -> bytes:
     """The stored value: the sealed header followed by the payload."""
-    return ns.seal(block, payload) + payload
+    return ns.seal_value(block, payload)
 
 
 def verify_value(ns: kvkey.KeyNamespace, value: bytes, block: bytes) -> kvkey.Verdict:
-    """Checks a stored value's header and payload bytes against this rank's namespace
-    (zero-copy: both are views into the reply)."""
-    view = memoryview(value)
-    return ns.verify(view[: kvkey.envelope_size], block, view[kvkey.envelope_size:])
+    """Checks a stored value's header and payload bytes against this rank's namespace."""
+    return ns.open_value(value, block).verdict
 
 
 # ---- errors ---------------------------------------------------------------------------------
@@ -149,9 +154,27 @@ class Lookup:
 # ---- the connector --------------------------------------------------------------------------
 
 
-def glob_escape(prefix: str) -> str:
-    """prefix with the Redis glob specials (* ? [ ] \\) escaped, for SCAN MATCH."""
+def glob_escape(prefix: Union[str, bytes]) -> Union[str, bytes]:
+    """prefix with the Redis glob specials (* ? [ ] \\) escaped, for SCAN MATCH
+    (bytes in, bytes out)."""
+    if isinstance(prefix, (bytes, bytearray, memoryview)):
+        return b"".join(b"\\" + bytes([c]) if c in b"*?[]\\" else bytes([c]) for c in bytes(prefix))
     return "".join("\\" + c if c in "*?[]\\" else c for c in prefix)
+
+
+def key_bytes(key: Union[str, bytes]) -> bytes:
+    """A key or prefix as the bytes Redis stores: str is encoded as UTF-8."""
+    if isinstance(key, str):
+        return key.encode("utf-8")
+    if isinstance(key, (bytes, bytearray, memoryview)):
+        return bytes(key)
+    raise TypeError(f"a key is str or bytes, not {type(key).__name__}")
+
+
+def display_key(key: Union[str, bytes]) -> str:
+    """A key for messages and logs: printable ASCII as it is, every other byte
+    (and the backslash) as \\xNN, so any key prints on one line and unambiguously."""
+    return "".join(chr(b) if 0x20 <= b < 0x7F and b != 0x5C else f"\\x{b:02x}" for b in key_bytes(key))
 
 
 def rotate_epoch(ranks: Sequence[kvkey.KeyNamespace], epoch: int) -> list:
@@ -192,6 +215,7 @@ class ClusterConnector:
         self._scan_count = scan_count
         self._batch = batch
         self._client: Optional[RedisCluster] = None
+        self._store: Optional[RedisClusterStore] = None
         self._stale = False
 
     # -- plumbing
@@ -235,54 +259,64 @@ class ClusterConnector:
                 pipe.execute_command(*command)
             return pipe.execute(raise_on_error=True)
 
-    # -- the cache operations
+    # -- the cache operations (kvkey.Connector over kvkey.stores.RedisClusterStore)
+
+    def _connector(self, ranks) -> kvkey.Connector:
+        """A kvkey connector for these namespaces on this cluster: store errors raise
+        (StoreError, from the redis-py exception), so _ErrorScope gives them a kind."""
+        client = self.client
+        if self._store is None or self._store.client is not client:
+            self._store = RedisClusterStore(client, batch=self._batch)
+        return kvkey.Connector(self._store, ranks, raise_errors=True)
 
     def save(self, ns: kvkey.KeyNamespace, blocks: Sequence[tuple]) -> int:
-        """Stores each (block_hash, payload) as one value, seal || payload, with one
-        SET per object (pipelined). Returns the number of objects acknowledged
-        (all of them); raises ClusterError otherwise."""
-        commands = [("SET", ns.store_key(h), seal_value(ns, h, bytes(p))) for h, p in blocks]
-        replies = self._pipeline("save", commands)
-        for r in replies:
-            if r is not True:
-                raise ClusterError("protocol", f"save: SET answered {r!r}")
-        return len(replies)
+        """Stores each (block_hash, payload) as one value, ns.seal_value(h, payload),
+        with one SET per object (pipelined). Returns the number of objects
+        acknowledged (all of them); raises ClusterError otherwise."""
+        blocks = list(blocks)
+        if not blocks:
+            return 0
+        conn = self._connector(ns)
+        with self._errors("save"):
+            saved = conn.save([h for h, _ in blocks], [p for _, p in blocks])
+        if saved != len(blocks):
+            raise ClusterError("protocol", f"save: {len(blocks) - saved} of {len(blocks)} SETs not acknowledged")
+        return saved
 
     def lookup(self, ranks: Sequence[kvkey.KeyNamespace], blocks: Sequence[bytes],
                max_tokens: Optional[int] = None) -> Lookup:
-        """Counts the leading blocks that every rank can serve: one EXISTS per
-        (block, rank) key, block-major. Existence only; a load verifies."""
+        """Counts the leading blocks that every rank can serve: reads each (block,
+        rank) header with GETRANGE key 0 1023 (pipelined) and counts a block only
+        when every rank's header verifies. The payload is checked at load."""
         if not ranks:
             raise ValueError("lookup: no ranks given")
         if any(ns.root != ranks[0].root or ns.key_prefix != ranks[0].key_prefix for ns in ranks):
             raise ValueError("lookup: the ranks belong to different deployments")
         blocks = list(blocks)
-        replies = self._pipeline("lookup", [("EXISTS", ns.store_key(h)) for h in blocks for ns in ranks])
-        if any(r not in (0, 1) for r in replies):
-            raise ClusterError("protocol", "lookup: EXISTS answered something other than 0 or 1")
-        found = [r == 1 for r in replies]
-        return Lookup(ranks[0].reusable_prefix(found, len(ranks), max_tokens), blocks)
+        conn = self._connector(ranks)
+        with self._errors("lookup"):
+            found = conn.lookup(blocks, max_tokens=max_tokens)
+        return Lookup(ranks[0].reusable_prefix([True] * found, 1, max_tokens), blocks)
 
     def load(self, ns: kvkey.KeyNamespace, blocks: Sequence[bytes], payload_size: int) -> list:
         """Fetches every block (pipelined GET) and verifies each against ns and
         payload_size, the size this rank's block has (never the size the stored
         value claims). A block that does not verify is never LOADED."""
         blocks = list(blocks)
-        replies = self._pipeline("load", [("GET", ns.store_key(h)) for h in blocks])
+        if not blocks:
+            return []
+        conn = self._connector(ns)
+        buffers = [bytearray(payload_size) for _ in blocks]
+        with self._errors("load"):
+            results = conn.load_into(blocks, buffers)
         out = []
-        for h, value in zip(blocks, replies):
-            if value is None:
+        for r, buf in zip(results, buffers):
+            if r.loaded:
+                out.append(LoadedBlock(LoadStatus.LOADED, "ok", "", bytes(buf)))
+            elif r.verdict is None:
                 out.append(LoadedBlock(LoadStatus.MISSING))
-                continue
-            if not isinstance(value, bytes):
-                raise ClusterError("protocol", f"load: GET answered a {type(value).__name__}")
-            verdict = verify_value(ns, value, h)
-            if not verdict.ok:
-                out.append(LoadedBlock(LoadStatus.REJECTED, verdict.reason, verdict.field))
-            elif len(value) != kvkey.envelope_size + payload_size:
-                out.append(LoadedBlock(LoadStatus.REJECTED, "malformed", "value.size"))
             else:
-                out.append(LoadedBlock(LoadStatus.LOADED, "ok", "", value[kvkey.envelope_size:]))
+                out.append(LoadedBlock(LoadStatus.REJECTED, r.verdict.reason, r.verdict.field))
         return out
 
     # -- enumerating and purging (every primary)
@@ -294,34 +328,40 @@ class ClusterConnector:
             client.nodes_manager.initialize()
             return client.get_primaries()
 
-    def _scan(self, node, prefix: str) -> Iterator[list]:
-        """Batches of the keys starting with prefix on one node (SCAN MATCH)."""
-        pattern = glob_escape(prefix) + "*"
+    def _scan(self, node, prefix: bytes) -> Iterator[list]:
+        """Batches of the keys (bytes, as stored: never decoded) starting with
+        prefix on one node (SCAN MATCH)."""
+        pattern = glob_escape(prefix) + b"*"
         r = self.client.get_redis_connection(node)
         cursor = 0
         with self._errors(f"scanning {node.name}"):
             while True:  # ends when the server returns cursor 0: SCAN visits every key once or more
                 cursor, keys = r.scan(cursor=cursor, match=pattern, count=self._scan_count)
                 if keys:
-                    yield [k.decode("ascii") if isinstance(k, bytes) else k for k in keys]
+                    yield [key_bytes(k) for k in keys]
                 if int(cursor) == 0:
                     return
 
-    def keys(self, prefix: str) -> dict:
-        """Every key starting with prefix, per primary: {node name: sorted keys}.
-        For tests and small stores."""
+    def keys(self, prefix: Union[str, bytes]) -> dict:
+        """Every key starting with prefix (str is taken as UTF-8), per primary:
+        {node name: sorted keys}, each key the bytes Redis holds, whatever they
+        are (display_key prints one). For tests and small stores."""
+        prefix = key_bytes(prefix)
         return {node.name: sorted({k for batch in self._scan(node, prefix) for k in batch})
                 for node in self.primaries()}
 
-    def purge(self, prefix: str) -> int:
+    def purge(self, prefix: Union[str, bytes]) -> int:
         """Removes every key starting with prefix on every primary (SCAN + UNLINK
         in batches); returns how many were removed. Pass ns.key_prefix to drop
-        one epoch of a model, ns.tenant_prefix to drop a tenant.
+        one epoch of a model, ns.tenant_prefix to drop a tenant. Keys are
+        handled as bytes throughout: a key that is not ASCII or not UTF-8 is
+        removed like any other.
 
         Keys of one batch lie in different slots, so each gets its own UNLINK
         (pipelined, routed by slot: a key that moved since the scan is still
         found). Keys written, or moved between primaries, while a purge runs
         may survive it; run it again once writers have stopped."""
+        prefix = key_bytes(prefix)
         if not prefix:
             raise ValueError("purge: an empty prefix would remove every key")
         removed = 0
@@ -337,8 +377,9 @@ class ClusterConnector:
 
     def _unlink(self, keys: list) -> int:
         replies = self._pipeline("purge", [("UNLINK", k) for k in keys])
-        if any(not isinstance(r, int) for r in replies):
-            raise ClusterError("protocol", "purge: UNLINK answered a non-integer")
+        for k, r in zip(keys, replies):
+            if not isinstance(r, int):
+                raise ClusterError("protocol", f"purge: UNLINK {display_key(k)} answered a {type(r).__name__}")
         return sum(replies)  # a key the scan repeated counts once
 
 
@@ -357,6 +398,11 @@ class _ErrorScope:
             if exc is not None:
                 self._connector._stale = True
             return False
+        if isinstance(exc, StoreError):  # from the kvkey store: the redis-py exception is its cause
+            cause = exc.__cause__
+            self._connector._stale = True
+            kind = error_kind(cause) if cause is not None else None
+            raise ClusterError(kind or "protocol", f"{self._during}: {exc}") from exc
         kind = error_kind(exc)
         if kind is None:
             return False  # not a store error (a bug, or bad input): let it through

@@ -3,7 +3,8 @@
 # redis-server nodes on 127.0.0.1 (free ports, cluster mode, no persistence),
 # creates a cluster of 3 primaries and 3 replicas with `redis-cli --cluster
 # create`, waits until every node reports cluster_state:ok, runs the tests
-# (which kill one primary, reshard slots and damage values) and stops every
+# (kvkey.stores.RedisClusterStore with kvkey.testing.check_store, then the
+# example's scenarios, which kill one primary, reshard slots and damage values) and stops every
 # node by pid on every exit path. Needs the kvkey Python module: the installed
 # one (stage 30-python) or, failing that, one built here with CMake.
 set -euo pipefail
@@ -12,15 +13,8 @@ jobs="${KVKEY_JOBS:-$(nproc)}"
 py=/usr/bin/python3
 example="$root/examples/python/redis_cluster"
 
-if ! (cd / && "$py" -c 'import kvkey' 2>/dev/null); then
-  dir="$root/build/cluster"
-  echo "42-redis-cluster: kvkey is not importable; building the module in $dir"
-  cmake -S "$root" -B "$dir" -DCMAKE_BUILD_TYPE=RelWithDebInfo -DKVKEY_BUILD_PYTHON=ON -DPython_EXECUTABLE="$py" \
-    -DCMAKE_INTERPROCEDURAL_OPTIMIZATION=OFF -DKVKEY_BUILD_TESTS=OFF -DKVKEY_BUILD_EXAMPLES=OFF \
-    -DKVKEY_BUILD_TOOLS=OFF >/dev/null
-  cmake --build "$dir" --target kvkey_python -j"$jobs"
-  export PYTHONPATH="$dir/python${PYTHONPATH:+:$PYTHONPATH}"
-fi
+extra="$("$root/scripts/ci/python-module.sh" "$root/build/cluster")"
+if [ -n "$extra" ]; then export PYTHONPATH="$extra${PYTHONPATH:+:$PYTHONPATH}"; fi
 
 work="$(mktemp -d /tmp/kvkey-cluster-XXXXXX)"
 pids=()
@@ -109,10 +103,16 @@ echo "42-redis-cluster: cluster_state:ok on all 6 nodes, each seeing 3 primaries
 
 export KVKEY_CLUSTER_NODES="${nodes[*]}"
 set +e
+# kvkey.stores.RedisClusterStore and kvkey.testing.check_store first: the scenarios
+# below kill a primary.
+(cd "$root/python/tests" && KVKEY_REQUIRE_CLUSTER=1 "$py" -m pytest -q -s -p no:cacheprovider -k cluster \
+  test_redis_stores.py) 2>&1 | tee "$work/stores.log"
+stores_status="${PIPESTATUS[0]}"
 # KVKEY_CLUSTER_PYTEST_ARGS: extra pytest arguments, e.g. "-k failover" while working on one scenario.
 # shellcheck disable=SC2086
 (cd "$example" && "$py" -m pytest -q -s -p no:cacheprovider ${KVKEY_CLUSTER_PYTEST_ARGS:-} tests) 2>&1 | tee "$work/tests.log"
 status="${PIPESTATUS[0]}"
+[ "$stores_status" -eq 0 ] || status="$stores_status"
 set -e
 echo "=== cluster results === (a 'Killed' notice above is the primary the failover scenario killed)"
 grep -oE 'cluster (isolation|failover|resharding|purge|faults|keyed): .*' "$work/tests.log" || true

@@ -303,6 +303,34 @@ def test_purge_and_epochs():
         conn.purge(f"kvk1/{t}/")
 
 
+def test_purge_and_keys_take_any_bytes():
+    """Keys that are not ASCII, not UTF-8, hold control bytes or glob specials are
+    listed as the bytes they are and purged with the rest; nothing aborts part-way."""
+    conn = support.connector()
+    d = Deployment("bytes", support.identity(support.tenant("bytes")))
+    families = range(330, 334)
+    for f in families:
+        d.save(conn, d.hashes(f))
+    prefix = d.ranks[0].tenant_prefix
+    planted = [prefix.encode() + suffix for suffix in (
+        b"\xff\xfe not utf-8", "κλειδί-ключ".encode(), b"\x00\x01\x1b[31m", b"glob*?[x]\\", b"\x80" * 40)]
+    for i, key in enumerate(planted):
+        conn.client.set(key, b"planted %d" % i)
+    listed = sorted(k for keys in conn.keys(prefix).values() for k in keys)
+    saved = sorted(ns.store_key(h).encode() for f in families for h in d.hashes(f) for ns in d.ranks)
+    assert all(isinstance(k, bytes) for k in listed)
+    assert listed == sorted(saved + planted)
+    assert conn.keys(prefix.encode()) == conn.keys(prefix)
+    removed = conn.purge(prefix.encode() + b"\xff")  # a prefix that is not UTF-8 either
+    assert removed == 1
+    removed += conn.purge(prefix)
+    report(f"cluster purge: {len(planted)} planted keys that are not plain ASCII among {len(saved)} objects; "
+           f"purge removed {removed}")
+    assert removed == len(saved) + len(planted)
+    assert sum(per_primary(conn, prefix)) == 0
+    assert all(conn.client.get(k) is None for k in planted)
+
+
 def slot_owners(port: int) -> dict:
     """slot -> primary port, by one node's view."""
     out = {}

@@ -6,7 +6,7 @@ import socket
 import pytest
 import redis.exceptions as rex
 
-from kvkey_cluster import ClusterConnector, ClusterError, error_kind, glob_escape
+from kvkey_cluster import ClusterConnector, ClusterError, display_key, error_kind, glob_escape, key_bytes
 
 
 @pytest.mark.parametrize("exc, kind", [
@@ -51,3 +51,14 @@ def test_unreachable_cluster_is_a_connect_error():
 def test_glob_escape():
     assert glob_escape("kvk1/team-a/") == "kvk1/team-a/"
     assert glob_escape("a*b?c[d]e\\") == "a\\*b\\?c\\[d\\]e\\\\"
+
+
+def test_keys_are_bytes_and_display_with_escapes():
+    assert glob_escape(b"kvk1/t\xff*/") == b"kvk1/t\xff\\*/"
+    assert glob_escape(bytearray(b"[a]")) == b"\\[a\\]"
+    assert key_bytes("kvk1/\u00e9/") == b"kvk1/\xc3\xa9/"
+    assert key_bytes(memoryview(b"\x00\xff")) == b"\x00\xff"
+    with pytest.raises(TypeError):
+        key_bytes(7)
+    assert display_key(b"kvk1/t/\xff\xfe\x00\n\\ok") == "kvk1/t/\\xff\\xfe\\x00\\x0a\\x5cok"
+    assert display_key("kvk1/\u00e9") == "kvk1/\\xc3\\xa9"

@@ -1,0 +1,111 @@
+// SPDX-License-Identifier: Apache-2.0
+// kvkey::Connector: saves, looks up and loads one rank's KV blocks through any
+// kvkey::Store (kvkey/store.hpp), one stored value per block (docs/format.md,
+// "Stored values"). Lookups read each block's header and count a block only
+// when the header verifies for this namespace and block; loads verify header
+// and payload. A value that does not verify is a miss, never an error.
+//
+//   kvkey::MemoryStore store;
+//   kvkey::Connector<> c(store, ns);
+//   c.save(blocks, payloads);
+//   std::size_t reusable = c.lookup(blocks);                 // leading blocks whose headers verify
+//   std::vector<std::optional<kvkey::Bytes>> kv = c.load(blocks);  // verified payloads, nullopt = miss
+#ifndef KVKEY_CONNECTOR_HPP
+#define KVKEY_CONNECTOR_HPP
+
+#include <cstddef>
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "kvkey/config.hpp"
+#include "kvkey/digest.hpp"
+#include "kvkey/envelope.hpp"
+#include "kvkey/errors.hpp"
+#include "kvkey/key_namespace.hpp"
+#include "kvkey/payload.hpp"
+#include "kvkey/sha256.hpp"
+#include "kvkey/store.hpp"
+
+KVKEY_BEGIN_NAMESPACE
+
+/// One rank's blocks in a Store. Holds references: the store and the
+/// namespace must outlive it. As thread-safe as the store (MemoryStore: fully).
+template <class Hash = Sha256>
+class Connector {
+ public:
+  Connector(Store& store, const KeyNamespace<Hash>& ns) noexcept : store_(&store), ns_(&ns) {}
+
+  const KeyNamespace<Hash>& key_namespace() const noexcept { return *ns_; }
+  Store& store() const noexcept { return *store_; }
+
+  /// Stores seal_value(block, payload) under store_key(block).
+  void save(const Digest& block, Payload payload) const {
+    const Bytes value = ns_->seal_value(block, payload);
+    store_->put(ns_->store_key(block), value.data(), value.size());
+  }
+  /// save for each (block, payload); input_error when the counts differ.
+  void save(const std::vector<Digest>& blocks, const std::vector<Payload>& payloads) const {
+    if (blocks.size() != payloads.size()) {
+      throw input_error("save: " + std::to_string(blocks.size()) + " blocks but " + std::to_string(payloads.size()) +
+                        " payloads");
+    }
+    for (std::size_t i = 0; i < blocks.size(); ++i) save(blocks[i], payloads[i]);
+  }
+
+  /// The number of leading blocks whose stored header verifies for this
+  /// namespace and block (read with one get_prefix_many of envelope_size
+  /// bytes). The payloads are checked by load.
+  std::size_t lookup(const std::vector<Digest>& blocks) const {
+    const std::vector<std::optional<Bytes>> headers = store_->get_prefix_many(keys(blocks), envelope_size);
+    std::size_t n = 0;
+    while (n < blocks.size() && n < headers.size() && headers[n] && header_ok(*headers[n], blocks[n])) ++n;
+    return n;
+  }
+
+  /// The number of leading blocks for which the store has some value, verified
+  /// or not: the existence-only lookup, for comparison. A foreign or damaged
+  /// value counts here; lookup() does not count it.
+  std::size_t lookup_existing(const std::vector<Digest>& blocks) const {
+    const std::vector<bool> found = store_->exists_many(keys(blocks));
+    std::size_t n = 0;
+    while (n < blocks.size() && n < found.size() && found[n]) ++n;
+    return n;
+  }
+
+  /// The verified payload of block, or nullopt (absent, or it does not verify).
+  std::optional<Bytes> load(const Digest& block) const { return opened(store_->get(ns_->store_key(block)), block); }
+  /// load for each block, fetched with one get_many.
+  std::vector<std::optional<Bytes>> load(const std::vector<Digest>& blocks) const {
+    std::vector<std::optional<Bytes>> values = store_->get_many(keys(blocks));
+    std::vector<std::optional<Bytes>> out(blocks.size());
+    for (std::size_t i = 0; i < blocks.size() && i < values.size(); ++i) out[i] = opened(std::move(values[i]), blocks[i]);
+    return out;
+  }
+
+ private:
+  std::vector<std::string> keys(const std::vector<Digest>& blocks) const {
+    std::vector<std::string> out;
+    out.reserve(blocks.size());
+    for (const Digest& b : blocks) out.push_back(ns_->store_key(b));
+    return out;
+  }
+
+  bool header_ok(const Bytes& prefix, const Digest& block) const {
+    return prefix.size() >= envelope_size && ns_->verify_header(prefix.data(), envelope_size, block).ok();
+  }
+
+  std::optional<Bytes> opened(std::optional<Bytes> value, const Digest& block) const {
+    if (!value || !ns_->open_value(value->data(), value->size(), block).ok()) return std::nullopt;
+    value->erase(value->begin(), value->begin() + static_cast<std::ptrdiff_t>(envelope_size));
+    return value;
+  }
+
+  Store* store_;
+  const KeyNamespace<Hash>* ns_;
+};
+
+KVKEY_END_NAMESPACE
+
+#endif  // KVKEY_CONNECTOR_HPP

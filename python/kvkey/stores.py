@@ -1,0 +1,403 @@
+"""Key-value stores for kvkey.Connector: the protocol they implement, and three of them.
+
+A store holds opaque values under ``str`` keys (kvkey store keys, ``ns.store_key(h)``,
+are ASCII). Every method is batched: the connector sends one call per lookup, load or
+save, and a store turns it into one pipeline, multi-get or multi-put. A store checks
+nothing: the connector verifies every value it reads, so a store that loses, damages,
+truncates or swaps values causes misses, never wrong loads.
+
+- ``MemoryStore()``: a dict behind a lock (tests, docs, single-process caches).
+- ``RedisStore(redis.Redis)``: one Redis node, pipelined ``GETRANGE key 0 1023`` (with
+  ``STRLEN``) for headers, pipelined ``GET`` / ``SET`` / ``EXISTS`` / ``UNLINK``.
+- ``RedisClusterStore(redis.RedisCluster)``: the same through redis-py's cluster
+  pipeline, which groups the single-key commands per node; ``scan_prefix`` visits
+  every primary.
+
+A store raises ``StoreError`` (with ``kind`` one of ``StoreError.KINDS``) when a call
+cannot complete; any other exception is a bug and passes through the connector.
+See docs/python.md, "Connector and stores".
+"""
+
+from __future__ import annotations
+
+import importlib
+import threading
+from typing import Any, Callable, Dict, Iterator, List, Optional, Protocol, Sequence, TypeVar, runtime_checkable
+
+__all__ = ["MemoryStore", "Prefix", "RedisClusterStore", "RedisStore", "Store", "StoreError", "glob_escape"]
+
+_T = TypeVar("_T")
+
+
+class StoreError(Exception):
+    """A store call that could not complete. ``kind`` says why:
+
+    connection  the store could not be reached, or the connection broke
+    timeout     no reply in time
+    protocol    a reply of an unexpected type or shape
+    server      the store answered with an error
+    other       anything else the store's client raised
+    """
+
+    KINDS = ("connection", "timeout", "protocol", "server", "other")
+
+    def __init__(self, kind: str, message: str) -> None:
+        if kind not in self.KINDS:
+            raise ValueError(f"StoreError: unknown kind {kind!r}, expected one of {self.KINDS}")
+        super().__init__(f"[store.{kind}] {message}")
+        self.kind = kind
+
+
+@runtime_checkable
+class Store(Protocol):
+    """What kvkey.Connector needs from a store. Keys are ``str``; values are bytes-like
+    (``bytes``, ``bytearray``, ``memoryview``) and are returned as ``bytes`` (or any
+    object supporting the buffer protocol)."""
+
+    def get(self, keys: Sequence[str]) -> Sequence[Optional[bytes]]:
+        """The value of each key, or None where there is none."""
+        ...
+
+    def get_prefix(self, keys: Sequence[str], length: int) -> Sequence[Optional[bytes]]:
+        """The first ``length`` bytes of each value (all of it when shorter), or None
+        where there is none. A store that cannot read a range returns whole values; one
+        that knows the value's size returns ``Prefix(data, total_size)``, and the lookup
+        then also rejects a value whose length disagrees with its header."""
+        ...
+
+    def put(self, keys: Sequence[str], values: Sequence[Any]) -> Optional[Sequence[bool]]:
+        """Stores each value under its key, replacing what was there. Returns None when
+        all were stored, or one bool per key (True: stored)."""
+        ...
+
+    def delete(self, keys: Sequence[str]) -> int:
+        """Removes the keys; returns how many existed."""
+        ...
+
+    def exists(self, keys: Sequence[str]) -> Sequence[bool]:
+        """Whether each key has a value."""
+        ...
+
+    def scan_prefix(self, prefix: str) -> Iterator[str]:
+        """Every key that starts with ``prefix`` (at least once; order unspecified). A store
+        that cannot list its keys raises NotImplementedError."""
+        ...
+
+
+class Prefix(bytes):
+    """The first bytes of a stored value, with the value's total size (``total_size``)."""
+
+    total_size: int
+
+    def __new__(cls, data: bytes, total_size: int) -> "Prefix":
+        obj = super().__new__(cls, data)
+        obj.total_size = total_size
+        return obj
+
+
+def glob_escape(prefix: str) -> str:
+    """``prefix`` with the Redis glob specials (``* ? [ ] \\``) escaped, for SCAN MATCH."""
+    return "".join("\\" + c if c in "*?[]\\" else c for c in prefix)
+
+
+class MemoryStore:
+    """A Store in process memory: a dict behind a lock. ``values`` is the dict itself
+    (key -> bytes), for tests that damage values in place."""
+
+    def __init__(self) -> None:
+        self.values: Dict[str, bytes] = {}
+        self._lock = threading.Lock()
+
+    def get(self, keys: Sequence[str]) -> List[Optional[bytes]]:
+        with self._lock:
+            return [self.values.get(k) for k in keys]
+
+    def get_prefix(self, keys: Sequence[str], length: int) -> List[Optional[bytes]]:
+        with self._lock:
+            found = [self.values.get(k) for k in keys]
+        return [None if v is None else Prefix(v[:length], len(v)) for v in found]
+
+    def put(self, keys: Sequence[str], values: Sequence[Any]) -> None:
+        if len(keys) != len(values):
+            raise ValueError(f"put: {len(keys)} keys but {len(values)} values")
+        copies = [bytes(v) for v in values]
+        with self._lock:
+            self.values.update(zip(keys, copies))
+
+    def delete(self, keys: Sequence[str]) -> int:
+        with self._lock:
+            return sum(self.values.pop(k, None) is not None for k in set(keys))
+
+    def exists(self, keys: Sequence[str]) -> List[bool]:
+        with self._lock:
+            return [k in self.values for k in keys]
+
+    def scan_prefix(self, prefix: str) -> Iterator[str]:
+        with self._lock:
+            keys = [k for k in self.values if k.startswith(prefix)]
+        return iter(keys)
+
+    def __len__(self) -> int:
+        return len(self.values)
+
+
+# ---- Redis ----------------------------------------------------------------------------------
+
+
+def _redis_error_kind(e: BaseException) -> Optional[str]:
+    """The StoreError kind of a redis-py exception (None: not a store error)."""
+    rex: Any = importlib.import_module("redis.exceptions")  # only when a Redis store is used
+
+    if isinstance(e, rex.TimeoutError):
+        return "timeout"
+    if isinstance(e, rex.ConnectionError):  # BusyLoadingError and AuthenticationError included
+        return "server" if isinstance(e, rex.AuthenticationError) else "connection"
+    if isinstance(e, rex.RedisClusterException):
+        text = str(e)  # raised when no startup node answers and when no node is known for a slot
+        return "connection" if "cannot be connected" in text or "No targets" in text else "other"
+    if isinstance(e, (rex.InvalidResponse, rex.DataError)):
+        return "protocol"
+    if isinstance(e, (rex.ResponseError, rex.ClusterError)):
+        return "server"
+    if isinstance(e, rex.RedisError):
+        return "other"
+    if isinstance(e, OSError):
+        return "connection"
+    return None
+
+
+def _as_bytes(reply: Any, what: str) -> Optional[bytes]:
+    if reply is None or isinstance(reply, bytes):
+        return reply
+    raise StoreError("protocol", f"{what}: expected bytes or nil, got {type(reply).__name__}")
+
+
+def _prefixes(replies: List[Any]) -> List[Optional[bytes]]:
+    """GETRANGE and STRLEN replies, alternating, as a Prefix or None per key."""
+    out: List[Optional[bytes]] = []
+    for data, size in zip(replies[0::2], replies[1::2]):
+        data = _as_bytes(data, "GETRANGE")
+        if not isinstance(size, int):
+            raise StoreError("protocol", f"STRLEN answered a {type(size).__name__}")
+        # GETRANGE answers "" and STRLEN 0 for a missing key: an empty value reads as missing too.
+        out.append(Prefix(data, size) if data else None)
+    return out
+
+
+# One command for a batch of headers: GETRANGE and STRLEN of every key, alternating.
+_PREFIX_SCRIPT = """
+local out, last = {}, tonumber(ARGV[1]) - 1
+for i, key in ipairs(KEYS) do
+  out[2 * i - 1] = redis.call('GETRANGE', key, 0, last)
+  out[2 * i] = redis.call('STRLEN', key)
+end
+return out
+"""
+
+
+class _RedisBase:
+    """What RedisStore and RedisClusterStore share: the commands as pipelines of
+    single-key commands, and the error handling."""
+
+    def __init__(self, client: Any, batch: int) -> None:
+        if batch < 1:
+            raise ValueError(f"batch is {batch}, must be at least 1")
+        self.client = client
+        self._batch = batch
+
+    # Implemented by the subclasses.
+    def _drop_connections(self) -> None:
+        raise NotImplementedError
+
+    def _pipeline(self) -> Any:
+        return self.client.pipeline(transaction=False)
+
+    def _call(self, during: str, run: Callable[[], _T]) -> _T:
+        """Runs one store call; a redis-py error becomes a StoreError, and the
+        connections that may be out of step are dropped (never reused)."""
+        try:
+            return run()
+        except StoreError:
+            self._drop_connections()
+            raise
+        except Exception as e:
+            kind = _redis_error_kind(e)
+            if kind is None:
+                raise
+            self._drop_connections()
+            raise StoreError(kind, f"{during}: {type(e).__name__}: {e}") from e
+
+    def _each(self, during: str, items: Sequence[_T], command: Callable[[Any, _T], Any],
+              per_item: int = 1) -> List[Any]:
+        """``per_item`` commands per item, pipelined in batches; the replies in order."""
+
+        def run() -> List[Any]:
+            out: List[Any] = []
+            for start in range(0, len(items), self._batch):
+                chunk = items[start:start + self._batch]
+                pipe = self._pipeline()
+                for item in chunk:
+                    command(pipe, item)
+                replies = pipe.execute(raise_on_error=True)
+                if len(replies) != len(chunk) * per_item:
+                    raise StoreError("protocol", f"{during}: {len(replies)} replies to "
+                                     f"{len(chunk) * per_item} commands")
+                out.extend(replies)
+            return out
+
+        return self._call(during, run) if items else []
+
+    def get(self, keys: Sequence[str]) -> List[Optional[bytes]]:
+        replies = self._each("get", keys, lambda p, k: p.execute_command("GET", k))
+        return [_as_bytes(r, "GET") for r in replies]
+
+    def get_prefix(self, keys: Sequence[str], length: int) -> List[Optional[bytes]]:
+        if length < 1:
+            raise ValueError(f"get_prefix: length is {length}, must be at least 1")
+
+        def both(p: Any, k: str) -> None:
+            p.execute_command("GETRANGE", k, 0, length - 1)
+            p.execute_command("STRLEN", k)
+
+        return _prefixes(self._each("get_prefix", keys, both, per_item=2))
+
+    def put(self, keys: Sequence[str], values: Sequence[Any]) -> List[bool]:
+        if len(keys) != len(values):
+            raise ValueError(f"put: {len(keys)} keys but {len(values)} values")
+        replies = self._each("put", list(zip(keys, values)),
+                             lambda p, kv: p.execute_command("SET", kv[0], bytes(kv[1])))
+        return [r is True for r in replies]
+
+    def delete(self, keys: Sequence[str]) -> int:
+        replies = self._each("delete", list(dict.fromkeys(keys)), lambda p, k: p.execute_command("UNLINK", k))
+        if any(not isinstance(r, int) for r in replies):
+            raise StoreError("protocol", "delete: UNLINK answered a non-integer")
+        return sum(replies)
+
+    def exists(self, keys: Sequence[str]) -> List[bool]:
+        replies = self._each("exists", keys, lambda p, k: p.execute_command("EXISTS", k))
+        if any(r not in (0, 1) for r in replies):
+            raise StoreError("protocol", "exists: EXISTS answered something other than 0 or 1")
+        return [r == 1 for r in replies]
+
+    def _scan_node(self, node_client: Any, prefix: str) -> Iterator[str]:
+        pattern = glob_escape(prefix) + "*"
+        cursor: Any = 0
+        while True:  # ends when the server returns cursor 0: SCAN visits every key once or more
+            def scan_once(at: Any = cursor) -> Any:
+                return node_client.scan(cursor=at, match=pattern, count=1000)
+
+            cursor, batch = self._call("scan_prefix", scan_once)
+            for k in batch:
+                yield k.decode("utf-8", "surrogateescape") if isinstance(k, bytes) else str(k)
+            if int(cursor) == 0:
+                return
+
+
+class RedisStore(_RedisBase):
+    """A Store on one Redis node through a ``redis.Redis`` client (redis-py 4.3+).
+
+    Reads are pipelines of ``GET`` (``batch`` commands per round trip), headers one
+    script call per ``batch`` keys (``GETRANGE`` + ``STRLEN``), writes pipelines of ``SET``. The client must not decode responses
+    (``decode_responses=False``, the default).
+
+    Errors: redis-py 4.3 closes a connection whose read or write failed (timeout,
+    broken socket, unparseable reply) before it goes back to the pool, and a pipeline
+    reads every reply of a batch, error replies included, before it returns. On any
+    error this store also closes the pool's idle connections (the one just used among
+    them), so a connection left out of step with its replies is never reused.
+    The client is thread-safe, and so is the store.
+    """
+
+    def __init__(self, client: Any, *, batch: int = 512) -> None:
+        super().__init__(client, batch)
+        self._script: Any = None  # the header script, registered on first use; False: not available
+
+    def get_prefix(self, keys: Sequence[str], length: int) -> List[Optional[bytes]]:
+        """One ``EVALSHA`` per ``batch`` keys of a script that runs ``GETRANGE key 0 length-1``
+        and ``STRLEN key`` for each (packing two commands per key in Python costs more than
+        verifying the headers); where scripts are not available (disabled, or refused by
+        ACL), pipelined ``GETRANGE`` + ``STRLEN``."""
+        if length < 1:
+            raise ValueError(f"get_prefix: length is {length}, must be at least 1")
+        if self._script is False or not keys:
+            return super().get_prefix(keys, length)
+        if self._script is None:
+            self._script = self.client.register_script(_PREFIX_SCRIPT)
+        rex: Any = importlib.import_module("redis.exceptions")
+
+        def run() -> List[Optional[bytes]]:
+            out: List[Optional[bytes]] = []
+            for start in range(0, len(keys), self._batch):
+                chunk = list(keys[start:start + self._batch])
+                replies = self._script(keys=chunk, args=[length])
+                if not isinstance(replies, list) or len(replies) != 2 * len(chunk):
+                    raise StoreError("protocol", f"get_prefix: the header script answered "
+                                     f"{type(replies).__name__} for {len(chunk)} keys")
+                out.extend(_prefixes(replies))
+            return out
+
+        try:
+            return self._call("get_prefix", run)
+        except StoreError as e:
+            if not isinstance(e.__cause__, rex.ResponseError):
+                raise
+            # The server refused the script, or a command in it failed: the pipeline
+            # answers or raises on its own; if it answers, scripts are the problem.
+            out = super().get_prefix(keys, length)
+            self._script = False
+            return out
+
+    def _drop_connections(self) -> None:
+        try:
+            self.client.connection_pool.disconnect(inuse_connections=False)
+        except Exception:  # noqa: BLE001 - closing is best effort; the next call reconnects
+            pass
+
+    def scan_prefix(self, prefix: str) -> Iterator[str]:
+        return self._scan_node(self.client, prefix)
+
+
+class RedisClusterStore(_RedisBase):
+    """A Store on a Redis Cluster through a ``redis.cluster.RedisCluster`` client.
+
+    Keys carry no hash tag, so one prompt's blocks spread over every primary; all
+    commands are single-key and go through the cluster pipeline, which sends each
+    to the node that owns its slot. ``scan_prefix`` scans every primary. After an
+    error the slot map is refreshed before the next call (it follows a failover or
+    a resharding) and the idle connections are closed. Use one store per thread:
+    redis-py's cluster client updates its slot map without a lock.
+    """
+
+    def __init__(self, client: Any, *, batch: int = 512) -> None:
+        super().__init__(client, batch)
+        self._stale = False
+
+    def _drop_connections(self) -> None:
+        self._stale = True
+        try:
+            for node in self.client.get_nodes():
+                if node.redis_connection is not None:
+                    node.redis_connection.connection_pool.disconnect(inuse_connections=False)
+        except Exception:  # noqa: BLE001 - best effort, as above
+            pass
+
+    def _pipeline(self) -> Any:
+        if self._stale:
+            self._stale = False
+            self.client.nodes_manager.initialize()  # a promoted replica, moved slots
+        return self.client.pipeline(transaction=False)
+
+    def primaries(self) -> List[Any]:
+        """The primaries of the cluster, by a fresh slot map."""
+
+        def run() -> List[Any]:
+            self.client.nodes_manager.initialize()
+            self._stale = False
+            return list(self.client.get_primaries())
+
+        return self._call("primaries", run)
+
+    def scan_prefix(self, prefix: str) -> Iterator[str]:
+        for node in self.primaries():
+            yield from self._scan_node(self.client.get_redis_connection(node), prefix)

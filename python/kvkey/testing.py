@@ -1,0 +1,649 @@
+"""kvkey.testing.check_store: a conformance kit for store adapters and connectors.
+
+``check_store(make_store)`` drives ``kvkey.Connector`` against stores made by
+``make_store()`` through a matrix of faults: foreign objects under the right key (one
+per identity field), an epoch bump, a cross-tenant read, keyed versus plain, header and
+payload bit flips, torn, truncated, empty and non-kvkey values, transplanted headers and
+swapped values, a value of another format version, a stale writer racing an epoch bump
+and concurrent writers of one key. Damaged values are written with the store's own
+``put``, as a broken or hostile writer would.
+
+Every case must end with 0 wrong loads (a payload served, or bytes written into a
+``load_into`` buffer, that is not what this deployment last saved for the block), 0
+lookups that count a block whose header does not verify, and nothing lost (an intact
+block that does not load, or a lookup that stops before it). See docs/python.md.
+"""
+
+from __future__ import annotations
+
+import collections
+import dataclasses
+import functools
+import hashlib
+import os
+import secrets
+import threading
+import traceback
+from typing import Any, Callable, Dict, List, Optional, Sequence, Set, Tuple
+
+import kvkey as kv
+from .connector import Connector
+from .stores import Store
+
+__all__ = ["CaseResult", "Report", "check_store"]
+
+_HEADER = kv.envelope_size
+BLOCKS = 4  # blocks per prompt; faults hit block 2 unless a case says otherwise
+TP = 2  # ranks of the deployment under test
+
+
+@dataclasses.dataclass
+class CaseResult:
+    """The counts of one case of the matrix."""
+
+    name: str
+    lookups: int = 0  # lookup calls
+    counted: int = 0  # blocks the lookups counted
+    counted_rejected: int = 0  # blocks counted although a rank's header does not verify (must be 0)
+    loaded: int = 0  # blocks loaded with the expected bytes (load and load_into)
+    rejected: int = 0  # load_into results "rejected"
+    missing: int = 0  # load_into results "missing"
+    wrong_loads: int = 0  # payloads served that are not the deployment's, or buffers written (must be 0)
+    lost: int = 0  # intact blocks not loaded, or not counted by a lookup (must be 0)
+    reasons: "collections.Counter[str]" = dataclasses.field(default_factory=collections.Counter)
+    errors: List[str] = dataclasses.field(default_factory=list)  # exceptions and failed expectations
+
+    @property
+    def ok(self) -> bool:
+        return not (self.wrong_loads or self.counted_rejected or self.lost or self.errors)
+
+    def __str__(self) -> str:
+        why = ", ".join(f"{k}: {v}" for k, v in sorted(self.reasons.items()))
+        line = (f"{'ok  ' if self.ok else 'FAIL'} {self.name}: lookups {self.lookups} (counted {self.counted}, "
+                f"rejected headers counted {self.counted_rejected}); loaded {self.loaded}, rejected {self.rejected}"
+                f"{f' ({why})' if why else ''}, missing {self.missing}; wrong loads {self.wrong_loads}; "
+                f"lost {self.lost}")
+        return "\n".join([line] + [f"       error: {e}" for e in self.errors])
+
+
+@dataclasses.dataclass
+class Report:
+    """What ``check_store`` found: ``ok`` when every case is."""
+
+    cases: List[CaseResult]
+
+    @property
+    def ok(self) -> bool:
+        return all(c.ok for c in self.cases)
+
+    @property
+    def wrong_loads(self) -> int:
+        return sum(c.wrong_loads for c in self.cases)
+
+    @property
+    def counted_rejected(self) -> int:
+        return sum(c.counted_rejected for c in self.cases)
+
+    @property
+    def lost(self) -> int:
+        return sum(c.lost for c in self.cases)
+
+    @property
+    def failed(self) -> List[CaseResult]:
+        return [c for c in self.cases if not c.ok]
+
+    def case(self, name: str) -> CaseResult:
+        return next(c for c in self.cases if c.name == name)
+
+    def __str__(self) -> str:
+        head = (f"check_store: {'ok' if self.ok else 'FAILED'}: {len(self.cases)} cases, "
+                f"{len(self.failed)} failed; wrong loads {self.wrong_loads}, lookups counting a rejected header "
+                f"{self.counted_rejected}, intact blocks lost {self.lost}")
+        return "\n".join([head] + ["  " + str(c) for c in self.cases])
+
+
+# ---- deployments ----------------------------------------------------------------------------
+
+_MakeConnector = Callable[..., Any]
+
+
+def _identity(tenant: str, rank: int, changes: Dict[str, Any]) -> kv.Identity:
+    i = kv.Identity(
+        tenant=tenant,
+        model=kv.Model(name="kvkey-check", revision="0123456789abcdef0123456789abcdef01234567"),
+        kv=kv.Kv(dtype=kv.KvDtype.int8,
+                 quant=kv.Quant(scheme="per_token_head", group_size=8, scale_dtype=kv.KvDtype.fp16),
+                 block_size=4, num_layers=2, num_kv_heads=2, head_dim=8, layout="kvkey.check.v1"),
+        shard=kv.Shard(tp_size=TP, tp_rank=rank))
+    for path, value in changes.items():
+        target: Any = i
+        parts = path.split(".")
+        for part in parts[:-1]:
+            target = getattr(target, part)
+        setattr(target, parts[-1], value)
+    return i
+
+
+class _Deployment:
+    """The namespaces of one deployment's ranks and the payloads it writes. A payload
+    depends on the namespace's root, the rank's slice, the block and a version, so
+    another deployment's, rank's, block's or version's bytes never match."""
+
+    def __init__(self, tenant: str, changes: Optional[Dict[str, Any]] = None,
+                 secret: Optional[kv.TenantSecret] = None, ranks: int = TP) -> None:
+        changes = dict(changes or {})
+        self.ranks = [kv.KeyNamespace(_identity(tenant, r, changes), secret=secret) for r in range(ranks)]
+
+    def with_epoch(self, epoch: int) -> "_Deployment":
+        """The same deployment under another weights epoch (``ns.with_epoch``)."""
+        d = _Deployment.__new__(_Deployment)
+        d.ranks = [ns.with_epoch(epoch) for ns in self.ranks]
+        return d
+
+    def payload(self, rank: int, block: bytes, version: int = 0) -> bytes:
+        ns = self.ranks[rank]
+        s = ns.slice
+        size = 256 * (s.kv_head_end - s.kv_head_begin) * (s.layer_end - s.layer_begin)
+        seed = b"%s|%d|%d|%s|%d" % (ns.root, s.kv_head_begin, s.layer_begin, bytes(block), version)
+        return hashlib.shake_256(seed).digest(size)
+
+    def hashes(self, family: int = 0) -> List[bytes]:
+        bs = self.ranks[0].block_size
+        return self.ranks[0].block_hashes([(family * 7919 + t * 104729) % 65536 for t in range(BLOCKS * bs)])
+
+    def tenant_prefix(self) -> str:
+        return self.ranks[0].tenant_prefix
+
+
+class _Case:
+    """One case: its store, connectors, the bytes each (rank, block) may load as, and
+    the checks."""
+
+    def __init__(self, name: str, make_store: Callable[[], Store], make_connector: _MakeConnector,
+                 tenant: str) -> None:
+        self.result = CaseResult(name)
+        self.store = make_store()
+        self._make_connector = make_connector
+        self.tenant = tenant
+        self.tenants: Set[str] = set()
+        # (key) -> payloads that may be loaded from it; absent or empty: nothing may.
+        self.allowed: Dict[str, Set[bytes]] = {}
+
+    def deployment(self, suffix: str = "", changes: Optional[Dict[str, Any]] = None,
+                   secret: Optional[kv.TenantSecret] = None, ranks: int = TP) -> _Deployment:
+        d = _Deployment(self.tenant + suffix, changes, secret, ranks)
+        self.tenants.add(d.tenant_prefix())
+        return d
+
+    def connector(self, d: _Deployment) -> Any:
+        return self._make_connector(self.store, d.ranks)
+
+    def save(self, conn: Any, d: _Deployment, hashes: Sequence[bytes], version: int = 0,
+             ranks: Optional[Sequence[int]] = None) -> None:
+        """Saves through the connector; what it saved becomes the only bytes allowed."""
+        for r in (range(len(d.ranks)) if ranks is None else ranks):
+            payloads = [d.payload(r, h, version) for h in hashes]
+            saved = conn.save(hashes, payloads, rank=r)
+            if saved != len(hashes):
+                self.result.errors.append(f"save stored {saved} of {len(hashes)} values")
+            for h, p in zip(hashes, payloads):
+                self.allowed[d.ranks[r].store_key(h)] = {p}
+
+    def value(self, ns: kv.KeyNamespace, h: bytes) -> bytes:
+        v = self.store.get([ns.store_key(h)])[0]
+        if v is None:
+            raise AssertionError(f"no value under {ns.store_key(h)} right after it was saved")
+        return bytes(v)
+
+    def put_raw(self, key: str, value: Optional[bytes]) -> None:
+        """Damage: a value written by the store's put, past the connector."""
+        if value is None:
+            self.store.delete([key])
+        else:
+            self.store.put([key], [value])
+        self.allowed[key] = set()
+
+    def check(self, conn: Any, d: _Deployment, hashes: Sequence[bytes], *, strict: bool = True) -> None:
+        """A lookup and a load and a load_into on every rank, checked against what may be
+        loaded. ``strict``: nothing writes meanwhile, so the lookup must count exactly
+        the leading blocks whose headers verify, and intact blocks must load."""
+        r = self.result
+        hashes = list(hashes)
+        counted = conn.lookup(hashes)
+        r.lookups += 1
+        r.counted += counted
+        # The oracle: read every value and check its header with the namespace itself.
+        keys = [ns.store_key(h) for h in hashes for ns in d.ranks]
+        values = list(self.store.get(keys))
+        verifies, complete = [], []  # the header verifies; and the value's length agrees with it
+        for b, h in enumerate(hashes):
+            good = whole = True
+            for k, ns in enumerate(d.ranks):
+                v = values[b * len(d.ranks) + k]
+                ok = v is not None and bool(ns.verify_header(memoryview(v)[:_HEADER], h).ok)
+                good = good and ok
+                whole = whole and ok and v is not None and ns.verify(
+                    memoryview(v)[:_HEADER], h, max(0, len(v) - _HEADER)).reason != "size_mismatch"
+            verifies.append(good)
+            complete.append(whole)
+        if strict:
+            r.counted_rejected += sum(1 for b in range(min(counted, len(hashes))) if not verifies[b])
+            # A lookup may also stop at a value whose length disagrees with its header.
+            expected = next((b for b, ok in enumerate(complete) if not ok), len(hashes))
+            if counted < expected:
+                r.lost += expected - counted
+                r.errors.append(f"lookup counted {counted} blocks; {expected} have headers that verify")
+        for rank, ns in enumerate(d.ranks):
+            rank_keys = [ns.store_key(h) for h in hashes]
+            for key, p in zip(rank_keys, conn.load(hashes, rank=rank)):
+                allowed = self.allowed.get(key, set())
+                if p is None:
+                    if strict and allowed:
+                        r.lost += 1
+                elif bytes(p) in allowed:
+                    r.loaded += 1
+                else:
+                    r.wrong_loads += 1
+            sizes = [len(next(iter(self.allowed[k]))) if self.allowed.get(k) else len(d.payload(rank, h))
+                     for k, h in zip(rank_keys, hashes)]
+            sentinel = [bytes([0xA5]) * n for n in sizes]
+            buffers = [bytearray(s) for s in sentinel]
+            for key, buf, before, res in zip(rank_keys, buffers, sentinel,
+                                             conn.load_into(hashes, buffers, rank=rank)):
+                allowed = self.allowed.get(key, set())
+                if res.loaded:
+                    if bytes(buf) in allowed:
+                        r.loaded += 1
+                    else:
+                        r.wrong_loads += 1
+                    continue
+                if bytes(buf) != before:
+                    r.wrong_loads += 1  # unverified bytes written into the caller's buffer
+                if res.status == "rejected":
+                    r.rejected += 1
+                    r.reasons[f"{res.verdict.reason} {res.verdict.field}"] += 1
+                else:
+                    r.missing += 1
+                if strict and allowed:
+                    r.lost += 1
+
+    def cleanup(self) -> None:
+        for prefix in sorted(self.tenants):
+            try:
+                keys = list(self.store.scan_prefix(prefix))
+            except NotImplementedError:  # a store that cannot list keys: its values stay
+                return
+            if keys:
+                self.store.delete(keys)
+            left = list(self.store.scan_prefix(prefix))
+            if left:
+                self.result.errors.append(f"delete left {len(left)} keys under {prefix}")
+
+
+# ---- the matrix -----------------------------------------------------------------------------
+
+_Damage = Callable[["_Case", _Deployment, List[bytes]], None]
+
+FIELD_CHANGES: List[Tuple[str, Dict[str, Any]]] = [
+    ("tenant", {}),  # another tenant: see _foreign
+    ("model.name", {"model.name": "kvkey-check-other"}),
+    ("model.revision", {"model.revision": "fedcba9876543210fedcba9876543210fedcba98"}),
+    ("model.weights_epoch", {"model.weights_epoch": 1}),
+    ("model.weights_fingerprint", {"model.weights_fingerprint": kv.fingerprint(b"other weights")}),
+    ("model.positional_fingerprint", {"model.positional_fingerprint": kv.fingerprint(b"rope x4")}),
+    ("kv.dtype", {"kv.dtype": kv.KvDtype.uint8}),
+    ("kv.quant.scheme", {"kv.quant.scheme": "per_token"}),
+    ("kv.quant.group_size", {"kv.quant.group_size": 4}),
+    ("kv.quant.scale_dtype", {"kv.quant.scale_dtype": kv.KvDtype.bf16}),
+    ("kv.quant.zero_point", {"kv.quant.zero_point": True}),
+    ("kv.quant.scales_fingerprint", {"kv.quant.scales_fingerprint": kv.fingerprint(b"scales")}),
+    ("kv.block_size", {"kv.block_size": 8}),
+    ("kv.num_layers", {"kv.num_layers": 3}),
+    ("kv.num_kv_heads", {"kv.num_kv_heads": 4}),
+    ("kv.head_dim", {"kv.head_dim": 16}),
+    ("kv.layout", {"kv.layout": "kvkey.check.v2"}),
+    ("kv.mla", {"kv.mla": True}),
+    ("shard.tp_size", {"shard.tp_size": 1}),
+    ("adapter", {"adapter": kv.Adapter("lora-a", kv.fingerprint(b"lora-a weights"))}),
+]
+
+
+def _foreign(field: str, changes: Dict[str, Any]) -> _Damage:
+    """Another deployment's value for the same block hash, written under our key."""
+
+    def damage(case: _Case, d: _Deployment, hashes: List[bytes]) -> None:
+        suffix = "-x" if field == "tenant" else ""
+        ch = dict(changes)
+        if field == "shard.tp_size":
+            other = case.deployment(suffix, ch, ranks=1)
+        else:
+            other = case.deployment(suffix, ch)
+        h = hashes[2]
+        case.put_raw(d.ranks[0].store_key(h), other.ranks[0].seal_value(h, other.payload(0, h)))
+
+    return damage
+
+
+def _rewrite(change: Callable[[bytes, _Case, _Deployment, List[bytes]], Optional[bytes]],
+             rank: int = 0, block: int = 2) -> _Damage:
+    def damage(case: _Case, d: _Deployment, hashes: List[bytes]) -> None:
+        ns = d.ranks[rank]
+        good = case.value(ns, hashes[block])
+        case.put_raw(ns.store_key(hashes[block]), change(good, case, d, hashes))
+
+    return damage
+
+
+def _flip(offset: int) -> Callable[[bytes, _Case, _Deployment, List[bytes]], Optional[bytes]]:
+    def change(v: bytes, case: _Case, d: _Deployment, hashes: List[bytes]) -> bytes:
+        at = offset if offset >= 0 else len(v) + offset
+        return v[:at] + bytes([v[at] ^ 0x04]) + v[at + 1:]
+
+    return change
+
+
+def _torn(cut: int) -> Callable[[bytes, _Case, _Deployment, List[bytes]], Optional[bytes]]:
+    """The first ``cut`` bytes of a newer value of the block, the rest of the old one."""
+
+    def change(v: bytes, case: _Case, d: _Deployment, hashes: List[bytes]) -> bytes:
+        newer = d.ranks[0].seal_value(hashes[2], d.payload(0, hashes[2], 3))
+        at = cut if cut >= 0 else len(v) + cut
+        return newer[:at] + v[at:]
+
+    return change
+
+
+def _transplant(case: _Case, d: _Deployment, hashes: List[bytes]) -> None:
+    """Block 3's header with block 2's payload under block 2's key (rank 0), and rank 0's
+    header of block 2 with rank 1's payload under rank 1's key."""
+    ns0, ns1 = d.ranks[0], d.ranks[1]
+    v2, v3, r1 = case.value(ns0, hashes[2]), case.value(ns0, hashes[3]), case.value(ns1, hashes[2])
+    case.put_raw(ns0.store_key(hashes[2]), v3[:_HEADER] + v2[_HEADER:])
+    case.put_raw(ns1.store_key(hashes[2]), v2[:_HEADER] + r1[_HEADER:])
+
+
+def _transplant_payload(case: _Case, d: _Deployment, hashes: List[bytes]) -> None:
+    """Block 2's header with block 3's payload (of the same size) under block 2's key:
+    the header verifies, the bytes do not."""
+    ns = d.ranks[0]
+    v2, v3 = case.value(ns, hashes[2]), case.value(ns, hashes[3])
+    case.put_raw(ns.store_key(hashes[2]), v2[:_HEADER] + v3[_HEADER:])
+
+
+def _swap_blocks(case: _Case, d: _Deployment, hashes: List[bytes]) -> None:
+    ns = d.ranks[0]
+    v2, v3 = case.value(ns, hashes[2]), case.value(ns, hashes[3])
+    case.put_raw(ns.store_key(hashes[2]), v3)
+    case.put_raw(ns.store_key(hashes[3]), v2)
+
+
+def _swap_ranks(case: _Case, d: _Deployment, hashes: List[bytes]) -> None:
+    ns0, ns1 = d.ranks[0], d.ranks[1]
+    a, b = case.value(ns0, hashes[2]), case.value(ns1, hashes[2])
+    case.put_raw(ns0.store_key(hashes[2]), b)
+    case.put_raw(ns1.store_key(hashes[2]), a)
+
+
+def _version(version: int) -> Callable[[bytes, _Case, _Deployment, List[bytes]], Optional[bytes]]:
+    """The value with another format version in its header (offset 8, u16le)."""
+
+    def change(v: bytes, case: _Case, d: _Deployment, hashes: List[bytes]) -> bytes:
+        return v[:8] + version.to_bytes(2, "little") + v[10:]
+
+    return change
+
+
+def _fault_cases() -> List[Tuple[str, _Damage, bool]]:
+    """(name, damage, keyed reader)."""
+    cases: List[Tuple[str, _Damage, bool]] = []
+    for field, changes in FIELD_CHANGES:
+        cases.append((f"foreign {field}", _foreign(field, changes), False))
+    cases.append(("foreign shard (rank 1's value under rank 0's key)", _rewrite(
+        lambda v, c, d, hs: c.value(d.ranks[1], hs[2])), False))
+    for offset, what in [(0, "magic"), (8, "format version"), (12, "identity length"), (16, "block hash"),
+                         (48, "payload size"), (56, "slice"), (72, "namespace kind"), (73, "integrity mode"),
+                         (75, "reserved"), (84, "nonce"), (100, "payload digest"), (130, "identity"),
+                         (1000, "padding")]:
+        cases.append((f"header bit flip at {offset} ({what})", _rewrite(_flip(offset)), False))
+    cases.append(("header bit flip at 84 (nonce), keyed", _rewrite(_flip(84)), True))
+    cases.append(("header bit flip at 100 (tag), keyed", _rewrite(_flip(100)), True))
+    for offset, what in [(_HEADER, "first"), (_HEADER + 100, "middle"), (-1, "last")]:
+        cases.append((f"payload bit flip ({what} byte)", _rewrite(_flip(offset)), False))
+        cases.append((f"payload bit flip ({what} byte), keyed", _rewrite(_flip(offset)), True))
+    cases += [
+        ("torn value (newer header, older payload tail)", _rewrite(_torn(_HEADER + 64)), False),
+        ("torn header (newer first 100 bytes)", _rewrite(_torn(100)), False),
+        ("torn value, keyed", _rewrite(_torn(_HEADER + 64)), True),
+        ("truncated inside the header", _rewrite(lambda v, *a: v[:700]), False),
+        ("truncated to the header", _rewrite(lambda v, *a: v[:_HEADER]), False),
+        ("truncated by one byte", _rewrite(lambda v, *a: v[:-1]), False),
+        ("extended by one byte", _rewrite(lambda v, *a: v + b"\0"), False),
+        ("empty value", _rewrite(lambda v, *a: b""), False),
+        ("non-kvkey value (random bytes)", _rewrite(lambda v, *a: os.urandom(len(v))), False),
+        ("non-kvkey value (text)", _rewrite(lambda v, *a: b"not a kvkey value"), False),
+        ("non-kvkey value (payload without header)", _rewrite(lambda v, *a: v[_HEADER:]), False),
+        ("value deleted", _rewrite(lambda v, *a: None), False),
+        ("transplanted header", _transplant, False),
+        ("transplanted payload", _transplant_payload, False),
+        ("swapped values (blocks)", _swap_blocks, False),
+        ("swapped values (ranks)", _swap_ranks, False),
+        ("swapped values, keyed", _swap_blocks, True),
+        ("format version 1", _rewrite(_version(1)), False),
+        ("format version 3", _rewrite(_version(3)), False),
+        ("plain value under a keyed reader's key", _keyed_mix(reader_keyed=True), True),
+        ("keyed value under a plain reader's key", _keyed_mix(reader_keyed=False), False),
+        ("value keyed with another secret", _keyed_mix(reader_keyed=True, other_secret=True), True),
+    ]
+    return cases
+
+
+def _keyed_mix(reader_keyed: bool, other_secret: bool = False) -> _Damage:
+    def damage(case: _Case, d: _Deployment, hashes: List[bytes]) -> None:
+        if other_secret or not reader_keyed:
+            other = case.deployment("", secret=kv.TenantSecret(secrets.token_bytes(32)))
+        else:
+            other = case.deployment("")
+        h = hashes[2]
+        case.put_raw(d.ranks[0].store_key(h), other.ranks[0].seal_value(h, other.payload(0, h)))
+
+    return damage
+
+
+def _run_fault(case: _Case, damage: _Damage, keyed: bool) -> None:
+    d = case.deployment(secret=kv.TenantSecret(secrets.token_bytes(32)) if keyed else None)
+    conn = case.connector(d)
+    hashes = d.hashes()
+    case.save(conn, d, hashes)
+    case.check(conn, d, hashes)  # all intact
+    damage(case, d, hashes)
+    case.check(conn, d, hashes)
+    case.save(conn, d, hashes, version=1)  # the engine recomputes and saves again
+    case.check(conn, d, hashes)
+
+
+def _epoch_bump(case: _Case) -> None:
+    """After a rotation nothing of the old epoch is served, not even an old value
+    copied under a new key; a keyed namespace keeps its secret."""
+    d = case.deployment(secret=kv.TenantSecret(secrets.token_bytes(32)))
+    conn = case.connector(d)
+    hashes = d.hashes()
+    case.save(conn, d, hashes)
+    new = d.with_epoch(1)
+    if not all(ns.keyed for ns in new.ranks):
+        case.result.errors.append("with_epoch dropped the tenant secret")
+    rotated = conn.with_epoch(1) if hasattr(conn, "with_epoch") else case.connector(new)
+    new_hashes = new.hashes()
+    case.check(rotated, new, new_hashes)
+    for r, (old_ns, new_ns) in enumerate(zip(d.ranks, new.ranks)):
+        for old_h, new_h in zip(hashes, new_hashes):
+            case.put_raw(new_ns.store_key(new_h), case.value(old_ns, old_h))
+    case.check(rotated, new, new_hashes)
+    case.save(rotated, new, new_hashes, version=1)
+    case.check(rotated, new, new_hashes)
+    case.check(conn, d, hashes)  # the old epoch, for readers not yet rotated
+
+
+def _cross_tenant(case: _Case) -> None:
+    a, b = case.deployment("-a"), case.deployment("-b")
+    ca, cb = case.connector(a), case.connector(b)
+    ha, hb = a.hashes(), b.hashes()
+    case.save(cb, b, hb)
+    case.check(ca, a, ha)  # nothing of b's is reachable under a's keys
+    case.check(ca, a, hb)  # not even with b's block hashes
+    for r in range(TP):
+        for x, y in zip(ha, hb):
+            case.put_raw(a.ranks[r].store_key(x), case.value(b.ranks[r], y))
+    case.check(ca, a, ha)
+    case.save(ca, a, ha)
+    case.check(ca, a, ha)
+    case.check(cb, b, hb)
+
+
+def _threads(targets: Sequence[Callable[[], None]], case: _Case) -> None:
+    errors: List[str] = []
+
+    def wrap(f: Callable[[], None]) -> Callable[[], None]:
+        def run() -> None:
+            try:
+                f()
+            except Exception:  # noqa: BLE001 - reported in the case
+                errors.append(traceback.format_exc(limit=3))
+        return run
+
+    threads = [threading.Thread(target=wrap(t), daemon=True) for t in targets]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    case.result.errors.extend(errors)
+
+
+def _concurrent_writers(case: _Case, rounds: int = 40) -> None:
+    """Four writers of one key (three of this deployment with other payloads, one of
+    another tenant) while a reader loads: every load is one writer's complete bytes."""
+    d, other = case.deployment(), case.deployment("-x")
+    conn = case.connector(d)
+    hashes = d.hashes()
+    h = hashes[0]
+    key = d.ranks[0].store_key(h)
+    case.save(conn, d, hashes)
+    own = {d.payload(0, h, v) for v in (0, 1, 2, 3)}
+    case.allowed[key] = set(own)
+    done = threading.Event()
+
+    def writer(v: int) -> Callable[[], None]:
+        def run() -> None:
+            c = case.connector(d)
+            for _ in range(rounds):
+                c.save([h], [d.payload(0, h, v)])
+        return run
+
+    def foreign() -> None:
+        value = other.ranks[0].seal_value(h, other.payload(0, h))
+        for _ in range(rounds):
+            case.store.put([key], [value])
+
+    def reader() -> None:
+        c = case.connector(d)
+        while not done.is_set():
+            case.check(c, d, hashes, strict=False)
+
+    def writers() -> None:
+        _threads([writer(1), writer(2), writer(3), foreign], case)
+        done.set()
+
+    _threads([writers, reader], case)
+    case.save(conn, d, [h], version=3, ranks=[0])
+    case.check(conn, d, hashes)
+
+
+def _stale_writer(case: _Case, rounds: int = 40) -> None:
+    """A writer still on epoch 0 keeps saving while the deployment moves to epoch 1,
+    and one seals with the old namespace under the new keys: readers of either epoch
+    load only their own epoch's bytes."""
+    old = case.deployment()
+    new = old.with_epoch(1)
+    old_conn, new_conn = case.connector(old), case.connector(new)
+    oh, nh = old.hashes(), new.hashes()
+    case.save(old_conn, old, oh)
+    done = threading.Event()
+
+    def stale() -> None:
+        c = case.connector(old)
+        for i in range(rounds):
+            c.save(oh, [old.payload(0, h, i % 2) for h in oh], rank=0)
+            keys = [new.ranks[0].store_key(h) for h in nh]
+            case.store.put(keys, [old.ranks[0].seal_value(h, old.payload(0, h)) for h in nh])
+
+    def fresh() -> None:
+        c = case.connector(new)
+        for i in range(rounds):
+            c.save(nh, [new.payload(0, h, i % 2) for h in nh], rank=0)
+
+    def reader() -> None:
+        while not done.is_set():
+            case.check(new_conn, new, nh, strict=False)
+
+    for h in nh:
+        case.allowed[new.ranks[0].store_key(h)] = {new.payload(0, h, 0), new.payload(0, h, 1)}
+    for h in oh:
+        case.allowed[old.ranks[0].store_key(h)] = {old.payload(0, h, 0), old.payload(0, h, 1)}
+
+    def writers() -> None:
+        _threads([stale, fresh], case)
+        done.set()
+
+    _threads([writers, reader], case)
+    case.check(old_conn, old, oh, strict=False)
+    case.save(new_conn, new, nh, version=2)
+    case.check(new_conn, new, nh)
+
+
+def _baseline(case: _Case, keyed: bool) -> None:
+    d = case.deployment(secret=kv.TenantSecret(secrets.token_bytes(32)) if keyed else None)
+    conn = case.connector(d)
+    hashes = d.hashes()
+    case.check(conn, d, hashes)  # nothing saved yet
+    case.save(conn, d, hashes)
+    case.check(conn, d, hashes)
+    case.save(conn, d, hashes, version=1)  # overwritten: only the newer bytes may load
+    case.check(conn, d, hashes)
+
+
+def check_store(make_store: Callable[[], Store], *, make_connector: Optional[_MakeConnector] = None,
+                cases: Optional[Sequence[str]] = None) -> Report:
+    """Runs the fault matrix against stores from ``make_store()`` (called once per case;
+    a store on a shared server is fine: every case uses tenants of its own and removes
+    its keys at the end). ``make_connector(store, namespaces)`` builds the connector
+    under test (default ``kvkey.Connector``). ``cases``: run only the cases whose name
+    contains one of these strings. Returns a ``Report``; never raises for what a case
+    finds (an exception inside a case is one of its errors)."""
+    connect = make_connector or (lambda store, ranks: Connector(store, ranks))
+    run = secrets.token_hex(3)
+    plan: List[Tuple[str, Callable[[_Case], None]]] = [
+        ("baseline", lambda c: _baseline(c, False)),
+        ("baseline, keyed", lambda c: _baseline(c, True)),
+    ]
+    for name, damage, keyed in _fault_cases():
+        plan.append((name, functools.partial(_run_fault, damage=damage, keyed=keyed)))
+    plan += [
+        ("epoch bump", _epoch_bump),
+        ("cross-tenant read", _cross_tenant),
+        ("stale writer racing an epoch bump", _stale_writer),
+        ("concurrent writers of one key", _concurrent_writers),
+    ]
+    results = []
+    for i, (name, body) in enumerate(plan):
+        if cases is not None and not any(s in name for s in cases):
+            continue
+        case = _Case(name, make_store, connect, f"kvkey-check-{run}-{i}")
+        try:
+            body(case)
+        except Exception as e:  # noqa: BLE001 - reported, never raised
+            case.result.errors.append(f"{type(e).__name__}: {e}")
+        try:
+            case.cleanup()
+        except Exception as e:  # noqa: BLE001
+            case.result.errors.append(f"cleanup: {type(e).__name__}: {e}")
+        results.append(case.result)
+    return Report(results)
