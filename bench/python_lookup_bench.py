@@ -4,7 +4,7 @@
 Stores `--blocks` blocks (per rank) through kvkey.Connector over kvkey.stores.RedisStore,
 then times, interleaved in one process, `lookup` (pipelined GETRANGE key 0 1023 + STRLEN,
 every header verified) and `lookup_existing` (pipelined EXISTS) of all of them, and
-prints the medians and their ratio. Needs a running redis-server (no persistence):
+prints the fastest rounds and the medians, and their ratios. Needs a running redis-server (no persistence):
 
     redis-server --port 6399 --save '' --appendonly no &
     /usr/bin/python3 bench/python_lookup_bench.py --port 6399
@@ -63,11 +63,15 @@ def main() -> None:
             f(hashes)
             times[name].append(time.perf_counter() - t0)
     med = {k: statistics.median(v) for k, v in times.items()}
+    best = {k: min(v) for k, v in times.items()}  # contention only ever adds time
     store.delete(list(store.scan_prefix(ranks[0].tenant_prefix)))
     print(json.dumps({
         "blocks": args.blocks, "ranks": args.ranks, "repeat": args.repeat,
-        "verified_ms": round(med["verified"] * 1e3, 2), "existence_ms": round(med["existence"] * 1e3, 2),
-        "ratio": round(med["verified"] / med["existence"], 2),
+        "fastest_verified_ms": round(best["verified"] * 1e3, 2),
+        "fastest_existence_ms": round(best["existence"] * 1e3, 2),
+        "fastest_ratio": round(best["verified"] / best["existence"], 2),
+        "median_verified_ms": round(med["verified"] * 1e3, 2), "median_existence_ms": round(med["existence"] * 1e3, 2),
+        "median_ratio": round(med["verified"] / med["existence"], 2),
         "redis": client.info("server")["redis_version"], "kvkey": kvkey.__version__}))
 
 

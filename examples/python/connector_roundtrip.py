@@ -25,7 +25,6 @@ from kvkey.stores import MemoryStore
 
 TP_SIZE = 2
 LAYERS, HEADS, HEAD_DIM, BLOCK = 4, 2, 64, 16
-BYTES_PER_ELEM = 2  # fp16
 failures = 0
 
 
@@ -50,8 +49,10 @@ def identity(rank: int, **changes: Any) -> kvkey.Identity:
 
 
 def payload_size(ns: kvkey.KeyNamespace) -> int:
-    heads = ns.slice.kv_head_end - ns.slice.kv_head_begin
-    return LAYERS * 2 * heads * HEAD_DIM * BLOCK * BYTES_PER_ELEM  # K and V of this rank's heads
+    """K and V of this rank's KV heads for one block: kvkey derives it from the identity."""
+    size = ns.payload_size
+    assert size is not None  # None only where quantization scales make the size engine-specific
+    return size
 
 
 def save(conn: kvkey.Connector, hashes: Sequence[bytes]) -> None:
@@ -93,6 +94,8 @@ def main() -> int:
     prompt = np.arange(1000, 1000 + 6 * BLOCK + 5, dtype=np.int64)  # 6 full blocks + a partial tail
     hashes = ranks[0].block_hashes(prompt)  # the chain does not depend on the rank
     expect(all(ns.block_hashes(prompt) == hashes for ns in ranks), "every rank computes the same block hashes")
+    expect(payload_size(ranks[1]) == 2 * LAYERS * (HEADS // TP_SIZE) * HEAD_DIM * BLOCK * kvkey.dtype_itemsize("fp16"),
+           "ns.payload_size: K and V of one KV head (of 2, TP 2), 4 layers, 16 tokens, 2 bytes each")
     store = MemoryStore()
     conn = kvkey.Connector(store, ranks)
 

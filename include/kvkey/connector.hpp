@@ -9,6 +9,7 @@
 //   kvkey::Connector<> c(store, ns);
 //   c.save(blocks, payloads);
 //   std::size_t reusable = c.lookup(blocks);                 // leading blocks whose headers verify
+//   std::size_t all = kvkey::lookup_all_ranks(store, {&rank0, &rank1}, blocks);  // ... on every rank
 //   std::vector<std::optional<kvkey::Bytes>> kv = c.load(blocks);  // verified payloads, nullopt = miss
 #ifndef KVKEY_CONNECTOR_HPP
 #define KVKEY_CONNECTOR_HPP
@@ -29,6 +30,10 @@
 #include "kvkey/store.hpp"
 
 KVKEY_BEGIN_NAMESPACE
+
+template <class Hash>
+std::size_t lookup_all_ranks(Store& store, const std::vector<const KeyNamespace<Hash>*>& ranks,
+                             const std::vector<Digest>& blocks);
 
 /// One rank's blocks in a Store. Holds references: the store and the
 /// namespace must outlive it. As thread-safe as the store (MemoryStore: fully).
@@ -57,12 +62,7 @@ class Connector {
   /// The number of leading blocks whose stored header verifies for this
   /// namespace and block (read with one get_prefix_many of envelope_size
   /// bytes). The payloads are checked by load.
-  std::size_t lookup(const std::vector<Digest>& blocks) const {
-    const std::vector<std::optional<Bytes>> headers = store_->get_prefix_many(keys(blocks), envelope_size);
-    std::size_t n = 0;
-    while (n < blocks.size() && n < headers.size() && headers[n] && header_ok(*headers[n], blocks[n])) ++n;
-    return n;
-  }
+  std::size_t lookup(const std::vector<Digest>& blocks) const { return lookup_all_ranks<Hash>(*store_, {ns_}, blocks); }
 
   /// The number of leading blocks for which the store has some value, verified
   /// or not: the existence-only lookup, for comparison. A foreign or damaged
@@ -92,10 +92,6 @@ class Connector {
     return out;
   }
 
-  bool header_ok(const Bytes& prefix, const Digest& block) const {
-    return prefix.size() >= envelope_size && ns_->verify_header(prefix.data(), envelope_size, block).ok();
-  }
-
   std::optional<Bytes> opened(std::optional<Bytes> value, const Digest& block) const {
     if (!value || !ns_->open_value(value->data(), value->size(), block).ok()) return std::nullopt;
     value->erase(value->begin(), value->begin() + static_cast<std::ptrdiff_t>(envelope_size));
@@ -105,6 +101,33 @@ class Connector {
   Store* store_;
   const KeyNamespace<Hash>* ns_;
 };
+
+/// Connector::lookup over a deployment's ranks: the number of leading blocks
+/// whose stored header verifies on every rank in `ranks` (each rank's
+/// namespace; block hashes are the same on every rank of a deployment), read
+/// with one get_prefix_many of all ranks' keys, block-major.
+template <class Hash>
+std::size_t lookup_all_ranks(Store& store, const std::vector<const KeyNamespace<Hash>*>& ranks,
+                             const std::vector<Digest>& blocks) {
+  if (ranks.empty()) return 0;
+  std::vector<std::string> keys;
+  keys.reserve(blocks.size() * ranks.size());
+  for (const Digest& b : blocks) {
+    for (const KeyNamespace<Hash>* ns : ranks) keys.push_back(ns->store_key(b));
+  }
+  const std::vector<std::optional<Bytes>> headers = store.get_prefix_many(keys, envelope_size);
+  std::size_t n = 0;
+  for (; n < blocks.size(); ++n) {
+    for (std::size_t r = 0; r < ranks.size(); ++r) {
+      const std::size_t k = n * ranks.size() + r;
+      if (k >= headers.size() || !headers[k] || headers[k]->size() < envelope_size ||
+          !ranks[r]->verify_header(headers[k]->data(), envelope_size, blocks[n]).ok()) {
+        return n;
+      }
+    }
+  }
+  return n;
+}
 
 KVKEY_END_NAMESPACE
 

@@ -12,20 +12,22 @@ at every scrape, so the names, help texts and labels are the same everywhere:
 docs/operations.md, "What to monitor").
 """
 
-from typing import Iterable, Iterator, List
+from typing import Callable, Iterable, Iterator, List
 
 from prometheus_client.metrics_core import Metric
 from prometheus_client.parser import text_string_to_metric_families
 from prometheus_client.registry import Collector as _CollectorBase
 
-from ._kvkey import Metrics
+from . import Metrics
+
+_parse: Callable[[str], Iterable[Metric]] = text_string_to_metric_families  # untyped in prometheus_client
 
 __all__ = ["Collector", "families"]
 
 
 def families(metrics: Metrics) -> List[Metric]:
     """The counters of ``metrics`` as prometheus_client metric families."""
-    return list(text_string_to_metric_families(metrics.render()))
+    return list(_parse(metrics.render()))
 
 
 class Collector(_CollectorBase):

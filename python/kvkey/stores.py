@@ -21,7 +21,10 @@ See docs/python.md, "Connector and stores".
 from __future__ import annotations
 
 import importlib
+import secrets
+import socket
 import threading
+import time
 from typing import Any, Callable, Dict, Iterator, List, Optional, Protocol, Sequence, TypeVar, runtime_checkable
 
 __all__ = ["MemoryStore", "Prefix", "RedisClusterStore", "RedisStore", "Store", "StoreError", "glob_escape"]
@@ -50,9 +53,11 @@ class StoreError(Exception):
 
 @runtime_checkable
 class Store(Protocol):
-    """What kvkey.Connector needs from a store. Keys are ``str``; values are bytes-like
+    """What kvkey.Connector uses of a store. Keys are ``str``; values are bytes-like
     (``bytes``, ``bytearray``, ``memoryview``) and are returned as ``bytes`` (or any
-    object supporting the buffer protocol)."""
+    object supporting the buffer protocol). Only ``get`` and ``put`` are required: the
+    connector reads whole values without ``get_prefix`` and uses ``get`` without
+    ``exists``."""
 
     def get(self, keys: Sequence[str]) -> Sequence[Optional[bytes]]:
         """The value of each key, or None where there is none."""
@@ -157,6 +162,8 @@ def _redis_error_kind(e: BaseException) -> Optional[str]:
         return "connection" if "cannot be connected" in text or "No targets" in text else "other"
     if isinstance(e, (rex.InvalidResponse, rex.DataError)):
         return "protocol"
+    if isinstance(e, ValueError):  # redis-py 4.3's parser on a damaged length: int(b"204\xb8")
+        return "protocol"
     if isinstance(e, (rex.ResponseError, rex.ClusterError)):
         return "server"
     if isinstance(e, rex.RedisError):
@@ -199,11 +206,17 @@ class _RedisBase:
     """What RedisStore and RedisClusterStore share: the commands as pipelines of
     single-key commands, and the error handling."""
 
-    def __init__(self, client: Any, batch: int) -> None:
+    _sentinel = False  # end every pipeline with ECHO <nonce> and check its reply
+
+    def __init__(self, client: Any, batch: int, deadline: Optional[float] = None) -> None:
         if batch < 1:
             raise ValueError(f"batch is {batch}, must be at least 1")
+        if deadline is not None and not deadline > 0:
+            raise ValueError(f"deadline is {deadline!r}, must be positive seconds or None")
         self.client = client
         self._batch = batch
+        self.deadline = deadline
+        self._local = threading.local()  # the deadline of this thread's call under way
 
     # Implemented by the subclasses.
     def _drop_connections(self) -> None:
@@ -215,6 +228,7 @@ class _RedisBase:
     def _call(self, during: str, run: Callable[[], _T]) -> _T:
         """Runs one store call; a redis-py error becomes a StoreError, and the
         connections that may be out of step are dropped (never reused)."""
+        self._local.until = None if self.deadline is None else time.monotonic() + self.deadline
         try:
             return run()
         except StoreError:
@@ -238,7 +252,7 @@ class _RedisBase:
                 pipe = self._pipeline()
                 for item in chunk:
                     command(pipe, item)
-                replies = pipe.execute(raise_on_error=True)
+                replies = self._execute(pipe, during)
                 if len(replies) != len(chunk) * per_item:
                     raise StoreError("protocol", f"{during}: {len(replies)} replies to "
                                      f"{len(chunk) * per_item} commands")
@@ -246,6 +260,54 @@ class _RedisBase:
             return out
 
         return self._call(during, run) if items else []
+
+    def _execute(self, pipe: Any, during: str) -> List[Any]:
+        """Runs a pipeline; with the sentinel, checks that the stream is in step; with a
+        deadline, shuts the connection's socket when the call's time is up, so a server
+        that trickles its replies cannot hold the call (redis-py's socket_timeout bounds
+        each read only)."""
+        nonce = secrets.token_hex(16).encode() if self._sentinel else None
+        if nonce is not None:
+            pipe.execute_command("ECHO", nonce)
+        until = getattr(self._local, "until", None)
+        expired = threading.Event()
+        timer = None
+        if until is not None and self._sentinel:
+            left = until - time.monotonic()
+            if left <= 0:
+                raise StoreError("timeout", f"{during}: the call passed its deadline of {self.deadline} s")
+            conn = pipe.connection_pool.get_connection("MULTI")
+            pipe.connection = conn  # released by the pipeline when it is done
+
+            def expire() -> None:
+                expired.set()
+                sock = getattr(conn, "_sock", None)
+                if sock is not None:
+                    try:
+                        sock.shutdown(socket.SHUT_RDWR)
+                    except OSError:
+                        pass
+
+            timer = threading.Timer(left, expire)
+            timer.daemon = True
+            timer.start()
+        try:
+            replies = list(pipe.execute(raise_on_error=True))
+        except Exception as e:
+            if expired.is_set():
+                raise StoreError("timeout", f"{during}: the call passed its deadline of {self.deadline} s") from e
+            raise
+        finally:
+            if timer is not None:
+                timer.cancel()
+        if expired.is_set():  # done as it expired: the socket is shut, the call counts as late
+            raise StoreError("timeout", f"{during}: the call passed its deadline of {self.deadline} s")
+        if nonce is not None:
+            if not replies or replies[-1] != nonce:
+                raise StoreError("protocol", f"{during}: the reply stream is out of step (the last reply "
+                                 "is not the sentinel's nonce)")
+            replies.pop()
+        return replies
 
     def get(self, keys: Sequence[str]) -> List[Optional[bytes]]:
         replies = self._each("get", keys, lambda p, k: p.execute_command("GET", k))
@@ -301,16 +363,21 @@ class RedisStore(_RedisBase):
     script call per ``batch`` keys (``GETRANGE`` + ``STRLEN``), writes pipelines of ``SET``. The client must not decode responses
     (``decode_responses=False``, the default).
 
-    Errors: redis-py 4.3 closes a connection whose read or write failed (timeout,
-    broken socket, unparseable reply) before it goes back to the pool, and a pipeline
-    reads every reply of a batch, error replies included, before it returns. On any
-    error this store also closes the pool's idle connections (the one just used among
-    them), so a connection left out of step with its replies is never reused.
+    Errors: every pipeline ends with ``ECHO`` of a fresh nonce, and a call whose last
+    reply is not that nonce is ``StoreError("protocol")``: redis-py 4.3 counts replies, so
+    one damaged length byte can shift them, and it reuses a connection whose extra
+    replies arrive after the call. On any error this store also closes the pool's idle
+    connections (the one just used among them), so a connection left out of step with
+    its replies is never reused. ``deadline`` (seconds, None: none) bounds each store
+    call: redis-py's ``socket_timeout`` bounds each read only, so when the deadline
+    passes the store shuts the socket of the pipeline under way (``StoreError("timeout")``).
     The client is thread-safe, and so is the store.
     """
 
-    def __init__(self, client: Any, *, batch: int = 512) -> None:
-        super().__init__(client, batch)
+    _sentinel = True
+
+    def __init__(self, client: Any, *, batch: int = 512, deadline: Optional[float] = 10.0) -> None:
+        super().__init__(client, batch, deadline)
         self._script: Any = None  # the header script, registered on first use; False: not available
 
     def get_prefix(self, keys: Sequence[str], length: int) -> List[Optional[bytes]]:
@@ -330,7 +397,9 @@ class RedisStore(_RedisBase):
             out: List[Optional[bytes]] = []
             for start in range(0, len(keys), self._batch):
                 chunk = list(keys[start:start + self._batch])
-                replies = self._script(keys=chunk, args=[length])
+                pipe = self._pipeline()
+                self._script(keys=chunk, args=[length], client=pipe)
+                replies = self._execute(pipe, "get_prefix")[0]
                 if not isinstance(replies, list) or len(replies) != 2 * len(chunk):
                     raise StoreError("protocol", f"get_prefix: the header script answered "
                                      f"{type(replies).__name__} for {len(chunk)} keys")

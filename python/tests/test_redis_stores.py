@@ -128,7 +128,7 @@ def test_redis_headers_without_scripts(client):
 
     class NoScripts(redis.Redis):
         def register_script(self, script):
-            def refuse(keys, args):
+            def refuse(keys, args, client=None):
                 calls.append(len(keys))
                 raise redis.exceptions.ResponseError("NOPERM this user has no permissions to run 'evalsha'")
             return refuse

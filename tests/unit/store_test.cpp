@@ -172,3 +172,28 @@ TEST_CASE("Connector over a MemoryStore", "[store]") {
   }
   CHECK_THROWS_AS(c.save({blocks[0]}, {}), kvkey::input_error);
 }
+
+TEST_CASE("lookup_all_ranks counts a block only when every rank's header verifies", "[store]") {
+  kvkey::MemoryStore store;
+  kvkey::Identity id = kvkey_test::base_identity();  // 4 KV heads
+  id.shard.tp_size = 2;
+  const kvkey::KeyNamespace<> rank0(id);
+  id.shard.tp_rank = 1;
+  const kvkey::KeyNamespace<> rank1(id);
+  const std::vector<kvkey::Digest> blocks = rank0.block_hashes(kvkey_test::tokens(64));
+  REQUIRE(blocks == rank1.block_hashes(kvkey_test::tokens(64)));
+  const Bytes p(64, 9);
+  const kvkey::Connector<> c0(store, rank0), c1(store, rank1);
+  for (std::size_t i = 0; i < blocks.size(); ++i) c0.save(blocks[i], kvkey::Payload(p.data(), p.size()));
+  for (std::size_t i = 0; i < 2; ++i) c1.save(blocks[i], kvkey::Payload(p.data(), p.size()));
+  CHECK(c0.lookup(blocks) == 4);
+  CHECK(c1.lookup(blocks) == 2);
+  CHECK(kvkey::lookup_all_ranks<kvkey::Sha256>(store, {&rank0, &rank1}, blocks) == 2);
+  // rank 0's value under rank 1's key for block 2: the slice differs, so it does not count
+  const Bytes v = rank0.seal_value(blocks[2], kvkey::Payload(p.data(), p.size()));
+  store.put(rank1.store_key(blocks[2]), v.data(), v.size());
+  CHECK(kvkey::lookup_all_ranks<kvkey::Sha256>(store, {&rank0, &rank1}, blocks) == 2);
+  c1.save(blocks[2], kvkey::Payload(p.data(), p.size()));
+  CHECK(kvkey::lookup_all_ranks<kvkey::Sha256>(store, {&rank0, &rank1}, blocks) == 3);
+  CHECK(kvkey::lookup_all_ranks<kvkey::Sha256>(store, {}, blocks) == 0);
+}

@@ -24,7 +24,6 @@ from kvkey_cluster import ClusterConnector, ClusterError, LoadStatus
 
 HOST = "127.0.0.1"
 LAYERS, HEADS, HEAD_DIM, BLOCK = 2, 8, 4, 8
-BYTES_PER_ELEMENT = {"fp16": 2, "bf16": 2, "fp8_e4m3": 1}
 RUN = secrets.token_hex(3)  # tenants of this run: no clash with earlier runs on the same cluster
 
 
@@ -146,15 +145,13 @@ class Deployment:
             i = ident.copy()
             i.shard.tp_rank = r
             self.ranks.append(kvkey.KeyNamespace(i, **options))
-        self._element = BYTES_PER_ELEMENT[ident.kv.dtype.name]
         whole = self.ranks[0].identity
         whole.shard = kvkey.Shard()
         self._seed = repr(whole).encode()
 
     def payload_size(self, r: int) -> int:
-        s = self.ranks[r].slice
-        heads, layers = s.kv_head_end - s.kv_head_begin, s.layer_end - s.layer_begin
-        return 2 * layers * heads * HEAD_DIM * BLOCK * self._element
+        """K and V of the rank's KV heads for one block (kvkey derives it from the identity)."""
+        return self.ranks[r].payload_size
 
     def payload(self, r: int, block: bytes) -> bytes:
         s = self.ranks[r].slice

@@ -1,0 +1,222 @@
+"""The two ways of keying the soak's traffic, each with the same wrong-load oracle.
+
+- LegacyEngine keys blocks the lmdeploy way (kvkey.compat.lmdeploy: model name,
+  KV-head rank, a hash of the tokens and the adapter's name) and stores the raw
+  KV bytes. Its load reads `size` bytes into the block's buffer, as a get into a
+  registered buffer does: a value shorter than the buffer is a failed read (a
+  miss), a longer one fills it.
+- KvkeyEngine keys blocks with kvkey (one KeyNamespace per rank) and goes
+  through kvkey.Connector, which verifies what it looks up and loads and
+  records into a kvkey.Metrics.
+
+Both look up the longest cached prefix on both ranks, load it, use the blocks
+up to the first one that fails to load, and compute and save the rest. The
+oracle compares every block the engine uses with traffic.expected_payload of
+the request's lineage: a difference is a wrong load, attributed to the first
+lineage component in which the writer differed (or to a store fault).
+"""
+
+import dataclasses
+from typing import Dict, List, Optional, Tuple
+
+import redis
+
+import kvkey
+from kvkey.compat import lmdeploy as lm
+
+import traffic as tr
+from traffic import BLOCK_SIZE, TP_SIZE, Fault, Lineage, Request
+
+_FAULT = "store fault"
+
+
+@dataclasses.dataclass
+class Served:
+    """What one request did."""
+
+    blocks: int = 0  # full blocks in the prompt
+    counted: int = 0  # blocks the lookup counted as reusable
+    used: int = 0  # blocks loaded and used
+    wrong: int = 0  # used (block, rank) payloads that differ from the oracle's
+    causes: Dict[str, int] = dataclasses.field(default_factory=dict)
+
+
+class _Oracle:
+    """Who wrote each key (a lineage, or a store fault), to say why a load was wrong."""
+
+    def __init__(self) -> None:
+        self.writer: Dict[str, Optional[Lineage]] = {}
+
+    def check(self, served: Served, key: str, reader: Lineage, digest: bytes, payload: bytes) -> None:
+        if bytes(payload) == tr.expected_payload(reader, digest):
+            return
+        served.wrong += 1
+        writer = self.writer.get(key)
+        cause = _FAULT if writer is None else (reader.differs_in(writer) or _FAULT)
+        served.causes[cause] = served.causes.get(cause, 0) + 1
+
+
+def _damage(fault: Fault, value: bytes, other: bytes, header: int) -> bytes:
+    """The value after a bit flip, tear or cut (a foreign object is written whole)."""
+    n = len(value)
+    if fault.kind == "bit_flip":  # in the KV bytes (anywhere in a value already cut shorter than a header)
+        if n == 0:
+            return value
+        i = header + int(fault.position * (n - header)) if n > header else int(fault.position * n)
+        return value[:i] + bytes([value[i] ^ (1 << (i % 8))]) + value[i + 1:]
+    if fault.kind == "torn":  # the KV bytes from a cut on are another block's: a payload write torn halfway
+        # (A cut inside a plain header, between its block hash and its digest, would splice two
+        # self-consistent halves: a forgery, which only a keyed namespace's tag stops; a torn
+        # write of one key mixes two versions of the same block, so the soak cuts in the KV bytes.)
+        cut = header + int(fault.position * max(0, n - header))
+        return value[:cut] + other[cut:]
+    assert fault.kind == "truncated"
+    return value[:int(fault.position * n)]
+
+
+class LegacyEngine:
+    name = "legacy"
+
+    def __init__(self, client: "redis.Redis[bytes]") -> None:
+        self.r = client
+        self.oracle = _Oracle()
+
+    def _hashes(self, req: Request) -> List[bytes]:
+        return lm.build_prefix_block_hashes(req.tokens, BLOCK_SIZE, extra_identity=tr.ADAPTER if req.adapter else "")
+
+    @staticmethod
+    def _key(h: bytes, rank: int) -> str:
+        return lm.build_store_key("", tr.MODEL, lm.kv_head_rank(rank, TP_SIZE, 2), h)
+
+    def serve(self, req: Request) -> Served:
+        hashes = self._hashes(req)
+        digests = tr.prefix_digests(req.tokens)
+        out = Served(blocks=len(hashes))
+        keys = [[self._key(h, r) for r in range(TP_SIZE)] for h in hashes]
+        pipe = self.r.pipeline(transaction=False)
+        for ks in keys:
+            for k in ks:
+                pipe.exists(k)
+        found = pipe.execute()
+        while out.counted < len(hashes) and all(found[out.counted * TP_SIZE:(out.counted + 1) * TP_SIZE]):
+            out.counted += 1
+        pipe = self.r.pipeline(transaction=False)
+        for ks in keys[:out.counted]:
+            for k in ks:
+                pipe.get(k)
+        values = pipe.execute()
+        for b in range(out.counted):
+            got = []
+            for r in range(TP_SIZE):
+                size = tr.payload_size(req.lineage(r).dtype)
+                v = values[b * TP_SIZE + r]
+                if v is None or len(v) < size:
+                    break
+                got.append(v[:size])
+            if len(got) < TP_SIZE:
+                break
+            for r in range(TP_SIZE):
+                self.oracle.check(out, keys[b][r], req.lineage(r), digests[b], got[r])
+            out.used += 1
+        pipe = self.r.pipeline(transaction=False)
+        for b in range(out.used, len(hashes)):
+            for r in range(TP_SIZE):
+                pipe.set(keys[b][r], tr.expected_payload(req.lineage(r), digests[b]))
+                self.oracle.writer[keys[b][r]] = req.lineage(r)
+        pipe.execute()
+        return out
+
+    def inject(self, fault: Fault) -> bool:
+        req = fault.target
+        key = self._key(self._hashes(req)[fault.block], fault.rank)
+        value = self.r.get(key)
+        if value is None:
+            return False
+        digests = tr.prefix_digests(req.tokens)
+        if fault.kind == "foreign":
+            value = tr.expected_payload(fault.foreign_lineage(), digests[fault.block])
+        else:
+            other = tr.expected_payload(req.lineage(fault.rank), digests[fault.block - 1 if fault.block else 1])
+            value = _damage(fault, value, other, 0)
+        self.r.set(key, value)
+        self.oracle.writer[key] = None
+        return True
+
+
+def identity(lineage: Lineage) -> "kvkey.Identity":
+    adapter = None
+    if lineage.adapter is not None:
+        name, version = lineage.adapter
+        adapter = kvkey.Adapter(name, kvkey.fingerprint("%s weights v%d" % (name, version)))
+    return kvkey.Identity(
+        tenant=lineage.tenant,
+        model=kvkey.Model(name=tr.MODEL, revision="7ae557604adf67be50417f59c2c2f167def9a775",
+                          weights_epoch=lineage.epoch),
+        kv=kvkey.Kv(dtype=lineage.dtype, block_size=BLOCK_SIZE, num_layers=24, num_kv_heads=2, head_dim=64,
+                    layout="soak.v1"),
+        shard=kvkey.Shard(tp_size=TP_SIZE, tp_rank=lineage.rank),
+        adapter=adapter)
+
+
+class KvkeyEngine:
+    name = "kvkey"
+
+    def __init__(self, store: object, metrics: "kvkey.Metrics") -> None:
+        self.store = store
+        self.metrics = metrics
+        self.oracle = _Oracle()
+        self._connectors: Dict[Lineage, "kvkey.Connector"] = {}
+
+    def connector(self, lineage: Lineage) -> "kvkey.Connector":
+        """The deployment's connector for rank 0's lineage (all ranks' namespaces)."""
+        base = dataclasses.replace(lineage, rank=0)
+        c = self._connectors.get(base)
+        if c is None:
+            ranks = [kvkey.KeyNamespace(identity(dataclasses.replace(base, rank=r))) for r in range(TP_SIZE)]
+            c = self._connectors[base] = kvkey.Connector(self.store, ranks, metrics=self.metrics)
+        return c
+
+    def serve(self, req: Request) -> Served:
+        conn = self.connector(req.lineage(0))
+        hashes = conn.ns.block_hashes(req.tokens)
+        digests = tr.prefix_digests(req.tokens)
+        out = Served(blocks=len(hashes))
+        out.counted = conn.lookup(hashes)
+        loaded = [conn.load(hashes[:out.counted], rank=r) for r in range(TP_SIZE)]
+        while out.used < out.counted and all(loaded[r][out.used] is not None for r in range(TP_SIZE)):
+            b = out.used
+            for r in range(TP_SIZE):
+                payload = loaded[r][b]
+                assert payload is not None
+                self.oracle.check(out, conn.ranks[r].store_key(hashes[b]), req.lineage(r), digests[b], payload)
+            out.used += 1
+        for r in range(TP_SIZE):
+            todo = range(out.used, len(hashes))
+            conn.save([hashes[b] for b in todo], [tr.expected_payload(req.lineage(r), digests[b]) for b in todo],
+                      rank=r)
+            for b in todo:
+                self.oracle.writer[conn.ranks[r].store_key(hashes[b])] = req.lineage(r)
+        return out
+
+    def _value(self, lineage: Lineage, tokens: List[int], block: int) -> Tuple[str, bytes]:
+        """A block's key and its sealed value, as lineage's deployment writes them."""
+        conn = self.connector(lineage)
+        ns = conn.ranks[lineage.rank]
+        h = ns.block_hashes(tokens)[block]
+        return ns.store_key(h), ns.seal_value(h, tr.expected_payload(lineage, tr.prefix_digests(tokens)[block]))
+
+    def inject(self, fault: Fault) -> bool:
+        req = fault.target
+        own = req.lineage(fault.rank)
+        key, _ = self._value(own, req.tokens, fault.block)
+        value = self.store.get([key])[0]  # type: ignore[attr-defined]
+        if value is None:
+            return False
+        if fault.kind == "foreign":
+            _, value = self._value(fault.foreign_lineage(), req.tokens, fault.block)
+        else:
+            _, other = self._value(own, req.tokens, fault.block - 1 if fault.block else 1)
+            value = _damage(fault, bytes(value), other, kvkey.envelope_size)
+        self.store.put([key], [value])  # type: ignore[attr-defined]
+        self.oracle.writer[key] = None
+        return True

@@ -1,0 +1,177 @@
+#!/usr/bin/env python3
+"""An engine-shaped soak: the same traffic keyed the legacy lmdeploy way and with kvkey.
+
+Runs the traffic of traffic.py (two tenants, one model at TP=2, a LoRA adapter
+replaced under the same name, shared system prompts and multi-turn growth, a
+weight update, a bf16 to fp8 KV switch, injected store faults) twice against a
+redis-server: once with legacy keys (LegacyEngine), once through kvkey.Connector
+with a kvkey.Metrics (KvkeyEngine). Prints per phase the hit rate, wrong loads,
+false hits and rejections by reason and field, and last:
+
+    soak: legacy wrong loads N, kvkey wrong loads 0, kvkey rejections R, kvkey false hits M
+
+R and M are the kvkey run's Metrics: the sum of kvkey_rejected_blocks_total and
+kvkey_false_hits_total of the exposition --metrics-out writes. Exits 1 when the
+kvkey run used a single wrong block. Run it with scripts/soak.sh, which starts
+the redis-server.
+"""
+
+import argparse
+import dataclasses
+import json
+import os
+import sys
+import time
+from typing import Dict, List, Optional
+
+import redis
+
+import kvkey
+import kvkey.stores
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import engines  # noqa: E402
+import traffic as tr  # noqa: E402
+
+
+@dataclasses.dataclass
+class PhaseStats:
+    blocks: int = 0
+    used: int = 0
+    wrong: int = 0
+    false_hits: int = 0
+    faults: int = 0
+    causes: Dict[str, int] = dataclasses.field(default_factory=dict)
+    rejections: Dict[str, Dict[str, int]] = dataclasses.field(default_factory=dict)
+
+
+@dataclasses.dataclass
+class Run:
+    name: str
+    phases: List[PhaseStats]
+    series: List[List[int]]  # per request: [used, blocks, cumulative wrong]
+    seconds: float = 0.0
+
+    @property
+    def wrong(self) -> int:
+        return sum(p.wrong for p in self.phases)
+
+
+def _delta(after: Dict[str, Dict[str, int]], before: Dict[str, Dict[str, int]]) -> Dict[str, Dict[str, int]]:
+    out: Dict[str, Dict[str, int]] = {}
+    for reason, fields in after.items():
+        for field, n in fields.items():
+            d = n - before.get(reason, {}).get(field, 0)
+            if d:
+                out.setdefault(reason, {})[field] = d
+    return out
+
+
+def run(engine, args: argparse.Namespace, metrics: Optional["kvkey.Metrics"]) -> Run:
+    result = Run(engine.name, [PhaseStats() for _ in tr.PHASES], [])
+    wrong = 0
+    start = time.monotonic()
+    before = metrics.as_dict() if metrics is not None else None
+    phase = 0
+
+    def close_phase(p: int) -> None:
+        nonlocal before
+        if metrics is None:
+            return
+        now = metrics.as_dict()
+        result.phases[p].false_hits = now["false_hits"] - before["false_hits"]
+        result.phases[p].rejections = _delta(now["rejected_blocks"], before["rejected_blocks"])
+        before = now
+
+    for ev in tr.events(args.seed, args.requests_per_phase, args.fault_rate, args.conversations):
+        if isinstance(ev, tr.Fault):
+            if engine.inject(ev):
+                result.phases[phase].faults += 1
+            continue
+        if ev.phase != phase:
+            close_phase(phase)
+            phase = ev.phase
+        served = engine.serve(ev)
+        st = result.phases[phase]
+        st.blocks += served.blocks
+        st.used += served.used
+        st.wrong += served.wrong
+        if metrics is None:
+            st.false_hits += served.counted - served.used
+        for cause, n in served.causes.items():
+            st.causes[cause] = st.causes.get(cause, 0) + n
+        wrong += served.wrong
+        result.series.append([served.used, served.blocks, wrong])
+    close_phase(phase)
+    result.seconds = time.monotonic() - start
+    return result
+
+
+def report(r: Run) -> None:
+    print("%s run (%.1f s):" % (r.name, r.seconds))
+    for phase, st in zip(tr.PHASES, r.phases):
+        hit = st.used / st.blocks if st.blocks else 0.0
+        causes = ", ".join("%s %d" % kv for kv in sorted(st.causes.items())) or "-"
+        print("  %-14s hit rate %5.1f%%  wrong loads %5d (%s)  false hits %4d  faults injected %3d"
+              % (phase.name, 100 * hit, st.wrong, causes, st.false_hits, st.faults))
+        if r.name == "kvkey":
+            cells = ["%s/%s %d" % (reason, field, n)
+                     for reason, fields in sorted(st.rejections.items()) for field, n in sorted(fields.items())]
+            print("  %-14s rejections: %s" % ("", ", ".join(cells) or "none"))
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--redis-port", type=int, required=True)
+    ap.add_argument("--quick", action="store_true", help="a short run (CI)")
+    ap.add_argument("--seed", type=int, default=1)
+    ap.add_argument("--metrics-out", help="write the kvkey run's final Prometheus exposition here")
+    ap.add_argument("--plot", help="write the PNG here")
+    ap.add_argument("--json-out", help="write the run's numbers here")
+    ap.add_argument("--requests-per-phase", type=int, help="override the run's length")
+    ap.add_argument("--fault-rate", type=float, help="faults per request (default 0.04 quick, else 0.01)")
+    ap.add_argument("--conversations", type=int, help="concurrent conversations (default 16 quick, else 128)")
+    args = ap.parse_args()
+    if args.requests_per_phase is None:
+        args.requests_per_phase = 400 if args.quick else 10000
+    if args.fault_rate is None:
+        args.fault_rate = 0.04 if args.quick else 0.01
+    if args.conversations is None:
+        args.conversations = 16 if args.quick else 128
+
+    client = redis.Redis(host="127.0.0.1", port=args.redis_port)
+    client.flushdb()
+    legacy = run(engines.LegacyEngine(client), args, None)
+    client.flushdb()
+    metrics = kvkey.Metrics()
+    store = kvkey.stores.RedisStore(client)
+    ours = run(engines.KvkeyEngine(store, metrics), args, metrics)
+    client.flushdb()
+
+    final = metrics.as_dict()
+    exposition = metrics.render()
+    if args.metrics_out:
+        with open(args.metrics_out, "w") as f:
+            f.write(exposition)
+    print("soak: seed %d, %d requests per phase, %d conversations, fault rate %.3f"
+          % (args.seed, args.requests_per_phase, args.conversations, args.fault_rate))
+    report(legacy)
+    report(ours)
+    for reason, fields in sorted(final["rejected_blocks"].items()):
+        for field, n in sorted(fields.items()):
+            print("soak: kvkey rejections reason=%s field=%s count=%d" % (reason, field, n))
+    if args.json_out:
+        with open(args.json_out, "w") as f:
+            json.dump({"seed": args.seed, "legacy": dataclasses.asdict(legacy), "kvkey": dataclasses.asdict(ours),
+                       "metrics": final}, f)
+    if args.plot:
+        import plot
+        plot.draw(args.plot, legacy, ours, final, args)
+        print("soak: plot written to %s" % args.plot)
+    print("soak: legacy wrong loads %d, kvkey wrong loads %d, kvkey rejections %d, kvkey false hits %d"
+          % (legacy.wrong, ours.wrong, final["rejections"], final["false_hits"]))
+    return 1 if ours.wrong else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,40 @@
+#!/usr/bin/env bash
+# The quick soak (scripts/soak.sh --quick, bench/soak/): the same engine-shaped
+# traffic with legacy keys and with kvkey against its own redis-server. Fails
+# when kvkey serves one wrong block, when the legacy run shows none (the soak
+# would prove nothing), or when the exposition's kvkey_rejected_blocks_total
+# series do not add up to the rejections the soak reports; promtool checks the
+# exposition.
+set -euo pipefail
+root="${KVKEY_ROOT:-$(cd "$(dirname "$0")/../../.." && pwd)}"
+work="$(mktemp -d /tmp/kvkey-soak-ci-XXXXXX)"
+trap 'rm -rf "$work"' EXIT
+# shellcheck source=scripts/lib/services.sh
+. "$root/scripts/lib/services.sh"
+use_python_module "$root"
+
+seed="${KVKEY_SOAK_SEED:-$RANDOM}"
+"$root/scripts/soak.sh" --quick --seed "$seed" --metrics-out "$work/metrics.txt" --plot "$work/soak.png" \
+  | tee "$work/soak.log"
+promtool check metrics <"$work/metrics.txt"
+/usr/bin/python3 - "$work/soak.log" "$work/metrics.txt" <<'PY'
+import re, sys
+last = open(sys.argv[1]).read().strip().splitlines()[-1]
+m = re.fullmatch(r"soak: legacy wrong loads (\d+), kvkey wrong loads (\d+), kvkey rejections (\d+), "
+                 r"kvkey false hits (\d+)", last)
+if not m:
+    sys.exit("82-soak: unexpected last line: " + last)
+legacy, wrong, rejections, false_hits = map(int, m.groups())
+series = {}
+for line in open(sys.argv[2]):
+    if not line.startswith("#") and line.strip():
+        name, value = line.rsplit(" ", 1)
+        series[name] = int(value)
+rejected = sum(v for k, v in series.items() if k.startswith("kvkey_rejected_blocks_total{"))
+print("82-soak: exposition rejections %d (soak: %d), false hits %d (soak: %d)"
+      % (rejected, rejections, series["kvkey_false_hits_total"], false_hits))
+if rejected != rejections or series["kvkey_false_hits_total"] != false_hits:
+    sys.exit("82-soak: the exposition does not match the soak's report")
+if wrong != 0 or legacy == 0:
+    sys.exit("82-soak: expected kvkey wrong loads 0 and legacy wrong loads > 0")
+PY
