@@ -53,9 +53,11 @@ class StoreError(Exception):
 
 @runtime_checkable
 class Store(Protocol):
-    """What kvkey.Connector needs from a store. Keys are ``str``; values are bytes-like
+    """What kvkey.Connector uses of a store. Keys are ``str``; values are bytes-like
     (``bytes``, ``bytearray``, ``memoryview``) and are returned as ``bytes`` (or any
-    object supporting the buffer protocol)."""
+    object supporting the buffer protocol). Only ``get`` and ``put`` are required: the
+    connector reads whole values without ``get_prefix`` and uses ``get`` without
+    ``exists``."""
 
     def get(self, keys: Sequence[str]) -> Sequence[Optional[bytes]]:
         """The value of each key, or None where there is none."""
