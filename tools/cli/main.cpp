@@ -13,6 +13,7 @@
 #include <string>
 
 #include "cli/commands.hpp"
+#include "cli/conformance.hpp"
 #include "cli/init.hpp"
 #include "cli/tool.hpp"
 
@@ -122,6 +123,8 @@ int main(int argc, char** argv) {
   legacy_parse_cmd->add_flag("--json", legacy.json, "machine-readable output");
 
   auto* init_cmd = add_init_command(app, init);
+  ConformanceOptions conformance;
+  const ConformanceCommands conformance_cmds = add_conformance_commands(app, conformance);
 
   // CLI11 would report a mistyped subcommand as "A subcommand is required".
   const CLI::App* level = &app;
@@ -167,6 +170,8 @@ int main(int argc, char** argv) {
     if (legacy_keys_cmd->parsed()) status = run_legacy_keys(legacy, out);
     if (legacy_pattern_cmd->parsed()) status = run_legacy_pattern(legacy, out);
     if (legacy_parse_cmd->parsed()) status = run_legacy_parse(legacy, out);
+    if (conformance_cmds.runner->parsed()) status = run_conformance(conformance, out);
+    if (conformance_cmds.testee->parsed()) status = run_conformance_testee(conformance, out);
   } catch (const Failure& e) {
     return report_error(e.what());
   } catch (const kvkey::error& e) {
