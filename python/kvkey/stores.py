@@ -202,6 +202,20 @@ return out
 """
 
 
+class _HeldPool:
+    """A connection pool as a pipeline sees it while the store holds its connection: the
+    pipeline's release at the end of execute() leaves the connection to the store."""
+
+    def __init__(self, pool: Any) -> None:
+        self._pool = pool
+
+    def release(self, connection: Any) -> None:
+        pass
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._pool, name)
+
+
 class _RedisBase:
     """What RedisStore and RedisClusterStore share: the commands as pipelines of
     single-key commands, each pipeline ending with an ``ECHO <nonce>`` sentinel, a
@@ -276,12 +290,18 @@ class _RedisBase:
         until = getattr(self._local, "until", None)
         expired = threading.Event()
         timer = None
+        pool, in_step = pipe.connection_pool, False
+        if until is not None and until - time.monotonic() <= 0:
+            raise StoreError("timeout", f"{during}: the call passed its deadline of {self.deadline} s")
+        # The store holds the connection, not the pipeline: it goes back to the pool only
+        # once the call is known to be in step, else it is closed first, so no other
+        # thread can take a connection out of step between the pipeline's release and
+        # the store's check.
+        conn = pool.get_connection("MULTI")
+        pipe.connection = conn
+        pipe.connection_pool = _HeldPool(pool)
         if until is not None:
-            left = until - time.monotonic()
-            if left <= 0:
-                raise StoreError("timeout", f"{during}: the call passed its deadline of {self.deadline} s")
-            conn = pipe.connection_pool.get_connection("MULTI")
-            pipe.connection = conn  # released by the pipeline when it is done
+            left = max(0.0, until - time.monotonic())
 
             def expire() -> None:
                 expired.set()
@@ -296,21 +316,27 @@ class _RedisBase:
             timer.daemon = True
             timer.start()
         try:
-            replies = list(pipe.execute(raise_on_error=True))
-        except Exception as e:
-            if expired.is_set():
-                raise StoreError("timeout", f"{during}: the call passed its deadline of {self.deadline} s") from e
-            raise
+            try:
+                replies = list(pipe.execute(raise_on_error=True))
+            except Exception as e:
+                if expired.is_set():
+                    raise StoreError("timeout", f"{during}: the call passed its deadline of {self.deadline} s") from e
+                raise
+            finally:
+                if timer is not None:
+                    timer.cancel()
+            if expired.is_set():  # done as it expired: the socket is shut, the call counts as late
+                raise StoreError("timeout", f"{during}: the call passed its deadline of {self.deadline} s")
+            if not replies or replies[-1] != nonce:
+                raise StoreError("protocol", f"{during}: the reply stream is out of step (the last reply "
+                                 "is not the sentinel's nonce)")
+            replies.pop()
+            in_step = True
+            return replies
         finally:
-            if timer is not None:
-                timer.cancel()
-        if expired.is_set():  # done as it expired: the socket is shut, the call counts as late
-            raise StoreError("timeout", f"{during}: the call passed its deadline of {self.deadline} s")
-        if not replies or replies[-1] != nonce:
-            raise StoreError("protocol", f"{during}: the reply stream is out of step (the last reply "
-                             "is not the sentinel's nonce)")
-        replies.pop()
-        return replies
+            if not in_step:
+                conn.disconnect()  # never back to the pool open: it may be out of step
+            pool.release(conn)
 
     def get(self, keys: Sequence[str]) -> List[Optional[bytes]]:
         replies = self._each("get", keys, lambda p, k: p.execute_command("GET", k))
@@ -370,7 +396,8 @@ class RedisStore(_RedisBase):
 
     Reads are pipelines of ``GET`` (``batch`` commands per round trip), headers one
     script call per ``batch`` keys (``GETRANGE`` + ``STRLEN``), writes pipelines of
-    ``SET``. The client must not decode responses (``decode_responses=False``, the default).
+    ``SET``. The client must not decode responses (``decode_responses=False``, the
+    default).
 
     Errors: every pipeline ends with ``ECHO`` of a fresh nonce, and a call whose last
     reply is not that nonce is ``StoreError("protocol")``: redis-py 4.3 counts replies, so
