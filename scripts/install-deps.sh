@@ -11,7 +11,8 @@ test_pkgs=("${example_pkgs[@]}" clang libclang-rt-14-dev catch2 nlohmann-json3-d
   python3-dev python3-pybind11 python3-pytest python3-hypothesis python3-mypy python3-numpy python3-pip
   python3-setuptools python3-wheel python3-venv
   redis-server redis-tools python3-redis libhiredis-dev libbenchmark-dev gnuplot-nox
-  prometheus python3-prometheus-client python3-matplotlib clang-format-14 clang-tidy-14)
+  prometheus python3-prometheus-client python3-matplotlib clang-format-14 clang-tidy-14
+  golang-go librust-sha2-dev librust-hmac-dev librust-xxhash-rust-dev librust-serde-json-dev)
 case "$profile" in
   example) pkgs=("${example_pkgs[@]}") ;;
   test) pkgs=("${test_pkgs[@]}") ;;

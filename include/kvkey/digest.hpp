@@ -113,6 +113,16 @@ class Digest {
   storage bytes_;
 };
 
+/// The 64-bit projection of a digest for indexes keyed on u64 (docs/format.md,
+/// section 11): its first 8 bytes read big-endian, so the value's 16 hex digits
+/// are the first 16 hex digits of the digest. Routers and cache indexers take it
+/// of block hashes; it is a lossy index key, never a store key.
+[[nodiscard]] inline std::uint64_t u64_projection(const Digest& d) noexcept {
+  std::uint64_t v = 0;
+  for (std::size_t i = 0; i < 8; ++i) v = (v << 8) | std::uint64_t{d[i]};
+  return v;
+}
+
 KVKEY_END_NAMESPACE
 
 template <>

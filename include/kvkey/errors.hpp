@@ -58,9 +58,10 @@ class error : public std::runtime_error {
   std::shared_ptr<const Parts> parts_;
 };
 
-/// An Identity (or a namespace's Policy) failed validation: validated(),
-/// resolve_slice() or a KeyNamespace constructor refused a field's value.
-/// field() is its dotted path, e.g. "kv.num_kv_heads" or "tenant".
+/// The namespace cannot be built as configured: validated(), resolve_slice()
+/// or a KeyNamespace constructor refused an identity field's value, or the
+/// tenant secret is not usable keying material. field() is the dotted path,
+/// e.g. "kv.num_kv_heads" or "tenant", or "tenant_secret".
 class identity_error : public error {
  public:
   identity_error(std::string_view field, std::string_view what) : error("kvkey.identity_error", field, what) {}
@@ -68,8 +69,8 @@ class identity_error : public error {
 
 /// A value handed to a call could not be taken as given: malformed, unknown,
 /// out of range or inconsistent (a token id, a hex digest, a dtype name, a
-/// tenant secret's bytes, a model directory's contents). field() names the
-/// argument or key when the thrower knows it.
+/// model directory's contents). field() names the argument or key when the
+/// thrower knows it.
 class input_error : public error {
  public:
   explicit input_error(std::string_view what) : error("kvkey.input_error", {}, what) {}

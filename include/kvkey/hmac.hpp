@@ -11,10 +11,7 @@
 #define KVKEY_HMAC_HPP
 
 #include <fcntl.h>
-#include <openssl/core_names.h>
 #include <openssl/crypto.h>
-#include <openssl/evp.h>
-#include <openssl/params.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -29,6 +26,7 @@
 #include <utility>
 
 #include "kvkey/config.hpp"
+#include "kvkey/detail/hmac_sha256.hpp"
 #include "kvkey/digest.hpp"
 #include "kvkey/errors.hpp"
 #include "kvkey/input_file.hpp"
@@ -56,13 +54,13 @@ class HmacSha256;
 /// a caller that passes an lvalue still owns, and must wipe, its own copy.
 class TenantSecret {
  public:
-  /// Fewer bytes than this is an input_error: 256 bits of key.
+  /// Fewer bytes than this is an identity_error: 256 bits of key.
   static constexpr std::size_t min_size = 32;
-  /// More bytes than this is an input_error (HMAC hashes longer keys first
+  /// More bytes than this is an identity_error (HMAC hashes longer keys first
   /// anyway; the bound keeps the secret in a fixed buffer).
   static constexpr std::size_t max_size = 256;
 
-  /// Takes the secret's raw bytes. Throws input_error (field "tenant_secret")
+  /// Takes the secret's raw bytes. Throws identity_error (field "tenant_secret")
   /// when there are fewer than min_size or more than max_size.
   explicit TenantSecret(std::string secret) {
     try {
@@ -103,14 +101,14 @@ class TenantSecret {
   /// for an SSH private key. It is opened without blocking and checked before
   /// any read (InputFile), so a FIFO or a device is refused, never waited on. Throws io_error naming the path when the file
   /// cannot be opened or read, is not a regular file or has looser permissions;
-  /// input_error ("tenant_secret") when its content is not a valid secret.
+  /// identity_error ("tenant_secret") when its content is not a valid secret.
   /// No message quotes the content.
   [[nodiscard]] static TenantSecret from_file(const std::string& path);
 
   /// Reads a secret from an environment variable holding either hex digits
   /// (either case, an even number) or "base64:" followed by standard base64
   /// (RFC 4648 section 4, '=' padding required, no whitespace). Throws
-  /// input_error ("tenant_secret") naming the variable when it is unset,
+  /// identity_error ("tenant_secret") naming the variable when it is unset,
   /// empty or malformed; no message quotes the value. The value stays in the
   /// process environment (readable in /proc/PID/environ by the same user):
   /// prefer from_file where the platform can mount secrets as files.
@@ -124,7 +122,7 @@ class TenantSecret {
   // "environment variable X holds").
   static void check_size(std::size_t size, std::string_view what) {
     if (size < min_size || size > max_size) {
-      throw input_error("tenant_secret", std::string(what) + " " + std::to_string(size) +
+      throw identity_error("tenant_secret", std::string(what) + " " + std::to_string(size) +
                                                 " bytes; a tenant secret has " + std::to_string(min_size) + " to " +
                                                 std::to_string(max_size) + " bytes (e.g. `openssl rand -hex 32`)");
     }
@@ -149,14 +147,6 @@ class TenantSecret {
 };
 
 namespace detail {
-
-/// HMAC implementation fetched from the default provider once per process and
-/// never freed (it must outlive every static kvkey object), like sha256_md().
-inline EVP_MAC* hmac_mac() {
-  static EVP_MAC* const mac = EVP_MAC_fetch(nullptr, "HMAC", nullptr);
-  if (mac == nullptr) throw crypto_error("EVP_MAC_fetch(HMAC) failed: no provider offers HMAC");
-  return mac;
-}
 
 /// Fixed-capacity byte buffer that wipes itself: the loaders' scratch space.
 template <std::size_t N>
@@ -242,7 +232,7 @@ inline TenantSecret TenantSecret::from_file(const std::string& path) {
   detail::WipedBuffer<max_file + 1> raw;
   raw.size = file.read(raw.bytes.data(), raw.bytes.size());
   if (raw.size > max_file) {
-    throw input_error("tenant_secret", where + " is longer than " + std::to_string(max_file) + " bytes");
+    throw identity_error("tenant_secret", where + " is longer than " + std::to_string(max_file) + " bytes");
   }
   std::string_view text(reinterpret_cast<const char*>(raw.bytes.data()), raw.size);
   if (text.size() >= 1 && text.back() == '\n') text.remove_suffix(1);
@@ -250,7 +240,7 @@ inline TenantSecret TenantSecret::from_file(const std::string& path) {
   if (!text.empty() && detail::all_hex(text)) {
     detail::WipedBuffer<max_size> bytes;
     if (!detail::decode_secret_hex(text, bytes)) {
-      throw input_error("tenant_secret", where + " holds hex text of " + std::to_string(text.size()) +
+      throw identity_error("tenant_secret", where + " holds hex text of " + std::to_string(text.size()) +
                                                 " digits; a hex secret has an even number of digits, at most " +
                                                 std::to_string(2 * max_size));
     }
@@ -264,19 +254,19 @@ inline TenantSecret TenantSecret::from_file(const std::string& path) {
 inline TenantSecret TenantSecret::from_env(const std::string& name) {
   const std::string where = "environment variable " + name;
   const char* value = name.empty() ? nullptr : std::getenv(name.c_str());
-  if (value == nullptr) throw input_error("tenant_secret", where + " is not set");
+  if (value == nullptr) throw identity_error("tenant_secret", where + " is not set");
   const std::string_view text(value);
-  if (text.empty()) throw input_error("tenant_secret", where + " is empty");
+  if (text.empty()) throw identity_error("tenant_secret", where + " is empty");
   constexpr std::string_view base64_prefix = "base64:";
   detail::WipedBuffer<max_size> bytes;
   if (text.substr(0, base64_prefix.size()) == base64_prefix) {
     if (!detail::decode_secret_base64(text.substr(base64_prefix.size()), bytes)) {
-      throw input_error("tenant_secret", where + " starts with \"base64:\" but the rest is not padded "
+      throw identity_error("tenant_secret", where + " starts with \"base64:\" but the rest is not padded "
                                                     "standard base64 of at most " +
                                                     std::to_string(max_size) + " bytes");
     }
   } else if (!detail::all_hex(text) || !detail::decode_secret_hex(text, bytes)) {
-    throw input_error("tenant_secret", where + " is neither an even number of hex digits (at most " +
+    throw identity_error("tenant_secret", where + " is neither an even number of hex digits (at most " +
                                               std::to_string(2 * max_size) +
                                               ") nor \"base64:\" followed by base64");
   }
@@ -284,16 +274,22 @@ inline TenantSecret TenantSecret::from_env(const std::string& name) {
   return TenantSecret(bytes.bytes.data(), bytes.size);
 }
 
-/// HMAC-SHA-256 (RFC 2104) over the OpenSSL 3 EVP_MAC API, keyed with a
-/// TenantSecret, with the same hasher shape as Sha256: update(const void*,
-/// size_t) absorbs bytes, result() returns the Digest and returns the object to
-/// its freshly keyed state; copies are independent (EVP_MAC_CTX_dup).
+/// HMAC-SHA-256 (RFC 2104) keyed with a TenantSecret, with the same hasher
+/// shape as Sha256: update(const void*, size_t) absorbs bytes, result() returns
+/// the Digest and returns the object to its freshly keyed state; copies are
+/// independent.
 ///
 /// Implicitly constructible from a TenantSecret, so that
-/// `KeyNamespace<HmacSha256> ns{id, TenantSecret{secret}}` works. The object
-/// keeps the key only inside OpenSSL's context, whose EVP_MAC_CTX_free
-/// overwrites the key copy and the digest states before freeing them; the
-/// TenantSecret it was built from may be destroyed right away.
+/// `KeyNamespace<HmacSha256> ns{id, TenantSecret{secret}}` works. The key is
+/// absorbed once, into the SHA-256 states after its inner and outer pads
+/// (kvkey/detail/hmac_sha256.hpp): a message then costs its own blocks and one
+/// more compression, on the CPU's SHA extensions where it has them, without
+/// allocating. Those two states are as secret as the key and are held like it:
+/// never printed, overwritten (OPENSSL_cleanse) when the object is destroyed
+/// and when it is moved from (a moved-from HmacSha256 holds no key: assign to
+/// it before use). The TenantSecret it was built from may be destroyed right
+/// away. The digests are RFC 2104's (tests/unit/hmac_test.cpp checks them
+/// against OpenSSL's HMAC).
 class HmacSha256 {
  public:
   using result_type = Digest;
@@ -304,60 +300,26 @@ class HmacSha256 {
   /// and authenticates payloads (docs/security.md).
   static constexpr bool keyed = true;
 
-  /// Keys a new HMAC-SHA-256 context. An empty (moved-from) secret is an
-  /// input_error ("tenant_secret").
+  /// Absorbs the secret. An empty (moved-from) secret is an identity_error
+  /// ("tenant_secret").
   HmacSha256(const TenantSecret& secret)  // NOLINT(google-explicit-constructor): implicit by design
-      : ctx_(EVP_MAC_CTX_new(detail::hmac_mac())) {
-    if (ctx_ == nullptr) throw crypto_error("EVP_MAC_CTX_new(HMAC) failed");
-    if (secret.empty()) {
-      EVP_MAC_CTX_free(ctx_);
-      throw input_error("tenant_secret", "is empty (it was moved from)");
-    }
-    char digest[] = "SHA256";
-    const OSSL_PARAM params[] = {OSSL_PARAM_construct_utf8_string(OSSL_MAC_PARAM_DIGEST, digest, 0),
-                                 OSSL_PARAM_construct_end()};
-    if (EVP_MAC_init(ctx_, secret.data(), secret.size(), params) != 1) {
-      EVP_MAC_CTX_free(ctx_);
-      throw crypto_error("EVP_MAC_init(HMAC-SHA256) failed");
-    }
-  }
-  HmacSha256(const HmacSha256& other) : ctx_(dup(other.ctx_)) {}
-  HmacSha256(HmacSha256&& other) noexcept : ctx_(std::exchange(other.ctx_, nullptr)) {}
-  HmacSha256& operator=(const HmacSha256& other) {
-    if (this != &other) {
-      EVP_MAC_CTX* copy = dup(other.ctx_);
-      EVP_MAC_CTX_free(ctx_);
-      ctx_ = copy;
-    }
-    return *this;
-  }
-  HmacSha256& operator=(HmacSha256&& other) noexcept {
-    std::swap(ctx_, other.ctx_);
-    return *this;
-  }
-  ~HmacSha256() { EVP_MAC_CTX_free(ctx_); }
+      : core_(checked(secret).data(), secret.size()) {}
 
-  void update(const void* data, std::size_t size) {
-    if (size != 0 && EVP_MAC_update(ctx_, static_cast<const unsigned char*>(data), size) != 1) {
-      throw crypto_error("EVP_MAC_update(HMAC-SHA256) failed");
-    }
-  }
+  void update(const void* data, std::size_t size) noexcept { core_.update(data, size); }
 
   /// Finalizes, returns the MAC and resets to the keyed empty-message state.
-  Digest result() {
-    Digest out;
-    std::size_t len = 0;
-    if (EVP_MAC_final(ctx_, out.data(), &len, out.size()) != 1 || len != Digest::size_bytes) {
-      throw crypto_error("EVP_MAC_final(HMAC-SHA256) failed");
-    }
-    reset();
-    return out;
-  }
+  Digest result() noexcept { return core_.result(); }
 
   /// Returns to the keyed empty-message state (the key is kept).
-  void reset() {
-    if (EVP_MAC_init(ctx_, nullptr, 0, nullptr) != 1) throw crypto_error("EVP_MAC_init(HMAC-SHA256) reset failed");
+  void reset() noexcept { core_.reset(); }
+
+  /// Bytes a buffer needs for hash_padded() of a size-byte message.
+  static constexpr std::size_t padded_size(std::size_t size) noexcept {
+    return detail::HmacSha256Core::padded_size(size);
   }
+  /// The MAC of buf[0, size), padded in place (buf holds padded_size(size)
+  /// bytes), without touching the object's own message: the chain's hot path.
+  Digest hash_padded(std::uint8_t* buf, std::size_t size) const noexcept { return core_.hash_padded(buf, size); }
 
   /// One-shot HMAC-SHA-256 of a byte range under secret.
   [[nodiscard]] static Digest mac(const TenantSecret& secret, const void* data, std::size_t size) {
@@ -367,12 +329,11 @@ class HmacSha256 {
   }
 
  private:
-  static EVP_MAC_CTX* dup(const EVP_MAC_CTX* src) {
-    EVP_MAC_CTX* ctx = EVP_MAC_CTX_dup(src);
-    if (ctx == nullptr) throw crypto_error("EVP_MAC_CTX_dup(HMAC-SHA256) failed");
-    return ctx;
+  static const TenantSecret& checked(const TenantSecret& secret) {
+    if (secret.empty()) throw identity_error("tenant_secret", "is empty (it was moved from)");
+    return secret;
   }
-  EVP_MAC_CTX* ctx_;
+  detail::HmacSha256Core core_;
 };
 
 KVKEY_END_NAMESPACE

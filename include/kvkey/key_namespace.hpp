@@ -421,7 +421,9 @@ class KeyNamespace {
     const std::uint8_t mode = sized ? header[L::integrity_mode] : 0;
     if (sized && detail::integrity_allowed(namespace_kind, mode)) {
       expected[L::integrity_mode] = mode;
-      if (mode == static_cast<std::uint8_t>(IntegrityMode::poly1305)) std::memcpy(&expected[L::nonce], header + L::nonce, 16);
+      if (mode == static_cast<std::uint8_t>(IntegrityMode::poly1305)) {
+        std::memcpy(&expected[L::nonce], header + L::nonce, 16);
+      }
       if (mode != 0) std::memcpy(&expected[L::payload_digest], header + L::payload_digest, 16);
     }
     return detail::verify_envelope(header, header_len, expected, id_);

@@ -165,6 +165,22 @@ class Connector:
                     n += 1
         return n
 
+    def _get_prefix(self, keys: List[str]) -> Sequence[Optional[bytes]]:
+        """Headers: the store's get_prefix, or whole values from a store with only get."""
+        get_prefix = getattr(self.store, "get_prefix", None)
+        if get_prefix is None:
+            return self.store.get(keys)
+        headers: Sequence[Optional[bytes]] = get_prefix(keys, _HEADER)
+        return headers
+
+    def _exists(self, keys: List[str]) -> Sequence[bool]:
+        """The store's exists, or get from a store without it."""
+        exists = getattr(self.store, "exists", None)
+        if exists is None:
+            return [v is not None for v in self.store.get(keys)]
+        found: Sequence[bool] = exists(keys)
+        return found
+
     def _lookup_done(self, hashes: List[bytes], hits: int, rejected_blocks: int) -> None:
         self._remember(hashes[:hits])
         if self.metrics is not None:
@@ -222,7 +238,7 @@ class Connector:
             chunk = hashes[start:min(n, start + self.lookup_batch)]
             keys = [ns.store_key(h) for h in chunk for ns in self.ranks]
             try:
-                headers = _checked(self.store.get_prefix(keys, _HEADER), keys, "get_prefix")
+                headers = _checked(self._get_prefix(keys), keys, "get_prefix")
             except StoreError as e:
                 self._lookup_done(hashes, 0, rejected_blocks)
                 self._store_error(e)
@@ -270,7 +286,7 @@ class Connector:
         n = self._max_blocks(len(hashes), max_tokens)
         keys = [ns.store_key(h) for h in hashes[:n] for ns in self.ranks]
         try:
-            found = _checked(self.store.exists(keys) if keys else [], keys, "exists")
+            found = _checked(self._exists(keys) if keys else [], keys, "exists")
         except StoreError as e:
             self._lookup_done(hashes, 0, 0)
             self._store_error(e)

@@ -103,3 +103,28 @@ def test_an_exception_in_a_case_is_reported_not_raised():
 
     report = check_store(Broken, cases=["baseline"])
     assert not report.ok and "no scan" in str(report)
+
+
+class GetPut:
+    """The least a store can be: batched get and put over a dict."""
+
+    def __init__(self):
+        self.values = {}
+
+    def get(self, keys):
+        return [self.values.get(k) for k in keys]
+
+    def put(self, keys, values):
+        self.values.update(zip(keys, (bytes(v) for v in values)))
+
+
+def test_a_store_with_only_get_and_put_passes():
+    report = check_store(GetPut)
+    assert report.ok, str(report)
+    store = GetPut()
+    ns = kvkey.KeyNamespace(kvkey.Identity(tenant="t", model=kvkey.Model(name="m", revision="r"), kv=kvkey.Kv(
+        dtype=kvkey.KvDtype.fp16, block_size=4, num_layers=1, num_kv_heads=1, head_dim=8, layout="l")))
+    conn = kvkey.Connector(store, ns)
+    hashes = ns.block_hashes(range(8))
+    conn.save(hashes, [b"a" * 64, b"b" * 64])
+    assert conn.lookup(hashes) == 2 and conn.lookup_existing(hashes) == 2

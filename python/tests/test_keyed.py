@@ -79,7 +79,7 @@ def test_secrets_are_never_shown_and_cannot_be_copied():
 
 
 def test_secret_rules_are_the_cpp_ones(tmp_path, monkeypatch):
-    with pytest.raises(kvkey.InputError) as e:
+    with pytest.raises(kvkey.IdentityError) as e:
         kvkey.TenantSecret(b"x" * 31)
     assert e.value.field == "tenant_secret"
     with pytest.raises(TypeError, match="secret must be bytes-like, not str"):
@@ -98,7 +98,7 @@ def test_secret_rules_are_the_cpp_ones(tmp_path, monkeypatch):
     from_env = kvkey.KeyNamespace(make_identity(), secret=kvkey.TenantSecret.from_env("KVKEY_TEST_SECRET"))
     assert from_env.root == from_file.root
     monkeypatch.setenv("KVKEY_TEST_SECRET", "not hex")
-    with pytest.raises(kvkey.InputError) as e:
+    with pytest.raises(kvkey.IdentityError) as e:
         kvkey.TenantSecret.from_env("KVKEY_TEST_SECRET")
     assert "not hex" not in str(e.value)
 

@@ -60,6 +60,30 @@ TEST_CASE("seal and verify with a payload allocate nothing: keyed", "[alloc]") {
   check_no_allocation(kvkey::KeyNamespace<kvkey::HmacSha256>(kvkey_test::base_identity(), kvkey::TenantSecret(std::string(32, 's'))));
 }
 
+TEST_CASE("a keyed chain allocates nothing per block after warm-up", "[alloc][keyed]") {
+  const kvkey::KeyNamespace<kvkey::HmacSha256> ns(kvkey_test::bf16_identity(64),
+                                                  kvkey::TenantSecret(std::string(32, 's')));
+  const std::vector<std::int32_t> tokens = kvkey_test::tokens(64 * 256);
+  std::vector<kvkey::Digest> hashes;
+  hashes.reserve(256);
+  // 256 blocks per call: any allocation per block shows up as at least 256 per call.
+  CHECK(allocations_of([&] {
+          hashes.clear();
+          ns.extend_block_hashes(hashes, tokens.data(), tokens.size());
+        }) == 0);
+  CHECK(hashes.size() == 256);
+  CHECK(hashes == ns.block_hashes(tokens));
+  kvkey::Digest d{};
+  CHECK(allocations_of([&] { d = ns.object_hash(hashes[d.data()[0]]); }) == 0);
+  // Block sizes beyond the one-buffer path (streamed through update()) too.
+  const kvkey::KeyNamespace<kvkey::HmacSha256> big(kvkey_test::bf16_identity(1024),
+                                                   kvkey::TenantSecret(std::string(32, 's')));
+  CHECK(allocations_of([&] {
+          hashes.clear();
+          big.extend_block_hashes(hashes, tokens.data(), tokens.size());
+        }) == 0);
+}
+
 int main(int argc, char** argv) {
   if (!kvkey_bench::count_openssl_allocations()) {
     std::fprintf(stderr, "OpenSSL allocated before main: its allocations cannot be counted\n");

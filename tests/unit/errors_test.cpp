@@ -24,9 +24,9 @@ TEST_CASE("Errors carry id, field and detail; what() is built from them", "[erro
   CHECK(std::string(plain.what()) == "[kvkey.input_error] token 3 is out of range");
   CHECK(plain.message() == "token 3 is out of range");
 
-  const kvkey::input_error named("tenant_secret", "is 3 bytes");
-  CHECK(named.field() == "tenant_secret");
-  CHECK(std::string(named.what()) == "[kvkey.input_error] tenant_secret: is 3 bytes");
+  const kvkey::input_error named("tokens[3]", "is 2^32");
+  CHECK(named.field() == "tokens[3]");
+  CHECK(std::string(named.what()) == "[kvkey.input_error] tokens[3]: is 2^32");
 
   CHECK(kvkey::io_error("cannot open x").id() == "kvkey.io_error");
   CHECK(kvkey::crypto_error("EVP failed").id() == "kvkey.crypto_error");
@@ -43,7 +43,7 @@ TEST_CASE("Copying an error cannot throw and keeps its members", "[errors]") {
   CHECK(std::string(b.what()) == a.what());
 }
 
-TEST_CASE("One rule decides the category: identity checks vs values that cannot be taken as given", "[errors]") {
+TEST_CASE("One rule decides the category: the namespace as configured vs values that cannot be taken as given", "[errors]") {
   // A value the identity checks refuse is an identity_error on its path.
   kvkey::Identity id;
   try {
@@ -52,12 +52,14 @@ TEST_CASE("One rule decides the category: identity checks vs values that cannot 
   } catch (const kvkey::identity_error& e) {
     CHECK(e.field() == "tenant");
   }
-  // A tenant secret's bytes are an argument, not an identity field: input_error.
+  // A tenant secret that is not usable keying material: the namespace cannot be built either.
   try {
     kvkey::TenantSecret s(std::string(3, 'x'));
     FAIL("a 3-byte secret was accepted");
-  } catch (const kvkey::input_error& e) {
-    CHECK(e.id() == "kvkey.input_error");
+  } catch (const kvkey::identity_error& e) {
+    CHECK(e.id() == "kvkey.identity_error");
     CHECK(e.field() == "tenant_secret");
   }
+  // A name that cannot be read into an identity member is an input that cannot be taken as given.
+  CHECK_FALSE(kvkey::kv_dtype_from_string("fp9").has_value());
 }

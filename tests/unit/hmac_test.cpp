@@ -127,14 +127,14 @@ TEST_CASE("TenantSecret refuses fewer than 32 or more than 256 bytes without quo
   try {
     TenantSecret s(short_secret);
     FAIL("a 30-byte secret was accepted");
-  } catch (const kvkey::input_error& e) {
+  } catch (const kvkey::identity_error& e) {
     CHECK(e.field() == "tenant_secret");
-    CHECK(std::string(e.what()).find("[kvkey.input_error] tenant_secret: is 30 bytes") == 0);
+    CHECK(std::string(e.what()).find("[kvkey.identity_error] tenant_secret: is 30 bytes") == 0);
     CHECK(std::string(e.what()).find("secret-material") == std::string::npos);
   }
-  CHECK_THROWS_AS(TenantSecret(std::string(31, 'x')), kvkey::input_error);
-  CHECK_THROWS_AS(TenantSecret(std::string(257, 'x')), kvkey::input_error);
-  CHECK_THROWS_AS(TenantSecret(std::string()), kvkey::input_error);
+  CHECK_THROWS_AS(TenantSecret(std::string(31, 'x')), kvkey::identity_error);
+  CHECK_THROWS_AS(TenantSecret(std::string(257, 'x')), kvkey::identity_error);
+  CHECK_THROWS_AS(TenantSecret(std::string()), kvkey::identity_error);
   CHECK(TenantSecret(std::string(32, 'x')).size() == 32);
   CHECK(TenantSecret(std::string(256, 'x')).size() == 256);
   CHECK(TenantSecret("\0\0\0\0\0\0\0\0\0\0\0\0\0\0\0\0\0\0\0\0\0\0\0\0\0\0\0\0\0\0\0\0", 32).size() == 32);
@@ -155,7 +155,7 @@ TEST_CASE("TenantSecret is wiped when moved from and when destroyed", "[security
   CHECK_FALSE(kvkey_test::contains_bytes(object_bytes(a), std::string(8, 'Z')));
   CHECK(kvkey_test::contains_bytes(object_bytes(b), marker));
   // A moved-from secret keys nothing.
-  CHECK_THROWS_AS(HmacSha256(a), kvkey::input_error);
+  CHECK_THROWS_AS(HmacSha256(a), kvkey::identity_error);
 
   // Move assignment wipes the target's old bytes and the source.
   TenantSecret c{std::string(48, 'Y')};

@@ -81,7 +81,7 @@ TEST_CASE("KeyNamespace<HmacSha256> is built from an identity and a TenantSecret
   try {
     KeyNamespace<HmacSha256> bad{id, TenantSecret{std::string(16, 's')}};
     FAIL("a 16-byte secret was accepted");
-  } catch (const kvkey::input_error& e) {
+  } catch (const kvkey::identity_error& e) {
     CHECK(e.field() == "tenant_secret");
   }
 }

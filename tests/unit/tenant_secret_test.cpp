@@ -135,12 +135,12 @@ TEST_CASE("from_file refuses unsafe or invalid files without quoting them", "[se
   CHECK(error_of([&] { (void)TenantSecret::from_file(dir.path() + "/missing"); }).find("/missing") != std::string::npos);
   CHECK_THROWS_AS(TenantSecret::from_file(dir.path()), kvkey::io_error);  // a directory
 
-  // Content errors are input_errors on "tenant_secret".
+  // Content errors are identity_errors on "tenant_secret".
   const auto content_error = [&](const std::string& name, const std::string& content) {
     const std::string p = dir.write(name, content);
     try {
       (void)TenantSecret::from_file(p);
-    } catch (const kvkey::input_error& e) {
+    } catch (const kvkey::identity_error& e) {
       CHECK(e.field() == "tenant_secret");
       CHECK(std::string(e.what()).find(p) != std::string::npos);
       if (!content.empty()) CHECK(std::string(e.what()).find(content.substr(0, 16)) == std::string::npos);
@@ -182,7 +182,7 @@ TEST_CASE("from_env refuses unset, empty and malformed values without quoting th
     const EnvVar v("KVKEY_TEST_SECRET", value);
     try {
       (void)TenantSecret::from_env("KVKEY_TEST_SECRET");
-    } catch (const kvkey::input_error& e) {
+    } catch (const kvkey::identity_error& e) {
       CHECK(e.field() == "tenant_secret");
       CHECK(std::string(e.what()).find("KVKEY_TEST_SECRET") != std::string::npos);
       if (value.size() >= 12) CHECK(std::string(e.what()).find(value.substr(value.size() - 12)) == std::string::npos);
@@ -191,9 +191,9 @@ TEST_CASE("from_env refuses unset, empty and malformed values without quoting th
     return false;
   };
   ::unsetenv("KVKEY_TEST_SECRET");
-  CHECK_THROWS_AS(TenantSecret::from_env("KVKEY_TEST_SECRET"), kvkey::input_error);
+  CHECK_THROWS_AS(TenantSecret::from_env("KVKEY_TEST_SECRET"), kvkey::identity_error);
   CHECK(error_of([] { (void)TenantSecret::from_env("KVKEY_TEST_SECRET"); }).find("is not set") != std::string::npos);
-  CHECK_THROWS_AS(TenantSecret::from_env(""), kvkey::input_error);
+  CHECK_THROWS_AS(TenantSecret::from_env(""), kvkey::identity_error);
   CHECK(refused(""));
   CHECK(refused(hex32 + "0"));                            // odd number of hex digits
   CHECK(refused(hex32.substr(0, 62)));                    // 31 bytes

@@ -1152,7 +1152,8 @@ class ErrorsTest(ToolTest):
     def test_usage_errors(self):
         self.assert_error([], r"A subcommand is required \(see kvkey --help\)")
         self.assert_error(["idenity", example("qwen-fp16")],
-                          r"unknown subcommand 'idenity' \(known: identity, keys, seal, inspect, verify, diff, legacy, init\)$")
+                          r"unknown subcommand 'idenity' \(known: identity, keys, seal, inspect, verify, diff, legacy, init, "
+                          r"conformance, conformance-testee\)$")
         self.assert_error(["keys", example("qwen-fp16")], r"keys: --tokens is required \(see kvkey keys --help\)")
         self.assert_error(["identity"], r"identity: CONFIG is required")
         self.assert_error(["identity", example("qwen-fp16"), "--frobnicate"], r"identity: .*--frobnicate")

@@ -47,6 +47,14 @@ template <class Hash>
 struct resets_after_result<Hash, std::void_t<decltype(Hash::resets_after_result)>>
     : std::bool_constant<Hash::resets_after_result> {};
 
+// A hasher with hash_padded(buf, size) (Sha256Native, HmacSha256) hashes a
+// whole block message padded in place, from one stack buffer.
+template <class H, class = void>
+struct pads_in_place : std::false_type {};
+template <class H>
+struct pads_in_place<H, std::void_t<decltype(std::declval<const H&>().hash_padded(
+                            std::declval<std::uint8_t*>(), std::size_t{}))>> : std::true_type {};
+
 template <class Hash>
 Digest to_digest(Hash& h) {
   const auto r = h.result();
@@ -267,7 +275,7 @@ class Chain {
   }
 
   // Appends the hashes of blocks hashes.size() .. full-1. H is Hash (a copy of
-  // hasher_) or, for plain SHA-256, Sha256Native.
+  // hasher_, e.g. HmacSha256) or, for plain SHA-256, Sha256Native.
   template <class H, class T>
   void extend_chain(H& h, std::vector<Digest>& hashes, const T* tokens, std::size_t full, std::string_view salt,
                     const std::vector<ExtraRef>& extras) const {
@@ -291,11 +299,12 @@ class Chain {
     const std::uint64_t hi = first_token + bs;
     std::uint32_t count = 0;
     for (ExtraRef e : extras) count += (e->token_begin < hi && e->token_end > lo) ? 1 : 0;
-    if constexpr (std::is_same_v<H, Sha256Native>) {
+    if constexpr (pads_in_place<H>::value) {
       // The whole message in one buffer, padded in place: one compression call.
+      static_assert(H::padded_size(message_head + 4 * buffered_tokens + 4) <= message_capacity);
       if (count == 0 && bs <= chunk_tokens) {
         alignas(16) std::uint8_t msg[message_capacity];
-        return Sha256Native::hash_padded(msg, block_message(msg, parent, tokens, first_token));
+        return h.hash_padded(msg, block_message(msg, parent, tokens, first_token));
       }
     }
     std::uint8_t buf[message_head + 4 * chunk_tokens + 4];  // + trailer count

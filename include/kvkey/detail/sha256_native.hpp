@@ -1,6 +1,7 @@
 // SPDX-License-Identifier: Apache-2.0
 // Internal: plain SHA-256 with its state on the stack, for the chain's hot path
-// (kvkey/detail/chain.hpp) on CPUs with SHA extensions. The public hasher is
+// (kvkey/detail/chain.hpp) on CPUs with SHA extensions, and for HMAC-SHA-256
+// (kvkey/detail/hmac_sha256.hpp) on every CPU. The public hasher is
 // kvkey::Sha256 (kvkey/sha256.hpp). Not part of the API.
 #ifndef KVKEY_DETAIL_SHA256_NATIVE_HPP
 #define KVKEY_DETAIL_SHA256_NATIVE_HPP
@@ -11,6 +12,7 @@
 
 #include "kvkey/config.hpp"
 #include "kvkey/detail/endian.hpp"
+#include "kvkey/detail/sha256_portable.hpp"
 #include "kvkey/detail/sha256_x86.hpp"
 #include "kvkey/digest.hpp"
 
@@ -21,9 +23,10 @@ namespace detail {
 // EVP re-creates its provider context on every EVP_DigestInit_ex2 and
 // EVP_MD_CTX_copy_ex (OpenSSL 3.0), which costs a heap allocation and about a
 // quarter of the time of a 64-token block (docs/performance.md). Sha256Native keeps its state on the
-// stack and runs the compression function on the SHA extensions; it exists
-// only where the CPU has them (sha256_native_available()), and produces the
-// same digests as EVP (tests/unit/perf_sha256_native_test.cpp).
+// stack and runs the compression function on the SHA extensions where the CPU
+// has them (sha256_native_available()), else in portable C++; it produces the
+// same digests as EVP (tests/unit/sha256_native_test.cpp). The plain chain
+// takes it only on the SHA extensions (elsewhere OpenSSL's assembly is faster).
 
 /// True when Sha256Native can run on this CPU (checked once per process).
 inline bool sha256_native_available() noexcept {
@@ -35,8 +38,19 @@ inline bool sha256_native_available() noexcept {
 #endif
 }
 
+/// Compresses `blocks` 64-byte blocks into state (a, b, ..., h), on the SHA
+/// extensions where the CPU has them, else in portable C++; with `digest`,
+/// also writes the big-endian digest of the final state there.
+inline void sha256_compress(std::uint32_t* state, const std::uint8_t* data, std::size_t blocks,
+                            std::uint8_t* digest = nullptr) noexcept {
+#if KVKEY_SHA256_X86
+  if (sha256_native_available()) return sha256_compress_x86(state, data, blocks, digest);
+#endif
+  sha256_compress_portable(state, data, blocks, digest);
+}
+
 /// Plain SHA-256 with the Sha256 hasher shape, its state on the stack: no
-/// allocation, no provider call. Only valid where sha256_native_available().
+/// allocation, no provider call. hash_padded2() needs sha256_native_available().
 class Sha256Native {
  public:
   using result_type = Digest;
@@ -44,10 +58,13 @@ class Sha256Native {
 
   Sha256Native() noexcept { reset(); }
 
-  void reset() noexcept {
-    std::memcpy(state_, sha256_iv, sizeof state_);
+  void reset() noexcept { reset(sha256_iv, 0); }
+  /// Continues from a midstate: `state` after absorbing `absorbed` bytes (a
+  /// multiple of 64), e.g. an HMAC key's pad.
+  void reset(const std::uint32_t* state, std::uint64_t absorbed) noexcept {
+    std::memcpy(state_, state, sizeof state_);
     used_ = 0;
-    total_ = 0;
+    total_ = absorbed;
   }
 
   void update(const void* data, std::size_t size) noexcept {
@@ -102,11 +119,17 @@ class Sha256Native {
   /// Digest of buf[0, size), padding in place: buf must hold padded_size(size)
   /// bytes. Saves the copy through the block buffer on the hottest path.
   static Digest hash_padded(std::uint8_t* buf, std::size_t size) noexcept {
-    const std::size_t total = pad(buf, size);
-    std::uint32_t state[8];
-    std::memcpy(state, sha256_iv, sizeof state);
+    return hash_padded_from(sha256_iv, 0, buf, size);
+  }
+  /// As hash_padded(), continuing from `state` after `absorbed` bytes (a
+  /// multiple of 64): the digest of those bytes followed by buf[0, size).
+  static Digest hash_padded_from(const std::uint32_t* state, std::uint64_t absorbed, std::uint8_t* buf,
+                                 std::size_t size) noexcept {
+    const std::size_t total = pad(buf, size, absorbed);
+    std::uint32_t s[8];
+    std::memcpy(s, state, sizeof s);
     Digest out;
-    compress(state, buf, total / 64, out.data());
+    compress(s, buf, total / 64, out.data());
     return out;
   }
 
@@ -127,24 +150,18 @@ class Sha256Native {
   }
 
  private:
-  // Appends the padding to buf[0, size); returns the padded size.
-  static std::size_t pad(std::uint8_t* buf, std::size_t size) noexcept {
+  // Appends the padding to buf[0, size), after `absorbed` bytes hashed
+  // before it; returns the padded size.
+  static std::size_t pad(std::uint8_t* buf, std::size_t size, std::uint64_t absorbed = 0) noexcept {
     const std::size_t total = padded_size(size);
     buf[size] = 0x80;
     std::memset(buf + size + 1, 0, total - 8 - size - 1);
-    put_length(buf + total - 8, std::uint64_t{size} * 8);
+    put_length(buf + total - 8, (absorbed + size) * 8);
     return total;
   }
   static void compress(std::uint32_t* state, const std::uint8_t* blocks, std::size_t count,
                        std::uint8_t* digest = nullptr) noexcept {
-#if KVKEY_SHA256_X86
-    sha256_compress_x86(state, blocks, count, digest);
-#else
-    (void)state;  // unreachable: sha256_native_available() is false
-    (void)blocks;
-    (void)count;
-    (void)digest;
-#endif
+    sha256_compress(state, blocks, count, digest);
   }
   static void put_length(std::uint8_t* p, std::uint64_t bits) noexcept { store_u64_be(p, bits); }
 

@@ -21,6 +21,7 @@
 #endif
 
 #include "kvkey/config.hpp"
+#include "kvkey/detail/sha256_portable.hpp"  // the round constants
 
 KVKEY_BEGIN_NAMESPACE
 
@@ -31,16 +32,6 @@ inline constexpr std::uint32_t sha256_iv[8] = {0x6a09e667, 0xbb67ae85, 0x3c6ef37
                                                0x510e527f, 0x9b05688c, 0x1f83d9ab, 0x5be0cd19};
 
 #if KVKEY_SHA256_X86
-
-alignas(16) inline constexpr std::uint32_t sha256_k[64] = {
-    0x428a2f98, 0x71374491, 0xb5c0fbcf, 0xe9b5dba5, 0x3956c25b, 0x59f111f1, 0x923f82a4, 0xab1c5ed5,
-    0xd807aa98, 0x12835b01, 0x243185be, 0x550c7dc3, 0x72be5d74, 0x80deb1fe, 0x9bdc06a7, 0xc19bf174,
-    0xe49b69c1, 0xefbe4786, 0x0fc19dc6, 0x240ca1cc, 0x2de92c6f, 0x4a7484aa, 0x5cb0a9dc, 0x76f988da,
-    0x983e5152, 0xa831c66d, 0xb00327c8, 0xbf597fc7, 0xc6e00bf3, 0xd5a79147, 0x06ca6351, 0x14292967,
-    0x27b70a85, 0x2e1b2138, 0x4d2c6dfc, 0x53380d13, 0x650a7354, 0x766a0abb, 0x81c2c92e, 0x92722c85,
-    0xa2bfe8a1, 0xa81a664b, 0xc24b8b70, 0xc76c51a3, 0xd192e819, 0xd6990624, 0xf40e3585, 0x106aa070,
-    0x19a4c116, 0x1e376c08, 0x2748774c, 0x34b0bcb5, 0x391c0cb3, 0x4ed8aa4a, 0x5b9cca4f, 0x682e6ff3,
-    0x748f82ee, 0x78a5636f, 0x84c87814, 0x8cc70208, 0x90befffa, 0xa4506ceb, 0xbef9a3f7, 0xc67178f2};
 
 // pshufb mask: big-endian message words.
 alignas(16) inline constexpr std::uint8_t sha256_bswap_mask[16] = {3, 2, 1, 0, 7, 6, 5, 4, 11, 10, 9, 8, 15, 14, 13, 12};
@@ -58,7 +49,8 @@ KVKEY_SHA_TARGET __attribute__((always_inline)) inline void sha256_x86_group(__m
   if constexpr (I < 4) {
     x[I] = _mm_shuffle_epi8(_mm_loadu_si128(reinterpret_cast<const __m128i*>(block + 16 * I)), bswap);
   }
-  __m128i msg = _mm_add_epi32(x[I % 4], _mm_load_si128(reinterpret_cast<const __m128i*>(sha256_k + 4 * I)));
+  const auto* k = reinterpret_cast<const __m128i*>(sha256_round_constants + 4 * I);
+  __m128i msg = _mm_add_epi32(x[I % 4], _mm_load_si128(k));
   cdgh = _mm_sha256rnds2_epu32(cdgh, abef, msg);
   if constexpr (I >= 3 && I <= 14) {
     const __m128i carry = _mm_alignr_epi8(x[I % 4], x[(I + 3) % 4], 4);

@@ -1,0 +1,3 @@
+module github.com/kvkey/kvkey/ports/go
+
+go 1.19

@@ -1,0 +1,234 @@
+// SPDX-License-Identifier: Apache-2.0
+
+package kvkey
+
+import (
+	"bytes"
+	"crypto/hmac"
+	"crypto/sha256"
+	"encoding/binary"
+	"encoding/hex"
+	"fmt"
+	"hash"
+	"sort"
+	"strconv"
+)
+
+// Tenant secret sizes of a keyed namespace, in bytes.
+const (
+	MinSecretSize = 32
+	MaxSecretSize = 256
+)
+
+// StoreKeyTag opens every store key.
+const StoreKeyTag = "kvk1/"
+
+// Option configures NewNamespace.
+type Option func(*options)
+
+type options struct {
+	singleTenant bool
+	secret       []byte
+}
+
+// SingleTenant selects the single-tenant policy: the identity's Tenant must be
+// empty and SingleTenantName is encoded.
+func SingleTenant() Option { return func(o *options) { o.singleTenant = true } }
+
+// WithSecret makes the namespace keyed: every hash is an HMAC-SHA-256 under
+// the tenant secret (MinSecretSize to MaxSecretSize bytes). The namespace
+// keeps its own copy.
+func WithSecret(secret []byte) Option {
+	return func(o *options) { o.secret = append([]byte{}, secret...) }
+}
+
+// Namespace holds everything one deployment's rank derives from its Identity:
+// the root, the chain of block hashes, the store keys and the header a writer
+// of this namespace seals. It is safe for concurrent use.
+type Namespace struct {
+	id        Identity
+	keyed     bool
+	secret    []byte
+	slice     Slice
+	encoding  []byte
+	root      Digest
+	keyPrefix string
+}
+
+// NewNamespace validates id (an *Error of kind identity_error names the first
+// invalid field; "tenant_secret" for a secret of the wrong size) and
+// precomputes the root and the key prefix.
+func NewNamespace(id Identity, opts ...Option) (*Namespace, error) {
+	var o options
+	for _, opt := range opts {
+		opt(&o)
+	}
+	v, err := Validated(id, o.singleTenant)
+	if err != nil {
+		return nil, err
+	}
+	if o.secret != nil && (len(o.secret) < MinSecretSize || len(o.secret) > MaxSecretSize) {
+		return nil, identityError("tenant_secret", fmt.Sprintf("is %d bytes; a tenant secret has %d to %d bytes",
+			len(o.secret), MinSecretSize, MaxSecretSize))
+	}
+	slice, _ := ResolveSlice(v.KV, v.Shard) // Validated checked it
+	ns := &Namespace{id: v, keyed: o.secret != nil, secret: o.secret, slice: slice, encoding: EncodeIdentity(v)}
+	ns.root = ns.hash(ns.encoding)
+	ns.keyPrefix = TenantKeyPrefix(v.Tenant) + modelKeySegment(v.Model.Name) + "/e" +
+		strconv.FormatUint(v.Model.WeightsEpoch, 10) + "/"
+	return ns, nil
+}
+
+func (ns *Namespace) newHash() hash.Hash {
+	if ns.keyed {
+		return hmac.New(sha256.New, ns.secret)
+	}
+	return sha256.New()
+}
+
+func (ns *Namespace) hash(parts ...[]byte) (d Digest) {
+	h := ns.newHash()
+	for _, p := range parts {
+		h.Write(p)
+	}
+	h.Sum(d[:0])
+	return d
+}
+
+// Identity returns the validated identity as encoded (SingleTenantName applied).
+func (ns *Namespace) Identity() Identity { return ns.id }
+
+// Keyed reports whether the namespace hashes under a tenant secret.
+func (ns *Namespace) Keyed() bool { return ns.keyed }
+
+// Slice returns the KV heads and layers this rank holds.
+func (ns *Namespace) Slice() Slice { return ns.slice }
+
+// Encoding returns the canonical identity encoding (a copy).
+func (ns *Namespace) Encoding() []byte { return append([]byte(nil), ns.encoding...) }
+
+// Root returns H(encoding), the parent of block 0 for unsalted requests.
+func (ns *Namespace) Root() Digest { return ns.root }
+
+// BlockSize returns the tokens per block.
+func (ns *Namespace) BlockSize() int { return int(ns.id.KV.BlockSize) }
+
+// ExtraKey is a key that enters only the blocks overlapping the tokens
+// [TokenBegin, TokenEnd) of the sequence, e.g. an image's content hash.
+type ExtraKey struct {
+	TokenBegin, TokenEnd uint64
+	Key                  []byte
+}
+
+// HashOptions are a request's chain inputs besides the tokens.
+type HashOptions struct {
+	Salt   []byte     // per-request salt; empty means none
+	Extras []ExtraKey // per-block extra keys
+}
+
+// FirstParent returns the parent of block 0: the root without a salt,
+// H('S' || root || str(salt)) with one.
+func (ns *Namespace) FirstParent(salt []byte) Digest {
+	if len(salt) == 0 {
+		return ns.root
+	}
+	return ns.hash([]byte{'S'}, ns.root[:], u32le(uint32(len(salt))), salt)
+}
+
+// BlockHashes returns the hashes of every full block of tokens; a partial tail
+// has none. opts may be nil. An extra key with TokenBegin >= TokenEnd is an
+// input error ("extras").
+func (ns *Namespace) BlockHashes(tokens []uint32, opts *HashOptions) ([]Digest, error) {
+	if opts == nil {
+		opts = &HashOptions{}
+	}
+	extras := append([]ExtraKey(nil), opts.Extras...)
+	for i, e := range extras {
+		if e.TokenBegin >= e.TokenEnd {
+			return nil, inputError("extras", fmt.Sprintf("extra key %d: token_begin must be below token_end", i))
+		}
+	}
+	sort.SliceStable(extras, func(i, j int) bool {
+		a, b := extras[i], extras[j]
+		if a.TokenBegin != b.TokenBegin {
+			return a.TokenBegin < b.TokenBegin
+		}
+		if a.TokenEnd != b.TokenEnd {
+			return a.TokenEnd < b.TokenEnd
+		}
+		return bytes.Compare(a.Key, b.Key) < 0
+	})
+	bs := ns.BlockSize()
+	out := make([]Digest, 0, len(tokens)/bs)
+	parent := ns.FirstParent(opts.Salt)
+	msg := make([]byte, 0, 1+32+4*bs+4)
+	for b := 0; (b+1)*bs <= len(tokens); b++ {
+		msg = append(append(msg[:0], 'B'), parent[:]...)
+		for _, t := range tokens[b*bs : (b+1)*bs] {
+			msg = binary.LittleEndian.AppendUint32(msg, t)
+		}
+		lo, hi := uint64(b*bs), uint64((b+1)*bs)
+		var overlapping []ExtraKey
+		for _, e := range extras {
+			if e.TokenBegin < hi && e.TokenEnd > lo {
+				overlapping = append(overlapping, e)
+			}
+		}
+		msg = binary.LittleEndian.AppendUint32(msg, uint32(len(overlapping)))
+		for _, e := range overlapping {
+			msg = binary.LittleEndian.AppendUint64(msg, e.TokenBegin)
+			msg = binary.LittleEndian.AppendUint64(msg, e.TokenEnd)
+			msg = append(msg, str(string(e.Key))...)
+		}
+		parent = ns.hash(msg)
+		out = append(out, parent)
+	}
+	return out, nil
+}
+
+// ObjectHash returns H('O' || block || slice): this rank's object for the block.
+func (ns *Namespace) ObjectHash(block Digest) Digest {
+	s := ns.slice
+	return ns.hash([]byte{'O'}, block[:], u32le(s.KVHeadBegin), u32le(s.KVHeadEnd), u32le(s.LayerBegin),
+		u32le(s.LayerEnd))
+}
+
+// StoreKey returns "kvk1/<tenant>/<model>/e<epoch>/<object hash>".
+func (ns *Namespace) StoreKey(block Digest) string {
+	o := ns.ObjectHash(block)
+	return ns.keyPrefix + hex.EncodeToString(o[:])
+}
+
+// KeyPrefix returns "kvk1/<tenant>/<model>/e<epoch>/", the prefix of every key
+// of this namespace's epoch.
+func (ns *Namespace) KeyPrefix() string { return ns.keyPrefix }
+
+// TenantPrefix returns "kvk1/<tenant>/", the prefix of every key of the tenant.
+func (ns *Namespace) TenantPrefix() string { return TenantKeyPrefix(ns.id.Tenant) }
+
+// TenantKeyPrefix returns "kvk1/<tenant>/" for a valid tenant (or SingleTenantName).
+func TenantKeyPrefix(tenant string) string { return StoreKeyTag + tenant + "/" }
+
+// modelKeySegment escapes bytes outside [A-Za-z0-9._-] as %XX and cuts the
+// result to 96 characters without splitting an escape.
+func modelKeySegment(name string) string {
+	const max = 96
+	var out []byte
+	for i := 0; i < len(name); i++ {
+		c := name[i]
+		plain := isAlnum(c) || c == '.' || c == '_' || c == '-'
+		need := 3
+		if plain {
+			need = 1
+		}
+		if len(out)+need > max {
+			break
+		}
+		if plain {
+			out = append(out, c)
+		} else {
+			out = append(out, '%', "0123456789ABCDEF"[c>>4], "0123456789ABCDEF"[c&15])
+		}
+	}
+	return string(out)
+}

@@ -1,0 +1,306 @@
+// SPDX-License-Identifier: Apache-2.0
+
+package kvkey
+
+import (
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"os"
+	"testing"
+)
+
+// The committed vectors (tests/vectors/), read from the repository.
+const vectorsDir = "../../tests/vectors/"
+
+type vectorCase struct {
+	Name         string            `json:"name"`
+	TenantPolicy string            `json:"tenant_policy"`
+	Identity     map[string]any    `json:"identity"`
+	Shard        map[string]uint32 `json:"shard"`
+	Slice        [4]uint32         `json:"slice"`
+	Salt         string            `json:"salt"`
+	Extras       []struct {
+		TokenBegin uint64 `json:"token_begin"`
+		TokenEnd   uint64 `json:"token_end"`
+		Key        string `json:"key"`
+	} `json:"extras"`
+	PayloadSize uint64   `json:"payload_size"`
+	Encoding    string   `json:"encoding"`
+	Root        string   `json:"root"`
+	FirstParent string   `json:"first_parent"`
+	Blocks      []string `json:"blocks"`
+	Objects     []string `json:"objects"`
+	Keys        []string `json:"keys"`
+	Envelopes   []string `json:"envelopes"`
+}
+
+type vectorFile struct {
+	Tokens struct {
+		Values []uint32 `json:"values"`
+	} `json:"tokens"`
+	Cases []vectorCase `json:"cases"`
+	Keyed struct {
+		Case      string   `json:"case"`
+		SecretHex string   `json:"secret_hex"`
+		Root      string   `json:"root"`
+		Blocks    []string `json:"blocks"`
+		Keys      []string `json:"keys"`
+		Envelopes []string `json:"envelopes"`
+	} `json:"keyed"`
+}
+
+func readJSON(t *testing.T, name string, v any) {
+	t.Helper()
+	b, err := os.ReadFile(vectorsDir + name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := json.Unmarshal(b, v); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func digestPtr(t *testing.T, v any) *Digest {
+	if v == nil {
+		return nil
+	}
+	d, err := ParseDigest(v.(string))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return &d
+}
+
+// identityOf reads the vectors' flat identity ("kv.dtype": "fp16", ...).
+func identityOf(t *testing.T, c vectorCase) Identity {
+	m := c.Identity
+	num := func(k string) uint64 { return uint64(m[k].(float64)) }
+	dtype := func(v any) DType {
+		d, err := ParseDType(v.(string))
+		if err != nil {
+			t.Fatal(err)
+		}
+		return d
+	}
+	id := Identity{
+		Tenant: m["tenant"].(string),
+		Model: Model{Name: m["model.name"].(string), Revision: m["model.revision"].(string),
+			WeightsEpoch: num("model.weights_epoch"), WeightsFingerprint: digestPtr(t, m["model.weights_fingerprint"]),
+			PositionalFingerprint: digestPtr(t, m["model.positional_fingerprint"])},
+		KV: KV{DType: dtype(m["kv.dtype"]), Quant: Quant{Scheme: m["kv.quant.scheme"].(string),
+			GroupSize: uint32(num("kv.quant.group_size")), ZeroPoint: m["kv.quant.zero_point"].(bool),
+			ScalesFingerprint: digestPtr(t, m["kv.quant.scales_fingerprint"])},
+			BlockSize: uint32(num("kv.block_size")), NumLayers: uint32(num("kv.num_layers")),
+			NumKVHeads: uint32(num("kv.num_kv_heads")), HeadDim: uint32(num("kv.head_dim")),
+			Layout: m["kv.layout"].(string), MLA: m["kv.mla"].(bool)},
+		Shard: Shard{TPSize: c.Shard["tp_size"], TPRank: c.Shard["tp_rank"], PPSize: c.Shard["pp_size"],
+			PPRank: c.Shard["pp_rank"]},
+	}
+	if v := m["kv.quant.scale_dtype"]; v != nil {
+		d := dtype(v)
+		id.KV.Quant.ScaleDType = &d
+	}
+	if a, ok := m["adapter"].(map[string]any); ok {
+		id.Adapter = &Adapter{Name: a["name"].(string), WeightsFingerprint: *digestPtr(t, a["weights_fingerprint"])}
+	}
+	return id
+}
+
+func unhex(t *testing.T, s string) []byte {
+	b, err := hex.DecodeString(s)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return b
+}
+
+func checkStrings(t *testing.T, what string, got []string, want []string) {
+	t.Helper()
+	if len(got) != len(want) {
+		t.Fatalf("%s: %d values, want %d", what, len(got), len(want))
+	}
+	for i := range want {
+		if got[i] != want[i] {
+			t.Errorf("%s[%d] = %s, want %s", what, i, got[i], want[i])
+		}
+	}
+}
+
+func hexes(ds []Digest) []string {
+	out := make([]string, len(ds))
+	for i, d := range ds {
+		out[i] = d.String()
+	}
+	return out
+}
+
+func TestFormatV2Vectors(t *testing.T) {
+	var v vectorFile
+	readJSON(t, "format-v2.json", &v)
+	if len(v.Cases) == 0 {
+		t.Fatal("no cases")
+	}
+	for _, c := range v.Cases {
+		t.Run(c.Name, func(t *testing.T) {
+			var opts []Option
+			if c.TenantPolicy == "single_tenant" {
+				opts = append(opts, SingleTenant())
+			}
+			ns, err := NewNamespace(identityOf(t, c), opts...)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if got := hex.EncodeToString(ns.Encoding()); got != c.Encoding {
+				t.Errorf("encoding = %s, want %s", got, c.Encoding)
+			}
+			if ns.Root().String() != c.Root || ns.FirstParent([]byte(c.Salt)).String() != c.FirstParent {
+				t.Errorf("root %s first parent %s, want %s %s", ns.Root(), ns.FirstParent([]byte(c.Salt)), c.Root, c.FirstParent)
+			}
+			if s := ns.Slice(); [4]uint32{s.KVHeadBegin, s.KVHeadEnd, s.LayerBegin, s.LayerEnd} != c.Slice {
+				t.Errorf("slice = %v, want %v", s, c.Slice)
+			}
+			opt := HashOptions{Salt: []byte(c.Salt)}
+			for _, x := range c.Extras {
+				opt.Extras = append(opt.Extras, ExtraKey{x.TokenBegin, x.TokenEnd, []byte(x.Key)})
+			}
+			blocks, err := ns.BlockHashes(v.Tokens.Values, &opt)
+			if err != nil {
+				t.Fatal(err)
+			}
+			checkStrings(t, "blocks", hexes(blocks), c.Blocks)
+			var objects, keys []string
+			for _, b := range blocks {
+				objects = append(objects, ns.ObjectHash(b).String())
+				keys = append(keys, ns.StoreKey(b))
+			}
+			checkStrings(t, "objects", objects, c.Objects)
+			checkStrings(t, "keys", keys, c.Keys)
+			for i, e := range c.Envelopes {
+				h := unhex(t, e)
+				env, verdict := ParseEnvelope(h)
+				if env == nil || env.BlockHash != blocks[i] || env.PayloadSize != c.PayloadSize || env.Kind != Plain ||
+					env.Mode != ModeXXH3 || FirstDifference(env.Identity, ns.Identity()) != "" {
+					t.Errorf("envelope %d: parsed %+v, %v", i, env, verdict)
+				}
+				if v := ns.VerifyHeader(h, blocks[i], c.PayloadSize); !v.OK() {
+					t.Errorf("envelope %d: %v %s", i, v.Reason, v.Field)
+				}
+				other := blocks[(i+1)%len(blocks)]
+				if v := ns.VerifyHeader(h, other, c.PayloadSize); v != (Verdict{ReasonBlockMismatch, "block_hash"}) {
+					t.Errorf("envelope %d for another block: %v %s", i, v.Reason, v.Field)
+				}
+				if v := ns.VerifyHeader(h, blocks[i], c.PayloadSize+1); v != (Verdict{ReasonSizeMismatch, "payload_size"}) {
+					t.Errorf("envelope %d with another size: %v %s", i, v.Reason, v.Field)
+				}
+			}
+		})
+	}
+}
+
+func TestKeyedVectors(t *testing.T) {
+	var v vectorFile
+	readJSON(t, "format-v2.json", &v)
+	var c vectorCase
+	for _, x := range v.Cases {
+		if x.Name == v.Keyed.Case {
+			c = x
+		}
+	}
+	id := identityOf(t, c)
+	ns, err := NewNamespace(id, WithSecret(unhex(t, v.Keyed.SecretHex)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if ns.Root().String() != v.Keyed.Root {
+		t.Errorf("root = %s, want %s", ns.Root(), v.Keyed.Root)
+	}
+	blocks, err := ns.BlockHashes(v.Tokens.Values, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	checkStrings(t, "blocks", hexes(blocks), v.Keyed.Blocks)
+	plain, _ := NewNamespace(id)
+	for i, e := range v.Keyed.Envelopes {
+		if ns.StoreKey(blocks[i]) != v.Keyed.Keys[i] {
+			t.Errorf("key %d = %s, want %s", i, ns.StoreKey(blocks[i]), v.Keyed.Keys[i])
+		}
+		h := unhex(t, e)
+		// Everything but the tag matches; a keyed namespace accepts no payload it did not authenticate.
+		if v := ns.VerifyHeader(h, blocks[i], c.PayloadSize); v != (Verdict{ReasonPayloadMismatch, "payload"}) {
+			t.Errorf("keyed envelope %d: %v %s", i, v.Reason, v.Field)
+		}
+		other := blocks[(i+1)%len(blocks)]
+		if v := ns.VerifyHeader(h, other, c.PayloadSize); v != (Verdict{ReasonBlockMismatch, "block_hash"}) {
+			t.Errorf("keyed envelope %d for another block: %v %s", i, v.Reason, v.Field)
+		}
+		want := Verdict{ReasonIdentityMismatch, "envelope.namespace_kind"}
+		if v := plain.VerifyHeader(h, blocks[i], c.PayloadSize); v != want {
+			t.Errorf("keyed envelope %d read by a plain namespace: %v %s", i, v.Reason, v.Field)
+		}
+	}
+	_, err = NewNamespace(id, WithSecret(make([]byte, MinSecretSize-1)))
+	if !hasField(err, IdentityErrorKind, "tenant_secret") {
+		t.Errorf("a 31-byte secret: %v", err)
+	}
+}
+
+func hasField(err error, kind ErrorKind, field string) bool {
+	var e *Error
+	return errors.As(err, &e) && e.Kind == kind && e.Field == field
+}
+
+func TestU64ProjectionVectors(t *testing.T) {
+	var doc struct {
+		Vectors []struct {
+			Block  string `json:"block"`
+			U64    uint64 `json:"u64"`
+			U64Hex string `json:"u64_hex"`
+		} `json:"vectors"`
+	}
+	readJSON(t, "u64-projection.json", &doc)
+	if len(doc.Vectors) == 0 {
+		t.Fatal("no vectors")
+	}
+	for _, v := range doc.Vectors {
+		d, err := ParseDigest(v.Block)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if d.U64() != v.U64 || v.U64Hex != v.Block[:16] {
+			t.Errorf("%s: U64() = %d, want %d", v.Block, d.U64(), v.U64)
+		}
+	}
+}
+
+func TestValidationNamesTheField(t *testing.T) {
+	valid := func() Identity {
+		return Identity{Tenant: "t", Model: Model{Name: "m", Revision: "r"},
+			KV: KV{DType: FP16, Quant: Quant{Scheme: "none"}, BlockSize: 16, NumLayers: 4, NumKVHeads: 4, HeadDim: 8,
+				Layout: "l"}, Shard: Shard{TPSize: 1, PPSize: 1}}
+	}
+	for _, c := range []struct {
+		field string
+		edit  func(*Identity)
+	}{
+		{"tenant", func(id *Identity) { id.Tenant = "-a" }},
+		{"model.name", func(id *Identity) { id.Model.Name = "a\u202eb" }},
+		{"model.revision", func(id *Identity) { id.Model.Revision = "a b" }},
+		{"kv.dtype", func(id *Identity) { id.KV.DType = DTypeUnset }},
+		{"kv.quant.group_size", func(id *Identity) { id.KV.Quant.GroupSize = 8 }},
+		{"kv.block_size", func(id *Identity) { id.KV.BlockSize = 0 }},
+		{"kv.layout", func(id *Identity) { id.KV.Layout = "" }},
+		{"adapter.name", func(id *Identity) { id.Adapter = &Adapter{Name: "\u0085"} }},
+		{"shard.tp_size", func(id *Identity) { id.Shard.TPSize = 3 }},
+		{"shard.pp_rank", func(id *Identity) { id.Shard.PPRank = 1 }},
+	} {
+		id := valid()
+		c.edit(&id)
+		if _, err := NewNamespace(id); !hasField(err, IdentityErrorKind, c.field) {
+			t.Errorf("%s: got %v", c.field, err)
+		}
+	}
+	if _, err := NewNamespace(valid()); err != nil {
+		t.Errorf("valid identity: %v", err)
+	}
+}

@@ -1,0 +1,374 @@
+// SPDX-License-Identifier: Apache-2.0
+//! The 1024-byte envelope: parsing and verification with the C++ library's
+//! Reason and field (docs/format.md, section 6).
+
+use std::fmt;
+
+use crate::digest::Digest;
+use crate::encode::{decode_fields, decode_identity, first_difference_from, FORMAT_VERSION};
+use crate::error::{Error, Result};
+use crate::identity::{Identity, Slice};
+use crate::namespace::Namespace;
+
+/// The size of every envelope.
+pub const ENVELOPE_SIZE: usize = 1024;
+
+const MAGIC: &[u8; 8] = b"KVKEYENV";
+const VERSION: usize = 8;
+const SIZE: usize = 10;
+const IDENTITY_LEN: usize = 12;
+const BLOCK_HASH: usize = 16;
+const PAYLOAD_SIZE: usize = 48;
+const SLICE: usize = 56;
+const NAMESPACE_KIND: usize = 72;
+const INTEGRITY_MODE: usize = 73;
+const RESERVED: usize = 74;
+const NONCE: usize = 80;
+const PAYLOAD_DIGEST: usize = 96;
+const IDENTITY: usize = 112;
+
+/// Which kind of namespace sealed a header.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum NamespaceKind {
+    /// SHA-256.
+    Plain = 1,
+    /// HMAC-SHA-256 under a tenant secret.
+    Keyed = 2,
+}
+
+/// How a header protects its payload.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum IntegrityMode {
+    /// Size only.
+    None = 0,
+    /// XXH3-128 of the payload (plain namespaces).
+    Xxh3_128 = 1,
+    /// Poly1305 tag (keyed namespaces).
+    Poly1305 = 2,
+}
+
+fn mode_allowed(kind: u8, mode: u8) -> bool {
+    mode == IntegrityMode::None as u8
+        || (kind == NamespaceKind::Plain as u8 && mode == IntegrityMode::Xxh3_128 as u8)
+        || (kind == NamespaceKind::Keyed as u8 && mode == IntegrityMode::Poly1305 as u8)
+}
+
+/// Why a header was accepted or rejected.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Reason {
+    /// Accepted.
+    Ok,
+    /// Not a kvkey envelope, truncated, or not parseable.
+    Malformed,
+    /// A kvkey envelope of another format version.
+    UnsupportedVersion,
+    /// Produced under another identity or namespace kind.
+    IdentityMismatch,
+    /// Same identity, another block.
+    BlockMismatch,
+    /// The payload size differs.
+    SizeMismatch,
+    /// The payload does not match its digest or tag, or cannot be checked.
+    PayloadMismatch,
+}
+
+impl Reason {
+    /// The stable name ("identity_mismatch").
+    pub fn name(self) -> &'static str {
+        match self {
+            Reason::Ok => "ok",
+            Reason::Malformed => "malformed",
+            Reason::UnsupportedVersion => "unsupported_version",
+            Reason::IdentityMismatch => "identity_mismatch",
+            Reason::BlockMismatch => "block_mismatch",
+            Reason::SizeMismatch => "size_mismatch",
+            Reason::PayloadMismatch => "payload_mismatch",
+        }
+    }
+}
+
+impl fmt::Display for Reason {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+/// The outcome of checking a header: anything but ok is a miss. `field` names
+/// the first differing identity field or the part of the envelope; "" when ok.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Verdict {
+    /// Why.
+    pub reason: Reason,
+    /// Where: an identity field or a part of the envelope.
+    pub field: &'static str,
+}
+
+impl Verdict {
+    const OK: Verdict = Verdict { reason: Reason::Ok, field: "" };
+    fn new(reason: Reason, field: &'static str) -> Verdict {
+        Verdict { reason, field }
+    }
+    /// True when the header was accepted.
+    pub fn is_ok(&self) -> bool {
+        self.reason == Reason::Ok
+    }
+}
+
+/// A header's decoded contents.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Envelope {
+    /// The producer's identity encoding (docs/format.md, section 1).
+    pub identity_encoding: Vec<u8>,
+    /// The producer's slice.
+    pub slice: Slice,
+    /// The block hash.
+    pub block_hash: Digest,
+    /// The payload size in bytes.
+    pub payload_size: u64,
+    /// The namespace kind.
+    pub kind: NamespaceKind,
+    /// The integrity mode.
+    pub mode: IntegrityMode,
+    /// The nonce (Poly1305 mode only).
+    pub nonce: [u8; 16],
+    /// The XXH3-128 digest or Poly1305 tag.
+    pub payload_digest: [u8; 16],
+}
+
+impl Envelope {
+    /// The producer's identity; None when one of its strings is not UTF-8.
+    pub fn identity(&self) -> Option<Identity> {
+        decode_identity(&self.identity_encoding)
+    }
+}
+
+fn u16_at(h: &[u8], at: usize) -> u16 {
+    u16::from_le_bytes([h[at], h[at + 1]])
+}
+fn u32_at(h: &[u8], at: usize) -> u32 {
+    u32::from_le_bytes([h[at], h[at + 1], h[at + 2], h[at + 3]])
+}
+fn u64_at(h: &[u8], at: usize) -> u64 {
+    let mut b = [0u8; 8];
+    b.copy_from_slice(&h[at..at + 8]);
+    u64::from_le_bytes(b)
+}
+fn all_zero(b: &[u8]) -> bool {
+    b.iter().all(|&c| c == 0)
+}
+/// a == b in time independent of where they differ.
+fn equal_ct(a: &[u8], b: &[u8]) -> bool {
+    a.len() == b.len() && a.iter().zip(b).fold(0u8, |acc, (x, y)| acc | (x ^ y)) == 0
+}
+
+fn preamble(h: &[u8]) -> Verdict {
+    if h.len() != ENVELOPE_SIZE {
+        Verdict::new(Reason::Malformed, "envelope.size")
+    } else if &h[..8] != MAGIC {
+        Verdict::new(Reason::Malformed, "envelope.magic")
+    } else if u16_at(h, VERSION) != FORMAT_VERSION {
+        Verdict::new(Reason::UnsupportedVersion, "envelope.format_version")
+    } else {
+        Verdict::OK
+    }
+}
+
+/// Decodes a header without judging it against any identity; the Verdict
+/// (malformed or unsupported_version, and the field) says why when it is not
+/// a well-formed envelope of this format version.
+pub fn parse_envelope(h: &[u8]) -> std::result::Result<Envelope, Verdict> {
+    let v = preamble(h);
+    if !v.is_ok() {
+        return Err(v);
+    }
+    let malformed = |field| Err(Verdict::new(Reason::Malformed, field));
+    if usize::from(u16_at(h, SIZE)) != ENVELOPE_SIZE {
+        return malformed("envelope.size");
+    }
+    let n = u32_at(h, IDENTITY_LEN) as usize;
+    if n > ENVELOPE_SIZE - IDENTITY || decode_fields(&h[IDENTITY..IDENTITY + n]).is_none() {
+        return malformed("envelope.identity");
+    }
+    if !all_zero(&h[IDENTITY + n..]) || !all_zero(&h[RESERVED..NONCE]) {
+        return malformed("envelope.padding");
+    }
+    let (kind, mode) = (h[NAMESPACE_KIND], h[INTEGRITY_MODE]);
+    let kind = match kind {
+        1 => NamespaceKind::Plain,
+        2 => NamespaceKind::Keyed,
+        _ => return malformed("envelope.namespace_kind"),
+    };
+    if !mode_allowed(kind as u8, mode) {
+        return malformed("envelope.integrity_mode");
+    }
+    let mode = [IntegrityMode::None, IntegrityMode::Xxh3_128, IntegrityMode::Poly1305][usize::from(mode)];
+    if mode != IntegrityMode::Poly1305 && !all_zero(&h[NONCE..PAYLOAD_DIGEST]) {
+        return malformed("envelope.nonce");
+    }
+    if mode == IntegrityMode::None && !all_zero(&h[PAYLOAD_DIGEST..IDENTITY]) {
+        return malformed("envelope.payload_digest");
+    }
+    let mut e = Envelope {
+        identity_encoding: h[IDENTITY..IDENTITY + n].to_vec(),
+        slice: Slice {
+            kv_head_begin: u32_at(h, SLICE),
+            kv_head_end: u32_at(h, SLICE + 4),
+            layer_begin: u32_at(h, SLICE + 8),
+            layer_end: u32_at(h, SLICE + 12),
+        },
+        block_hash: Digest::default(),
+        payload_size: u64_at(h, PAYLOAD_SIZE),
+        kind,
+        mode,
+        nonce: [0; 16],
+        payload_digest: [0; 16],
+    };
+    e.block_hash.0.copy_from_slice(&h[BLOCK_HASH..BLOCK_HASH + 32]);
+    e.nonce.copy_from_slice(&h[NONCE..PAYLOAD_DIGEST]);
+    e.payload_digest.copy_from_slice(&h[PAYLOAD_DIGEST..IDENTITY]);
+    Ok(e)
+}
+
+/// The XXH3-128 digest of a payload in its canonical (big-endian) form, as
+/// `xxh128sum` prints it.
+pub fn xxh3_128_digest(payload: &[u8]) -> [u8; 16] {
+    xxhash_rust::xxh3::xxh3_128(payload).to_be_bytes()
+}
+
+impl Namespace {
+    fn kind(&self) -> u8 {
+        if self.is_keyed() {
+            NamespaceKind::Keyed as u8
+        } else {
+            NamespaceKind::Plain as u8
+        }
+    }
+
+    /// The header a plain namespace writes for `block` without the payload's
+    /// bytes (integrity mode none). The C++ library refuses to seal one in a
+    /// keyed namespace, and no keyed reader accepts it.
+    pub fn seal_size_only(&self, block: &Digest, payload_size: u64) -> Vec<u8> {
+        let mut h = vec![0u8; ENVELOPE_SIZE];
+        h[..8].copy_from_slice(MAGIC);
+        h[VERSION..VERSION + 2].copy_from_slice(&FORMAT_VERSION.to_le_bytes());
+        h[SIZE..SIZE + 2].copy_from_slice(&(ENVELOPE_SIZE as u16).to_le_bytes());
+        h[IDENTITY_LEN..IDENTITY_LEN + 4].copy_from_slice(&(self.encoding.len() as u32).to_le_bytes());
+        h[BLOCK_HASH..BLOCK_HASH + 32].copy_from_slice(&block.0);
+        h[PAYLOAD_SIZE..PAYLOAD_SIZE + 8].copy_from_slice(&payload_size.to_le_bytes());
+        let s = self.slice;
+        for (i, v) in [s.kv_head_begin, s.kv_head_end, s.layer_begin, s.layer_end].iter().enumerate() {
+            h[SLICE + 4 * i..SLICE + 4 * i + 4].copy_from_slice(&v.to_le_bytes());
+        }
+        h[NAMESPACE_KIND] = self.kind();
+        h[IDENTITY..IDENTITY + self.encoding.len()].copy_from_slice(&self.encoding);
+        h
+    }
+
+    /// The header of a plain namespace for `block` and its payload (integrity
+    /// mode xxh3_128). Keyed namespaces seal Poly1305 tags, which this crate
+    /// does not implement: an input error ("payload").
+    pub fn seal(&self, block: &Digest, payload: &[u8]) -> Result<Vec<u8>> {
+        if self.is_keyed() {
+            return Err(Error::input("payload", "Poly1305 payload tags are not implemented"));
+        }
+        let mut h = self.seal_size_only(block, payload.len() as u64);
+        h[INTEGRITY_MODE] = IntegrityMode::Xxh3_128 as u8;
+        h[PAYLOAD_DIGEST..IDENTITY].copy_from_slice(&xxh3_128_digest(payload));
+        Ok(h)
+    }
+
+    /// Checks a header against what this namespace would have sealed for
+    /// `block` and a payload of `payload_size` bytes: everything but the
+    /// payload digest or tag (routers do not read payloads), as the C++
+    /// size-only verify under `PayloadCheck::size_only`. A plain namespace
+    /// accepts a header that passes every other check; a keyed one accepts no
+    /// payload it did not authenticate, so there such a header is
+    /// payload_mismatch, on "payload", or on "envelope.integrity_mode" when it
+    /// carries no tag.
+    pub fn verify_header(&self, h: &[u8], block: &Digest, payload_size: u64) -> Verdict {
+        let v = self.verify_except_payload(h, block, payload_size);
+        if v.is_ok() && self.is_keyed() {
+            let field =
+                if h[INTEGRITY_MODE] == IntegrityMode::None as u8 { "envelope.integrity_mode" } else { "payload" };
+            return Verdict::new(Reason::PayloadMismatch, field);
+        }
+        v
+    }
+
+    fn verify_except_payload(&self, h: &[u8], block: &Digest, payload_size: u64) -> Verdict {
+        let v = preamble(h);
+        if !v.is_ok() {
+            return v;
+        }
+        let mut want = self.seal_size_only(block, payload_size);
+        let mode = h[INTEGRITY_MODE];
+        if mode_allowed(self.kind(), mode) {
+            want[INTEGRITY_MODE] = mode;
+            if mode == IntegrityMode::Poly1305 as u8 {
+                want[NONCE..PAYLOAD_DIGEST].copy_from_slice(&h[NONCE..PAYLOAD_DIGEST]);
+            }
+            if mode != IntegrityMode::None as u8 {
+                want[PAYLOAD_DIGEST..IDENTITY].copy_from_slice(&h[PAYLOAD_DIGEST..IDENTITY]);
+            }
+        }
+        self.compare(h, &want, block)
+    }
+
+    /// Checks a header and the payload read with it, as the C++ verify does
+    /// under the default `PayloadCheck::required`: a header without a digest
+    /// is rejected, and the payload must match the header's XXH3-128 digest.
+    /// A keyed namespace cannot check Poly1305 tags here, so a header that
+    /// passes every other check is still a miss (payload_mismatch, "payload").
+    pub fn verify(&self, h: &[u8], block: &Digest, payload: &[u8]) -> Verdict {
+        let v = preamble(h);
+        if !v.is_ok() {
+            return v;
+        }
+        let mut want = self.seal_size_only(block, payload.len() as u64);
+        if self.is_keyed() {
+            want[INTEGRITY_MODE] = IntegrityMode::Poly1305 as u8;
+            if h[INTEGRITY_MODE] == IntegrityMode::Poly1305 as u8 {
+                want[NONCE..IDENTITY].copy_from_slice(&h[NONCE..IDENTITY]);
+            }
+            let v = self.compare(h, &want, block);
+            return if v.is_ok() { Verdict::new(Reason::PayloadMismatch, "payload") } else { v };
+        }
+        want[INTEGRITY_MODE] = IntegrityMode::Xxh3_128 as u8;
+        want[PAYLOAD_DIGEST..IDENTITY].copy_from_slice(&xxh3_128_digest(payload));
+        self.compare(h, &want, block)
+    }
+
+    /// Compares a header whose preamble is right with the expected one and
+    /// names the first difference in the order of docs/format.md.
+    fn compare(&self, h: &[u8], want: &[u8], block: &Digest) -> Verdict {
+        if equal_ct(h, want) {
+            return Verdict::OK;
+        }
+        if want[INTEGRITY_MODE] != IntegrityMode::None as u8
+            && equal_ct(&h[..PAYLOAD_DIGEST], &want[..PAYLOAD_DIGEST])
+            && equal_ct(&h[IDENTITY..], &want[IDENTITY..])
+        {
+            return Verdict::new(Reason::PayloadMismatch, "payload");
+        }
+        if let Err(v) = parse_envelope(h) {
+            return v;
+        }
+        let n = u32_at(h, IDENTITY_LEN) as usize;
+        let theirs = decode_fields(&h[IDENTITY..IDENTITY + n]).unwrap_or_default();
+        if h[NAMESPACE_KIND] != want[NAMESPACE_KIND] {
+            Verdict::new(Reason::IdentityMismatch, "envelope.namespace_kind")
+        } else if let Some(field) = first_difference_from(&theirs, &self.id) {
+            Verdict::new(Reason::IdentityMismatch, field)
+        } else if h[SLICE..SLICE + 16] != want[SLICE..SLICE + 16] {
+            Verdict::new(Reason::IdentityMismatch, "shard")
+        } else if !equal_ct(&h[BLOCK_HASH..BLOCK_HASH + 32], &block.0) {
+            Verdict::new(Reason::BlockMismatch, "block_hash")
+        } else if h[PAYLOAD_SIZE..PAYLOAD_SIZE + 8] != want[PAYLOAD_SIZE..PAYLOAD_SIZE + 8] {
+            Verdict::new(Reason::SizeMismatch, "payload_size")
+        } else if h[INTEGRITY_MODE] != want[INTEGRITY_MODE] {
+            Verdict::new(Reason::PayloadMismatch, "envelope.integrity_mode")
+        } else {
+            Verdict::new(Reason::PayloadMismatch, "payload")
+        }
+    }
+}

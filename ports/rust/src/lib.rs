@@ -1,0 +1,43 @@
+// SPDX-License-Identifier: Apache-2.0
+//! kvkey's key format in Rust: identity validation and encoding, the
+//! namespace root, block hashes (salt, extras), store keys, keyed (HMAC)
+//! namespaces, envelope parsing and verification with the C++ library's
+//! Reason and field, and plain XXH3-128 payload digests — byte for byte as
+//! docs/format.md (format version 2) specifies and the C++ library computes.
+//!
+//! ```no_run
+//! # fn main() -> kvkey::Result<()> {
+//! # let identity = kvkey::Identity::default();
+//! let ns = kvkey::Namespace::new(&identity, false)?;
+//! let blocks = ns.block_hashes(&[1, 2, 3, 4], &kvkey::HashOptions::default())?;
+//! let key = ns.store_key(&blocks[0]);
+//! let index_key: u64 = blocks[0].u64_projection();
+//! # let _ = (key, index_key);
+//! # Ok(())
+//! # }
+//! ```
+//!
+//! Keyed payload tags (Poly1305) are not implemented: no Debian-packaged crate
+//! provides Poly1305 (see README.md).
+#![forbid(unsafe_code)]
+#![warn(missing_docs)]
+
+mod digest;
+mod encode;
+mod envelope;
+mod error;
+mod identity;
+mod namespace;
+
+pub use digest::{from_hex, Digest};
+pub use encode::{decode_identity, encode_identity, first_difference, FORMAT_VERSION};
+pub use envelope::{
+    parse_envelope, xxh3_128_digest, Envelope, IntegrityMode, NamespaceKind, Reason, Verdict, ENVELOPE_SIZE,
+};
+pub use error::{Error, Result};
+pub use identity::{
+    limits, resolve_slice, Adapter, Dtype, Identity, Kv, Model, Quant, Shard, Slice, SINGLE_TENANT_NAME,
+};
+pub use namespace::{
+    tenant_key_prefix, ExtraKey, HashOptions, Namespace, MAX_SECRET_SIZE, MIN_SECRET_SIZE, STORE_KEY_TAG,
+};

@@ -1,0 +1,233 @@
+// SPDX-License-Identifier: Apache-2.0
+//! A deployment rank's namespace: root, block-hash chain and store keys
+//! (docs/format.md, sections 2 to 5).
+
+use hmac::{Hmac, Mac};
+use sha2::{Digest as _, Sha256};
+
+use crate::digest::{hex, Digest};
+use crate::encode::encode_identity;
+use crate::error::{Error, Result};
+use crate::identity::{resolve_slice, Identity, Slice};
+
+/// Tenant secret sizes of a keyed namespace, in bytes.
+pub const MIN_SECRET_SIZE: usize = 32;
+/// See MIN_SECRET_SIZE.
+pub const MAX_SECRET_SIZE: usize = 256;
+
+/// The tag that opens every store key.
+pub const STORE_KEY_TAG: &str = "kvk1/";
+
+/// How the namespace hashes: plain SHA-256, or HMAC-SHA-256 under a tenant secret.
+#[derive(Clone)]
+pub(crate) enum Hasher {
+    Plain,
+    Keyed(Hmac<Sha256>),
+}
+
+impl Hasher {
+    pub(crate) fn hash(&self, parts: &[&[u8]]) -> Digest {
+        let mut out = [0u8; 32];
+        match self {
+            Hasher::Plain => {
+                let mut h = Sha256::new();
+                for p in parts {
+                    h.update(p);
+                }
+                out.copy_from_slice(&h.finalize());
+            }
+            Hasher::Keyed(mac) => {
+                let mut h = mac.clone();
+                for p in parts {
+                    h.update(p);
+                }
+                out.copy_from_slice(&h.finalize().into_bytes());
+            }
+        }
+        Digest(out)
+    }
+}
+
+/// An extra key: enters only the blocks overlapping tokens `[token_begin, token_end)`.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct ExtraKey {
+    /// First token position the key covers.
+    pub token_begin: u64,
+    /// One past the last token position.
+    pub token_end: u64,
+    /// The key bytes.
+    pub key: Vec<u8>,
+}
+
+/// A request's chain inputs besides the tokens.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct HashOptions {
+    /// Per-request salt; empty means none.
+    pub salt: Vec<u8>,
+    /// Per-block extra keys (multimodal content hashes and the like).
+    pub extras: Vec<ExtraKey>,
+}
+
+/// Everything one deployment rank derives from its identity.
+#[derive(Clone)]
+pub struct Namespace {
+    pub(crate) id: Identity,
+    pub(crate) hasher: Hasher,
+    pub(crate) slice: Slice,
+    pub(crate) encoding: Vec<u8>,
+    root: Digest,
+    key_prefix: String,
+}
+
+/// "kvk1/<tenant>/": the prefix of every key of the tenant.
+pub fn tenant_key_prefix(tenant: &str) -> String {
+    format!("{}{}/", STORE_KEY_TAG, tenant)
+}
+
+/// Bytes outside `[A-Za-z0-9._-]` as %XX, cut to 96 characters without splitting an escape.
+fn model_key_segment(name: &str) -> String {
+    let mut out = String::new();
+    for b in name.bytes() {
+        let plain = b.is_ascii_alphanumeric() || b == b'.' || b == b'_' || b == b'-';
+        if out.len() + if plain { 1 } else { 3 } > 96 {
+            break;
+        }
+        if plain {
+            out.push(char::from(b));
+        } else {
+            out.push_str(&format!("%{:02X}", b));
+        }
+    }
+    out
+}
+
+impl Namespace {
+    /// A plain (SHA-256) namespace. Validates the identity: the error names
+    /// the first invalid field.
+    pub fn new(id: &Identity, single_tenant: bool) -> Result<Namespace> {
+        Namespace::build(id, single_tenant, Hasher::Plain)
+    }
+
+    /// A keyed namespace: every hash is an HMAC-SHA-256 under the tenant
+    /// secret (32 to 256 bytes, else an identity error on "tenant_secret").
+    /// The identity is checked before the secret.
+    pub fn keyed(id: &Identity, single_tenant: bool, secret: &[u8]) -> Result<Namespace> {
+        id.validated(single_tenant)?;
+        if secret.len() < MIN_SECRET_SIZE || secret.len() > MAX_SECRET_SIZE {
+            return Err(Error::identity(
+                "tenant_secret",
+                format!(
+                    "is {} bytes; a tenant secret has {} to {} bytes",
+                    secret.len(),
+                    MIN_SECRET_SIZE,
+                    MAX_SECRET_SIZE
+                ),
+            ));
+        }
+        let mac =
+            <Hmac<Sha256> as Mac>::new_from_slice(secret).map_err(|_| Error::identity("tenant_secret", "rejected"))?;
+        Namespace::build(id, single_tenant, Hasher::Keyed(mac))
+    }
+
+    fn build(id: &Identity, single_tenant: bool, hasher: Hasher) -> Result<Namespace> {
+        let id = id.validated(single_tenant)?;
+        let slice = resolve_slice(&id.kv, &id.shard)?;
+        let encoding = encode_identity(&id);
+        let root = hasher.hash(&[&encoding]);
+        let key_prefix = format!(
+            "{}{}/e{}/",
+            tenant_key_prefix(&id.tenant),
+            model_key_segment(&id.model.name),
+            id.model.weights_epoch
+        );
+        Ok(Namespace { id, hasher, slice, encoding, root, key_prefix })
+    }
+
+    /// The validated identity as encoded.
+    pub fn identity(&self) -> &Identity {
+        &self.id
+    }
+    /// True for a keyed (HMAC) namespace.
+    pub fn is_keyed(&self) -> bool {
+        matches!(self.hasher, Hasher::Keyed(_))
+    }
+    /// The KV heads and layers this rank holds.
+    pub fn slice(&self) -> Slice {
+        self.slice
+    }
+    /// The canonical identity encoding.
+    pub fn encoding(&self) -> &[u8] {
+        &self.encoding
+    }
+    /// H(encoding): the parent of block 0 for unsalted requests.
+    pub fn root(&self) -> Digest {
+        self.root
+    }
+    /// "kvk1/<tenant>/<model>/e<epoch>/": the prefix of this namespace's keys.
+    pub fn key_prefix(&self) -> &str {
+        &self.key_prefix
+    }
+    /// "kvk1/<tenant>/".
+    pub fn tenant_prefix(&self) -> String {
+        tenant_key_prefix(&self.id.tenant)
+    }
+
+    /// The parent of block 0: the root without salt, H('S' || root || str(salt)) with one.
+    pub fn first_parent(&self, salt: &[u8]) -> Digest {
+        if salt.is_empty() {
+            return self.root;
+        }
+        self.hasher.hash(&[b"S", &self.root.0, &(salt.len() as u32).to_le_bytes(), salt])
+    }
+
+    /// The hashes of every full block of `tokens` (a partial tail has none).
+    /// An extra key with `token_begin >= token_end` is an input error ("extras").
+    pub fn block_hashes(&self, tokens: &[u32], opts: &HashOptions) -> Result<Vec<Digest>> {
+        if let Some(i) = opts.extras.iter().position(|e| e.token_begin >= e.token_end) {
+            return Err(Error::input("extras", format!("extra key {}: token_begin must be below token_end", i)));
+        }
+        let mut extras: Vec<&ExtraKey> = opts.extras.iter().collect();
+        extras.sort_by(|a, b| (a.token_begin, a.token_end, &a.key).cmp(&(b.token_begin, b.token_end, &b.key)));
+        let bs = self.id.kv.block_size as usize;
+        let mut parent = self.first_parent(&opts.salt);
+        let mut out = Vec::with_capacity(tokens.len() / bs);
+        let mut msg = Vec::with_capacity(1 + 32 + 4 * bs + 4);
+        for (b, block) in tokens.chunks_exact(bs).enumerate() {
+            msg.clear();
+            msg.push(b'B');
+            msg.extend_from_slice(&parent.0);
+            for t in block {
+                msg.extend_from_slice(&t.to_le_bytes());
+            }
+            let (lo, hi) = ((b * bs) as u64, ((b + 1) * bs) as u64);
+            let overlapping: Vec<&&ExtraKey> =
+                extras.iter().filter(|e| e.token_begin < hi && e.token_end > lo).collect();
+            msg.extend_from_slice(&(overlapping.len() as u32).to_le_bytes());
+            for e in overlapping {
+                msg.extend_from_slice(&e.token_begin.to_le_bytes());
+                msg.extend_from_slice(&e.token_end.to_le_bytes());
+                msg.extend_from_slice(&(e.key.len() as u32).to_le_bytes());
+                msg.extend_from_slice(&e.key);
+            }
+            parent = self.hasher.hash(&[&msg]);
+            out.push(parent);
+        }
+        Ok(out)
+    }
+
+    /// H('O' || block || slice): this rank's object for the block.
+    pub fn object_hash(&self, block: &Digest) -> Digest {
+        let s = self.slice;
+        let mut m = vec![b'O'];
+        m.extend_from_slice(&block.0);
+        for v in [s.kv_head_begin, s.kv_head_end, s.layer_begin, s.layer_end] {
+            m.extend_from_slice(&v.to_le_bytes());
+        }
+        self.hasher.hash(&[&m])
+    }
+
+    /// "kvk1/<tenant>/<model>/e<epoch>/<object hash, 64 hex>".
+    pub fn store_key(&self, block: &Digest) -> String {
+        format!("{}{}", self.key_prefix, hex(&self.object_hash(block).0))
+    }
+}

@@ -1,0 +1,224 @@
+// SPDX-License-Identifier: Apache-2.0
+//! The committed vectors (tests/vectors/format-v2.json and u64-projection.json)
+//! reproduced by this crate.
+
+use kvkey::{
+    from_hex, parse_envelope, xxh3_128_digest, Adapter, Digest, Dtype, ExtraKey, HashOptions, Identity, IntegrityMode,
+    Namespace, Reason, Shard, Verdict,
+};
+use serde_json::Value;
+
+fn read(name: &str) -> Value {
+    let path = format!("{}/../../tests/vectors/{}", env!("CARGO_MANIFEST_DIR"), name);
+    let text = std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("{}: {}", path, e));
+    serde_json::from_str(&text).expect("JSON")
+}
+
+fn digest(v: &Value) -> Option<Digest> {
+    v.as_str().map(|s| Digest::from_hex(s).expect("64 hex digits"))
+}
+
+fn strings(v: &Value) -> Vec<String> {
+    v.as_array().expect("an array").iter().map(|s| s.as_str().expect("a string").to_string()).collect()
+}
+
+/// The vectors' flat identity ("kv.dtype": "fp16", ...).
+fn identity(c: &Value) -> Identity {
+    let m = &c["identity"];
+    let num = |k: &str| m[k].as_u64().expect("an integer");
+    let text = |k: &str| m[k].as_str().expect("a string").to_string();
+    let mut id = Identity { tenant: text("tenant"), ..Identity::default() };
+    id.model.name = text("model.name");
+    id.model.revision = text("model.revision");
+    id.model.weights_epoch = num("model.weights_epoch");
+    id.model.weights_fingerprint = digest(&m["model.weights_fingerprint"]);
+    id.model.positional_fingerprint = digest(&m["model.positional_fingerprint"]);
+    id.kv.dtype = Dtype::from_name(&text("kv.dtype"));
+    id.kv.quant.scheme = text("kv.quant.scheme");
+    id.kv.quant.group_size = num("kv.quant.group_size") as u32;
+    id.kv.quant.scale_dtype = m["kv.quant.scale_dtype"].as_str().and_then(Dtype::from_name);
+    id.kv.quant.zero_point = m["kv.quant.zero_point"].as_bool().expect("a bool");
+    id.kv.quant.scales_fingerprint = digest(&m["kv.quant.scales_fingerprint"]);
+    id.kv.block_size = num("kv.block_size") as u32;
+    id.kv.num_layers = num("kv.num_layers") as u32;
+    id.kv.num_kv_heads = num("kv.num_kv_heads") as u32;
+    id.kv.head_dim = num("kv.head_dim") as u32;
+    id.kv.layout = text("kv.layout");
+    id.kv.mla = m["kv.mla"].as_bool().expect("a bool");
+    if let Some(a) = m["adapter"].as_object() {
+        id.adapter = Some(Adapter {
+            name: a["name"].as_str().expect("a string").to_string(),
+            weights_fingerprint: digest(&a["weights_fingerprint"]).expect("a digest"),
+        });
+    }
+    let s = &c["shard"];
+    let shard = |k: &str| s[k].as_u64().expect("an integer") as u32;
+    id.shard = Shard {
+        tp_size: shard("tp_size"),
+        tp_rank: shard("tp_rank"),
+        pp_size: shard("pp_size"),
+        pp_rank: shard("pp_rank"),
+    };
+    id
+}
+
+fn tokens(doc: &Value) -> Vec<u32> {
+    doc["tokens"]["values"].as_array().expect("tokens").iter().map(|t| t.as_u64().expect("a token") as u32).collect()
+}
+
+/// The payload of block i: payload_size bytes, byte j = (j + 31 * i) mod 251.
+fn payload(i: usize, size: usize) -> Vec<u8> {
+    (0..size).map(|j| ((j + 31 * i) % 251) as u8).collect()
+}
+
+#[test]
+fn format_v2_cases() {
+    let doc = read("format-v2.json");
+    let toks = tokens(&doc);
+    let cases = doc["cases"].as_array().expect("cases");
+    assert!(!cases.is_empty());
+    for c in cases {
+        let name = c["name"].as_str().expect("a name");
+        let ns = Namespace::new(&identity(c), c["tenant_policy"] == "single_tenant").expect(name);
+        let hex = |b: &[u8]| b.iter().map(|x| format!("{:02x}", x)).collect::<String>();
+        assert_eq!(hex(ns.encoding()), c["encoding"], "{}", name);
+        assert_eq!(ns.root().hex(), c["root"], "{}", name);
+        let salt = c["salt"].as_str().expect("a salt").as_bytes().to_vec();
+        assert_eq!(ns.first_parent(&salt).hex(), c["first_parent"], "{}", name);
+        let s = ns.slice();
+        assert_eq!(serde_json::json!([s.kv_head_begin, s.kv_head_end, s.layer_begin, s.layer_end]), c["slice"]);
+        let extras = c["extras"]
+            .as_array()
+            .expect("extras")
+            .iter()
+            .map(|x| ExtraKey {
+                token_begin: x["token_begin"].as_u64().expect("begin"),
+                token_end: x["token_end"].as_u64().expect("end"),
+                key: x["key"].as_str().expect("key").as_bytes().to_vec(),
+            })
+            .collect();
+        let blocks = ns.block_hashes(&toks, &HashOptions { salt, extras }).expect(name);
+        assert_eq!(blocks.iter().map(Digest::hex).collect::<Vec<_>>(), strings(&c["blocks"]), "{}", name);
+        assert_eq!(blocks.iter().map(|b| ns.object_hash(b).hex()).collect::<Vec<_>>(), strings(&c["objects"]));
+        assert_eq!(blocks.iter().map(|b| ns.store_key(b)).collect::<Vec<_>>(), strings(&c["keys"]));
+        let size = c["payload_size"].as_u64().expect("a size");
+        for (i, e) in strings(&c["envelopes"]).iter().enumerate() {
+            let h = from_hex(e).expect("hex");
+            let p = payload(i, size as usize);
+            assert_eq!(
+                xxh3_128_digest(&p).iter().map(|x| format!("{:02x}", x)).collect::<String>(),
+                c["payload_digests"][i]
+            );
+            assert_eq!(ns.seal(&blocks[i], &p).expect("plain"), h, "{} envelope {}", name, i);
+            let env = parse_envelope(&h).expect("well-formed");
+            assert_eq!((env.block_hash, env.payload_size, env.mode), (blocks[i], size, IntegrityMode::Xxh3_128));
+            let producer = env.identity().map(|i| Identity { shard: ns.identity().shard, ..i });
+            assert_eq!(producer.as_ref(), Some(ns.identity()));
+            assert!(ns.verify(&h, &blocks[i], &p).is_ok());
+            assert!(ns.verify_header(&h, &blocks[i], size).is_ok());
+            let mut damaged = p.clone();
+            damaged[0] ^= 1;
+            let payload_mismatch = Verdict { reason: Reason::PayloadMismatch, field: "payload" };
+            assert_eq!(ns.verify(&h, &blocks[i], &damaged), payload_mismatch);
+            let other = &blocks[(i + 1) % blocks.len()];
+            assert_eq!(ns.verify(&h, other, &p), Verdict { reason: Reason::BlockMismatch, field: "block_hash" });
+            assert_eq!(
+                ns.verify(&h, &blocks[i], &p[1..]),
+                Verdict { reason: Reason::SizeMismatch, field: "payload_size" }
+            );
+            let size_only = ns.seal_size_only(&blocks[i], size);
+            let no_digest = Verdict { reason: Reason::PayloadMismatch, field: "envelope.integrity_mode" };
+            assert_eq!(ns.verify(&size_only, &blocks[i], &p), no_digest);
+        }
+    }
+}
+
+#[test]
+fn payload_digests() {
+    for p in read("format-v2.json")["payloads"].as_array().expect("payloads") {
+        let bytes = from_hex(p["hex"].as_str().expect("hex")).expect("hex");
+        let d: String = xxh3_128_digest(&bytes).iter().map(|x| format!("{:02x}", x)).collect();
+        assert_eq!(d, p["xxh3_128"]);
+    }
+}
+
+#[test]
+fn keyed_namespace() {
+    let doc = read("format-v2.json");
+    let k = &doc["keyed"];
+    let c = doc["cases"].as_array().expect("cases").iter().find(|c| c["name"] == k["case"]).expect("the case");
+    let id = identity(c);
+    let secret = from_hex(k["secret_hex"].as_str().expect("hex")).expect("hex");
+    let ns = Namespace::keyed(&id, false, &secret).expect("keyed");
+    assert_eq!(ns.root().hex(), k["root"]);
+    let blocks = ns.block_hashes(&tokens(&doc), &HashOptions::default()).expect("blocks");
+    assert_eq!(blocks.iter().map(Digest::hex).collect::<Vec<_>>(), strings(&k["blocks"]));
+    assert_eq!(blocks.iter().map(|b| ns.store_key(b)).collect::<Vec<_>>(), strings(&k["keys"]));
+    let plain = Namespace::new(&id, false).expect("plain");
+    let size = c["payload_size"].as_u64().expect("a size");
+    for (i, e) in strings(&k["envelopes"]).iter().enumerate() {
+        let h = from_hex(e).expect("hex");
+        // Everything but the tag matches; a keyed namespace accepts no payload it did not authenticate.
+        let unauthenticated = Verdict { reason: Reason::PayloadMismatch, field: "payload" };
+        assert_eq!(ns.verify_header(&h, &blocks[i], size), unauthenticated);
+        let other = &blocks[(i + 1) % blocks.len()];
+        assert_eq!(ns.verify_header(&h, other, size), Verdict { reason: Reason::BlockMismatch, field: "block_hash" });
+        // No Poly1305 here: the tag cannot be checked, so the payload form never accepts.
+        let p = payload(i, size as usize);
+        assert_eq!(ns.verify(&h, &blocks[i], &p), Verdict { reason: Reason::PayloadMismatch, field: "payload" });
+        let swapped = Verdict { reason: Reason::IdentityMismatch, field: "envelope.namespace_kind" };
+        assert_eq!(plain.verify_header(&h, &blocks[i], size), swapped);
+    }
+    let short = Namespace::keyed(&id, false, &secret[..31]).err().expect("a 31-byte secret is refused");
+    assert_eq!((short.kind(), short.field()), ("identity_error", "tenant_secret"));
+}
+
+#[test]
+fn u64_projection() {
+    let doc = read("u64-projection.json");
+    let vectors = doc["vectors"].as_array().expect("vectors");
+    assert!(!vectors.is_empty());
+    for v in vectors {
+        let block = v["block"].as_str().expect("a block");
+        let d = Digest::from_hex(block).expect("a digest");
+        assert_eq!(Some(d.u64_projection()), v["u64"].as_u64(), "{}", block);
+        assert_eq!(v["u64_hex"], block[..16]);
+    }
+}
+
+#[test]
+fn validation_names_the_field() {
+    let valid = Identity {
+        tenant: "t".into(),
+        model: kvkey::Model { name: "m".into(), revision: "r".into(), ..Default::default() },
+        kv: kvkey::Kv {
+            dtype: Some(Dtype::Fp16),
+            block_size: 16,
+            num_layers: 4,
+            num_kv_heads: 4,
+            head_dim: 8,
+            layout: "l".into(),
+            ..Default::default()
+        },
+        ..Default::default()
+    };
+    assert!(Namespace::new(&valid, false).is_ok());
+    type Edit = Box<dyn Fn(&mut Identity)>;
+    let cases: Vec<(&str, Edit)> = vec![
+        ("tenant", Box::new(|id| id.tenant = "-a".into())),
+        ("model.name", Box::new(|id| id.model.name = "a\u{202e}b".into())),
+        ("model.revision", Box::new(|id| id.model.revision = "a b".into())),
+        ("kv.dtype", Box::new(|id| id.kv.dtype = None)),
+        ("kv.quant.zero_point", Box::new(|id| id.kv.quant.zero_point = true)),
+        ("kv.head_dim", Box::new(|id| id.kv.head_dim = 0)),
+        ("adapter.name", Box::new(|id| id.adapter = Some(Adapter { name: "\u{85}".into(), ..Default::default() }))),
+        ("shard.tp_size", Box::new(|id| id.shard.tp_size = 3)),
+        ("shard.pp_size", Box::new(|id| id.shard.pp_size = 3)),
+    ];
+    for (field, edit) in cases {
+        let mut id = valid.clone();
+        edit(&mut id);
+        let e = Namespace::new(&id, false).err().unwrap_or_else(|| panic!("{} accepted", field));
+        assert_eq!((e.kind(), e.field()), ("identity_error", field));
+    }
+}

@@ -1,0 +1,75 @@
+#!/usr/bin/env bash
+# The Go and Rust ports (ports/go, ports/rust) and the conformance runner
+# (docs/conformance.md): go vet/test and cargo build/test/clippy, offline,
+# against the committed vectors; then `kvkey conformance` over the C++, Python,
+# Go and Rust testees with the committed vectors and 2,000 random cases from a
+# fresh seed. Installs its toolchains itself, and builds what it runs (the tool
+# in build/gcc and the Python module in build/python, as stages 10 and 30 do),
+# so it also runs alone: scripts/test.sh ports.
+set -euo pipefail
+root="$KVKEY_ROOT"
+jobs="${KVKEY_JOBS:-2}"
+cases="${KVKEY_CONFORMANCE_CASES:-2000}"
+
+# 1. Toolchains from Debian: Go, the packaged crates, and cargo/rustc unless
+#    one is installed already (rustup's in ~/.cargo/bin counts).
+[ -x "$HOME/.cargo/bin/cargo" ] && export PATH="$HOME/.cargo/bin:$PATH"
+need=()
+for p in golang-go librust-sha2-dev librust-hmac-dev librust-xxhash-rust-dev librust-serde-json-dev; do
+  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || need+=("$p")
+done
+command -v cargo >/dev/null || need+=(cargo rustc)
+if [ "${#need[@]}" -ne 0 ]; then
+  sudo=""
+  [ "$(id -u)" -ne 0 ] && sudo="sudo"
+  echo "70-ports: installing ${need[*]}"
+  $sudo apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq --no-install-recommends "${need[@]}" >/dev/null
+fi
+export GOPROXY=off  # the module has no dependencies
+echo "70-ports: $(go version); $(cargo --version); $(rustc --version)"
+
+# 2. The tool (the runner and the C++ testee) and the Python module, in the
+#    build directories stages 10 and 30 configure with the same options (so
+#    after them this is a no-op).
+cmake -S "$root" -B "$root/build/gcc" -DCMAKE_BUILD_TYPE=RelWithDebInfo -DCMAKE_C_COMPILER=gcc \
+  -DCMAKE_CXX_COMPILER=g++ -DKVKEY_WARNINGS_AS_ERRORS=ON >/dev/null
+cmake --build "$root/build/gcc" --target kvkey_tool -j"$jobs"
+cmake -S "$root" -B "$root/build/python" -DCMAKE_BUILD_TYPE=RelWithDebInfo -DKVKEY_WARNINGS_AS_ERRORS=ON \
+  -DKVKEY_BUILD_PYTHON=ON -DPython_EXECUTABLE=/usr/bin/python3 -DCMAKE_INTERPROCEDURAL_OPTIMIZATION=OFF \
+  -DKVKEY_BUILD_EXAMPLES=OFF -DKVKEY_BUILD_TOOLS=OFF >/dev/null
+cmake --build "$root/build/python" --target kvkey_python -j"$jobs"
+kvkey="$root/build/gcc/tools/kvkey"
+
+# 3. Go: vet, formatting, tests (which read tests/vectors/).
+cd "$root/ports/go"
+go vet ./...
+unformatted="$(gofmt -l .)"
+if [ -n "$unformatted" ]; then echo "70-ports: gofmt would change: $unformatted" >&2; exit 1; fi
+go test ./...
+go build ./cmd/kvkey-testee && rm -f kvkey-testee
+
+# 4. Rust, offline against /usr/share/cargo/registry (ports/rust/.cargo/config.toml).
+cd "$root/ports/rust"
+cargo build --offline --locked
+cargo test --offline --locked
+if cargo clippy --version >/dev/null 2>&1; then
+  cargo clippy --offline --locked --all-targets -- -D warnings
+else
+  echo "70-ports: cargo clippy is not installed: skipped"
+fi
+
+# 5. The conformance runner over each testee: the committed vectors, then
+#    random cases from one fresh seed (printed: rerun with --seed).
+cd "$root"
+seed="${KVKEY_CONFORMANCE_SEED:-$(od -An -N8 -tu8 /dev/urandom | tr -d ' ')}"
+echo "70-ports: conformance seed $seed ($cases random cases per testee)"
+status=0
+for testee in "$kvkey conformance-testee" \
+              "env PYTHONPATH=$root/build/python /usr/bin/python3 tools/conformance/testee.py" \
+              "go run ./ports/go/cmd/kvkey-testee" \
+              "cargo run --quiet --offline --locked --manifest-path ports/rust/Cargo.toml --bin kvkey-testee"; do
+  "$kvkey" conformance --testee "$testee" --vectors tests/vectors/format-v2.json --cases "$cases" --seed "$seed" \
+    || status=1
+done
+exit "$status"

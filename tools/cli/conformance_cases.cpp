@@ -1,0 +1,401 @@
+// SPDX-License-Identifier: Apache-2.0
+// The conformance runner's requests (docs/conformance.md): random ones that
+// span every identity field, namespace kind, chain input and header defect,
+// and those that replay the committed vectors.
+#include <kvkey/errors.hpp>
+#include <kvkey/identity.hpp>
+#include <kvkey/key_namespace.hpp>
+
+#include <array>
+#include <cstdint>
+#include <fstream>
+#include <functional>
+#include <random>
+#include <string>
+#include <string_view>
+#include <utility>
+#include <vector>
+
+#include "cli/conformance.hpp"
+#include "cli/tool.hpp"
+
+namespace kvkey_tool::conformance {
+
+namespace {
+
+constexpr std::uint64_t u32_max = 0xffffffffu;
+
+class Gen {
+ public:
+  explicit Gen(std::uint64_t seed) : rng_(seed) {}
+
+  std::uint64_t below(std::uint64_t n) { return std::uniform_int_distribution<std::uint64_t>(0, n - 1)(rng_); }
+  std::uint64_t range(std::uint64_t lo, std::uint64_t hi) { return lo + below(hi - lo + 1); }
+  bool chance(double p) { return std::bernoulli_distribution(p)(rng_); }
+  template <class T, std::size_t N>
+  const T& pick(const std::array<T, N>& a) {
+    return a[below(N)];
+  }
+
+  std::string bytes(std::size_t n) {
+    std::string s(n, '\0');
+    for (char& c : s) c = static_cast<char>(below(256));
+    return s;
+  }
+  std::string digest_hex() { return hex(bytes(32)); }
+  std::string from(std::string_view alphabet, std::size_t n) {
+    std::string s;
+    for (std::size_t i = 0; i < n; ++i) s.push_back(alphabet[below(alphabet.size())]);
+    return s;
+  }
+  /// A length in [1, max]: often short, sometimes the longest allowed.
+  std::size_t length(std::size_t max) {
+    if (chance(0.15)) return max;
+    return chance(0.6) ? range(1, std::min<std::size_t>(max, 12)) : range(1, max);
+  }
+
+  /// Free text (model and adapter names) of at most max bytes, whole UTF-8
+  /// characters: ASCII (with '/', '@', '%' and space, which the store key
+  /// escapes) and 2-, 3- and 4-byte characters. full: exactly max bytes.
+  std::string text(std::size_t max, bool full) {
+    static constexpr std::array<std::string_view, 14> pieces = {
+        "Q", "w", "7", "-", ".", "_", "/", " ", "@", "%", "\xc3\xa9", "\xce\xa9", "\xe6\xa8\xa1", "\xf0\x9f\xa6\x99"};
+    const std::size_t want = full ? max : length(max);
+    std::string s;
+    while (s.size() < want) {
+      const std::string_view p = pick(pieces);
+      if (s.size() + p.size() > want) {
+        s.push_back('m');
+        continue;
+      }
+      s.append(p);
+    }
+    return s;
+  }
+  std::string tenant() {
+    static constexpr std::string_view alnum = "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789";
+    const std::size_t n = length(kvkey::limits::tenant);
+    return from(alnum, 1) + from("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789._-", n - 1);
+  }
+  std::string printable(std::size_t max) {
+    std::string s;
+    const std::size_t n = length(max);
+    for (std::size_t i = 0; i < n; ++i) s.push_back(static_cast<char>(range(0x21, 0x7e)));
+    return s;
+  }
+  std::string dtype() { return std::string(kvkey::to_string(kvkey::all_dtypes()[below(kvkey::kv_dtype_count)])); }
+
+ private:
+  std::mt19937_64 rng_;
+};
+
+std::vector<std::uint32_t> divisors(std::uint32_t n) {
+  std::vector<std::uint32_t> out;
+  for (std::uint32_t d = 1; d <= n; ++d) {
+    if (n % d == 0) out.push_back(d);
+  }
+  return out;
+}
+
+Json valid_identity(Gen& g, bool single_tenant) {
+  Json id;
+  if (!single_tenant) id["tenant"] = g.tenant();
+  Json model = {{"name", g.text(kvkey::limits::model_name, g.chance(0.1))},
+                {"revision", g.printable(kvkey::limits::revision)}};
+  const std::uint64_t epoch_kind = g.below(4);
+  model["weights_epoch"] = epoch_kind == 0   ? 0
+                           : epoch_kind == 1 ? g.below(100)
+                           : epoch_kind == 2 ? ~std::uint64_t{0}
+                                             : g.below(~std::uint64_t{0});
+  if (g.chance(0.4)) model["weights_fingerprint"] = g.digest_hex();
+  if (g.chance(0.4)) model["positional_fingerprint"] = g.digest_hex();
+  id["model"] = model;
+
+  Json kv;
+  kv["dtype"] = g.dtype();
+  if (g.chance(0.4)) {
+    Json q = {{"scheme", g.from("abcdefghijklmnopqrstuvwxyz0123456789._-", g.length(kvkey::limits::quant_scheme))}};
+    if (q["scheme"] == "none") q["scheme"] = "nonf";
+    q["group_size"] = g.chance(0.5) ? g.pick(std::array<std::uint64_t, 4>{0, 32, 64, 128}) : g.below(u32_max + 1);
+    if (g.chance(0.6)) q["scale_dtype"] = g.dtype();
+    q["zero_point"] = g.chance(0.5);
+    if (g.chance(0.4)) q["scales_fingerprint"] = g.digest_hex();
+    kv["quant"] = q;
+  } else if (g.chance(0.3)) {
+    kv["quant"] = {{"scheme", "none"}};
+  }
+  const std::uint64_t bs_kind = g.below(5);
+  kv["block_size"] = bs_kind == 0   ? g.range(1, 4)
+                     : bs_kind == 1 ? 16
+                     : bs_kind == 2 ? 64
+                     : bs_kind == 3 ? g.range(1, 300)
+                                    : 256 + g.below(3);
+  const bool mla = g.chance(0.2);
+  const std::uint32_t layers = static_cast<std::uint32_t>(g.pick(std::array<std::uint64_t, 6>{1, 2, 24, 27, 28, 61}));
+  const std::uint32_t heads =
+      mla ? 1 : static_cast<std::uint32_t>(g.pick(std::array<std::uint64_t, 6>{1, 2, 4, 8, 12, 32}));
+  kv["num_layers"] = layers;
+  kv["num_kv_heads"] = heads;
+  kv["head_dim"] = mla ? 576 : g.pick(std::array<std::uint64_t, 4>{1, 64, 128, 256});
+  kv["layout"] = g.printable(kvkey::limits::layout);
+  if (mla || g.chance(0.3)) kv["mla"] = mla;
+  id["kv"] = kv;
+
+  if (g.chance(0.6)) {
+    // tp: a divisor of the heads, or a multiple of them (replicas); pp: a divisor of the layers.
+    std::vector<std::uint32_t> tps = divisors(heads);
+    for (std::uint32_t m : {2u, 4u}) tps.push_back(heads * m);
+    const std::uint32_t tp = mla ? static_cast<std::uint32_t>(g.range(1, 8)) : tps[g.below(tps.size())];
+    const std::vector<std::uint32_t> pps = divisors(layers);
+    const std::uint32_t pp = pps[g.below(pps.size())];
+    id["shard"] = {{"tp_size", tp}, {"tp_rank", g.below(tp)}, {"pp_size", pp}, {"pp_rank", g.below(pp)}};
+  }
+  if (g.chance(0.3))
+    id["adapter"] = {{"name", g.text(kvkey::limits::adapter_name, g.chance(0.1))},
+                     {"weights_fingerprint", g.digest_hex()}};
+  if (single_tenant) id["policy"] = "single_tenant";
+  return id;
+}
+
+// One defect that makes a valid request invalid. The oracle names the field.
+void break_request(Gen& g, Json& r) {
+  Json& id = r["identity"];
+  Json& kv = id["kv"];
+  const bool single = id.value("policy", "") == "single_tenant";
+  switch (g.below(30)) {
+    case 0: id["tenant"] = single ? "t" : ""; break;
+    case 1: id["tenant"] = g.chance(0.5) ? "-x" : "a/b"; break;
+    case 2: id["tenant"] = std::string(kvkey::limits::tenant + 1, 'a'); break;
+    case 3: id["model"]["name"] = g.chance(0.5) ? "" : std::string(kvkey::limits::model_name + 1, 'n'); break;
+    case 4:
+      id["model"]["name"] = g.pick(std::array<std::string, 4>{"a\tb", "a\x7f", "a\xc2\x85", "a\xe2\x80\xae"});
+      break;
+    case 5:
+      id["model"]["revision"] = g.pick(std::array<std::string, 4>{"", "a b", "r\xc3\xa9", std::string(129, 'r')});
+      break;
+    case 6: kv.erase("dtype"); break;
+    case 7:
+      kv["quant"] = {{"scheme", g.pick(std::array<std::string, 3>{"", "Per_Token", std::string(33, 'q')})}};
+      break;
+    case 8: kv["quant"] = {{"scheme", "none"}, {"group_size", g.range(1, 128)}}; break;
+    case 9: kv["quant"] = {{"scheme", "none"}, {"scale_dtype", g.dtype()}}; break;
+    case 10: kv["quant"] = {{"scheme", "none"}, {"zero_point", true}}; break;
+    case 11: kv["quant"] = {{"scheme", "none"}, {"scales_fingerprint", g.digest_hex()}}; break;
+    case 12: kv[g.pick(std::array<std::string, 4>{"block_size", "head_dim", "num_layers", "num_kv_heads"})] = 0; break;
+    case 13: kv["layout"] = g.pick(std::array<std::string, 3>{"", "a b", std::string(65, 'l')}); break;
+    case 14:
+      id["adapter"] = {{"name", g.pick(std::array<std::string, 3>{"", "x\n", std::string(129, 'a')})},
+                       {"weights_fingerprint", g.digest_hex()}};
+      break;
+    case 15: id["shard"] = {{"tp_size", 0}}; break;
+    case 16: id["shard"] = {{"tp_size", 2}, {"tp_rank", 2}}; break;
+    case 17: id["shard"] = {{"pp_size", 0}}; break;
+    case 18: id["shard"] = {{"pp_size", 1}, {"pp_rank", 1}}; break;
+    case 19: kv["mla"] = false, kv["num_kv_heads"] = 12, id["shard"] = {{"tp_size", 8}}; break;  // 8 does not divide 12
+    case 20: kv["mla"] = false, kv["num_kv_heads"] = 4, id["shard"] = {{"tp_size", 6}}; break;   // not a multiple of 4
+    case 21: kv["num_layers"] = 27, id["shard"] = {{"pp_size", 2}}; break;
+    case 22: r["secret_hex"] = hex(g.bytes(g.chance(0.5) ? 31 : 257)); break;
+    // input errors
+    case 23: r["tokens"].push_back(g.chance(0.5) ? Json(u32_max + 1) : Json(-1)); break;
+    case 24: kv["dtype"] = g.pick(std::array<std::string, 3>{"fp17", "unset", "FP16"}); break;
+    case 25:
+      id["model"]["weights_fingerprint"] = g.chance(0.5) ? std::string(63, 'a') : std::string(63, 'a') + "g";
+      break;
+    case 26: kv[g.chance(0.5) ? "blocksize" : "block_size"] = g.chance(0.5) ? Json("64") : Json(64); break;
+    case 27: kv["num_layers"] = u32_max + 1; break;
+    case 28: r["salt_hex"] = "abc"; break;
+    default: r["extras"] = Json::array({{{"token_begin", 5}, {"token_end", 5}, {"key_hex", "00"}}}); break;
+  }
+}
+
+Json valid_request(Gen& g, std::uint64_t id) {
+  Json r;
+  r["id"] = id;
+  const bool single = g.chance(0.2);
+  r["identity"] = valid_identity(g, single);
+  if (single && g.chance(0.5)) {  // the policy as the request's flag instead of the identity's key
+    r["identity"].erase("policy");
+    r["single_tenant"] = true;
+  }
+  if (g.chance(0.3)) r["secret_hex"] = hex(g.bytes(g.chance(0.2) ? g.range(32, 256) : 32));
+  const std::uint64_t bs = r["identity"]["kv"]["block_size"];
+  const std::uint64_t blocks = std::min<std::uint64_t>(g.below(5), 1200 / bs);
+  const std::uint64_t count = blocks * bs + (g.chance(0.5) ? g.below(bs) : 0);
+  Json tokens = Json::array();
+  for (std::uint64_t i = 0; i < count; ++i) {
+    const std::uint64_t kind = g.below(10);
+    tokens.push_back(kind == 0 ? 0 : kind == 1 ? u32_max : kind < 5 ? g.below(152064) : g.below(u32_max + 1));
+  }
+  r["tokens"] = tokens;
+  if (g.chance(0.3)) r["salt_hex"] = g.chance(0.1) ? std::string() : hex(g.bytes(g.range(1, 40)));
+  if (g.chance(0.3)) {
+    Json extras = Json::array();
+    for (std::uint64_t i = 0, n = g.range(1, 4); i < n; ++i) {
+      const std::uint64_t begin = g.below(count + 8);
+      extras.push_back(
+          {{"token_begin", begin}, {"token_end", begin + g.range(1, 2 * bs)}, {"key_hex", hex(g.bytes(g.below(20)))}});
+    }
+    if (g.chance(0.2)) extras.push_back(extras.front());  // duplicates are allowed and count twice
+    r["extras"] = extras;
+  }
+  return r;
+}
+
+// A header for block `index` that the reader must reject or accept: sealed
+// correctly, or with one defect (docs/conformance.md lists them).
+void add_verify(Gen& g, Json& r) {
+  const std::size_t blocks = r["tokens"].size() / r["identity"]["kv"]["block_size"].get<std::size_t>();
+  const std::size_t index = g.below(blocks);
+  Json writer = r;
+  std::size_t writer_index = index;
+  const std::uint64_t defect = g.below(10);
+  switch (defect) {
+    case 1:  // another identity: one salient field differs
+      if (g.chance(0.5)) {
+        writer["identity"]["model"]["weights_epoch"] =
+            writer["identity"]["model"]["weights_epoch"].get<std::uint64_t>() ^ 1;
+      } else {
+        writer["identity"]["kv"]["dtype"] = writer["identity"]["kv"]["dtype"] == "fp16" ? "bf16" : "fp16";
+      }
+      break;
+    case 2:  // another block of the same request
+      if (blocks > 1)
+        writer_index = (index + 1 + g.below(blocks - 1)) % blocks;
+      else
+        writer["salt_hex"] = "ff";
+      break;
+    case 3:  // plain and keyed swapped
+      if (writer.contains("secret_hex"))
+        writer.erase("secret_hex");
+      else
+        writer["secret_hex"] = hex(g.bytes(32));
+      break;
+    case 5:  // another rank's slice
+      writer["identity"]["shard"] = {{"pp_size", 1}, {"tp_size", 1}};
+      r["identity"]["shard"] = {{"pp_size", r["identity"]["kv"]["num_layers"]}, {"pp_rank", 0}};
+      if (r["identity"]["kv"]["num_layers"] == 1)
+        r["identity"]["kv"]["mla"] = false, r["identity"]["shard"] = {{"tp_size", 2}};
+      break;
+    default: break;
+  }
+  // A keyed writer always seals the payload's bytes (its tag); a plain one
+  // often, or size-only, also for sizes too large to materialize.
+  const bool keyed = writer.contains("secret_hex");
+  const bool with_payload = keyed || g.chance(0.7);
+  const std::uint64_t size = with_payload || g.chance(0.7) ? g.below(2049) : g.below(~std::uint64_t{0});
+  const std::uint64_t reader_size = defect == 4 ? size ^ (1 + g.below(1024)) : size;  // another payload size
+  std::string payload;
+  if (with_payload) payload = g.bytes(size);
+  std::string header;
+  try {
+    header = seal(writer, writer_index, with_payload ? &payload : nullptr, size);
+  } catch (const kvkey::error&) {  // the writer's variant is invalid: seal the reader's own
+    r.erase("verify");
+    header = seal(r, index, r.contains("secret_hex") || with_payload ? &payload : nullptr, size);
+  }
+  if (defect == 6 || defect == 7) {  // flipped bits, anywhere or in the first 128 bytes
+    const std::size_t at = defect == 6 ? g.below(header.size()) : g.below(128);
+    header[at] = static_cast<char>(header[at] ^ (1 << g.below(8)));
+  }
+  if (defect == 9) header[8] = 1;  // format version 1
+  if (defect == 8) header.resize(g.chance(0.5) ? g.below(header.size()) : header.size() + 1 + g.below(8));
+  r["verify"] = {{"header_hex", hex(header)}, {"block_index", index}, {"payload_size", reader_size}};
+}
+
+}  // namespace
+
+std::vector<Json> random_requests(std::uint64_t seed, std::size_t count) {
+  Gen g(seed);
+  std::vector<Json> out;
+  out.reserve(count);
+  for (std::size_t n = 0; n < count; ++n) {
+    Json r = valid_request(g, n);
+    const std::size_t bs = r["identity"]["kv"]["block_size"];
+    if (g.chance(0.2)) {
+      break_request(g, r);
+    } else if (r["tokens"].size() >= bs && g.chance(0.4)) {
+      add_verify(g, r);
+      if (g.chance(0.03)) r["verify"]["block_index"] = r["tokens"].size() / bs;  // no such block
+    }
+    out.push_back(std::move(r));
+  }
+  return out;
+}
+
+namespace {
+
+// The nested identity of a request from a vectors file's flat one.
+Json nested_identity(const Json& flat, const Json& shard, const std::string& policy) {
+  Json id;
+  for (const auto& [path, value] : flat.items()) {
+    if (value.is_null() || (path == "tenant" && policy == "single_tenant")) continue;
+    Json* at = &id;
+    std::string_view rest = path;
+    for (auto dot = rest.find('.'); dot != std::string_view::npos; dot = rest.find('.')) {
+      at = &(*at)[std::string(rest.substr(0, dot))];
+      rest.remove_prefix(dot + 1);
+    }
+    (*at)[std::string(rest)] = value;
+  }
+  id["shard"] = shard;
+  id["policy"] = policy;
+  return id;
+}
+
+}  // namespace
+
+std::vector<Json> vector_requests(const std::string& path) {
+  std::ifstream file(path);
+  if (!file) fail("cannot open {}", path);
+  Json doc;
+  try {
+    doc = Json::parse(file);
+  } catch (const Json::exception& e) {
+    fail("{}: invalid JSON: {}", path, e.what());
+  }
+  std::vector<Json> out;
+  const Json tokens = doc.at("tokens").at("values");
+  const auto add = [&](Json r, const Json& want, const Json& envelopes, std::uint64_t payload_size) {
+    // The vectors are the library's: check them as the oracle answers, then
+    // replay every header as a verify request.
+    const Json got = respond(r);
+    for (const char* k : {"root", "blocks", "keys"}) {
+      if (got.value(k, Json()) != want.at(k))
+        fail("{}: {} differs from the library's for {}", path, k, want.value("name", "keyed"));
+    }
+    out.push_back(r);
+    for (std::size_t i = 0; i < envelopes.size(); ++i) {
+      Json v = r;
+      v["id"] = r["id"].get<std::string>() + ".verify." + std::to_string(i);
+      v["verify"] = {{"header_hex", envelopes[i]}, {"block_index", i}, {"payload_size", payload_size}};
+      out.push_back(std::move(v));
+    }
+  };
+  for (const Json& c : doc.at("cases")) {
+    Json r;
+    r["id"] = c.at("name");
+    r["identity"] = nested_identity(c.at("identity"), c.at("shard"), c.at("tenant_policy"));
+    r["tokens"] = tokens;
+    r["salt_hex"] = hex(c.at("salt").get<std::string>());
+    r["extras"] = Json::array();
+    for (const Json& x : c.at("extras")) {
+      r["extras"].push_back({{"token_begin", x.at("token_begin")},
+                             {"token_end", x.at("token_end")},
+                             {"key_hex", hex(x.at("key").get<std::string>())}});
+    }
+    add(r, c, c.at("envelopes"), c.at("payload_size"));
+  }
+  const Json& k = doc.at("keyed");
+  for (const Json& c : doc.at("cases")) {
+    if (c.at("name") != k.at("case")) continue;
+    Json r;
+    r["id"] = "keyed";
+    r["identity"] = nested_identity(c.at("identity"), c.at("shard"), c.at("tenant_policy"));
+    r["secret_hex"] = k.at("secret_hex");
+    r["tokens"] = tokens;
+    add(r, k, k.at("envelopes"), c.at("payload_size"));
+  }
+  return out;
+}
+
+}  // namespace kvkey_tool::conformance

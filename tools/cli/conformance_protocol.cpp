@@ -1,0 +1,369 @@
+// SPDX-License-Identifier: Apache-2.0
+// The C++ library's answer to one conformance request (docs/conformance.md):
+// the request decoded with field-named input errors, then the identity, the
+// chain, the store keys and the header verdict as kvkey computes them.
+#include <kvkey/hmac.hpp>
+#include <kvkey/key_namespace.hpp>
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <cstdint>
+#include <limits>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <type_traits>
+#include <utility>
+#include <vector>
+
+#include "cli/conformance.hpp"
+
+namespace kvkey_tool::conformance {
+
+namespace {
+
+/// A request the protocol refuses: kind "input_error" or "identity_error".
+struct Refusal {
+  std::string kind;
+  std::string field;
+  std::string message;
+};
+
+[[noreturn]] void refuse_input(std::string field, std::string message) {
+  throw Refusal{"input_error", std::move(field), std::move(message)};
+}
+
+std::optional<std::string> from_hex(std::string_view hex) {
+  if (hex.size() % 2 != 0) return std::nullopt;
+  std::string out(hex.size() / 2, '\0');
+  for (std::size_t i = 0; i < out.size(); ++i) {
+    const int hi = kvkey::detail::hex_digit_value(hex[2 * i]);
+    const int lo = kvkey::detail::hex_digit_value(hex[2 * i + 1]);
+    if (hi < 0 || lo < 0) return std::nullopt;
+    out[i] = static_cast<char>((hi << 4) | lo);
+  }
+  return out;
+}
+
+/// An unsigned JSON integer no larger than max; nullopt for anything else
+/// (negative, fractional, too large, not a number).
+std::optional<std::uint64_t> unsigned_value(const Json& v, std::uint64_t max) {
+  if (!v.is_number_integer() || (!v.is_number_unsigned() && v.get<std::int64_t>() < 0)) return std::nullopt;
+  const auto n = v.get<std::uint64_t>();
+  if (n > max) return std::nullopt;
+  return n;
+}
+
+// The identity's JSON objects ("model", "kv.quant", ...) and the leaves each
+// may hold: the salient fields (visit_identity_fields), the shard and "policy".
+bool is_section(std::string_view path) {
+  return path == "model" || path == "kv" || path == "kv.quant" || path == "shard" || path == "adapter";
+}
+
+bool is_leaf(std::string_view path) {
+  static const std::vector<std::string> leaves = [] {
+    std::vector<std::string> out = {"policy", "shard.tp_size", "shard.tp_rank", "shard.pp_size", "shard.pp_rank"};
+    for (std::string_view p : kvkey::identity_field_names()) {
+      if (!is_section(p)) out.emplace_back(p);
+    }
+    return out;
+  }();
+  return std::find(leaves.begin(), leaves.end(), path) != leaves.end();
+}
+
+// Every key of the identity object is known; sections are objects.
+void check_keys(const Json& j, const std::string& path) {
+  if (!j.is_object()) refuse_input(path.empty() ? "identity" : path, "expected an object");
+  for (const auto& item : j.items()) {
+    const std::string p = path.empty() ? item.key() : path + "." + item.key();
+    if (is_section(p)) {
+      if (!item.value().is_null()) check_keys(item.value(), p);
+    } else if (!is_leaf(p)) {
+      refuse_input(p, "unknown key");
+    }
+  }
+}
+
+// The member at a dotted path, or nullptr when it (or its section) is absent or null.
+const Json* member(const Json& identity, std::string_view path) {
+  const Json* at = &identity;
+  for (std::size_t begin = 0;;) {
+    const std::size_t dot = path.find('.', begin);
+    const auto it = at->find(std::string(path.substr(begin, dot == std::string_view::npos ? dot : dot - begin)));
+    if (it == at->end() || it->is_null()) return nullptr;
+    at = &*it;
+    if (dot == std::string_view::npos) return at;
+    begin = dot + 1;
+  }
+}
+
+/// Reads each salient field from the identity's JSON by its path; absent and
+/// null members keep the C++ default of kvkey::Identity. Errors name the path.
+struct FieldReader {
+  const Json& identity;
+
+  void operator()(std::string_view path, std::string& out) const {
+    if (const Json* v = member(identity, path)) {
+      if (!v->is_string()) refuse_input(std::string(path), "expected a string");
+      out = v->get<std::string>();
+    }
+  }
+  template <class U, class = std::enable_if_t<std::is_unsigned_v<U> && !std::is_same_v<U, bool>>>
+  void operator()(std::string_view path, U& out) const {
+    if (const Json* v = member(identity, path)) {
+      const auto n = unsigned_value(*v, std::numeric_limits<U>::max());
+      if (!n)
+        refuse_input(std::string(path),
+                     "expected an integer in [0, " + std::to_string(std::numeric_limits<U>::max()) + "]");
+      out = static_cast<U>(*n);
+    }
+  }
+  void operator()(std::string_view path, bool& out) const {
+    if (const Json* v = member(identity, path)) {
+      if (!v->is_boolean()) refuse_input(std::string(path), "expected true or false");
+      out = v->get<bool>();
+    }
+  }
+  void operator()(std::string_view path, kvkey::KvDtype& out) const {
+    if (const Json* v = member(identity, path)) out = dtype(path, *v);
+  }
+  void operator()(std::string_view path, std::optional<kvkey::KvDtype>& out) const {
+    if (const Json* v = member(identity, path)) out = dtype(path, *v);
+  }
+  void operator()(std::string_view path, kvkey::Digest& out) const {
+    std::optional<kvkey::Digest> d;
+    (*this)(path, d);
+    if (d) out = *d;
+  }
+  void operator()(std::string_view path, std::optional<kvkey::Digest>& out) const {
+    if (const Json* v = member(identity, path)) {
+      const auto d = v->is_string() ? kvkey::Digest::try_from_hex(v->get<std::string>()) : std::nullopt;
+      if (!d) refuse_input(std::string(path), "expected 64 hex digits");
+      out = d;
+    }
+  }
+  void operator()(std::string_view path, std::optional<kvkey::Adapter>& out) const {
+    if (member(identity, path) == nullptr) return;
+    kvkey::visit_adapter_fields(out.emplace(), *this);
+  }
+
+ private:
+  static kvkey::KvDtype dtype(std::string_view path, const Json& v) {
+    const auto d = v.is_string() ? kvkey::kv_dtype_from_string(v.get<std::string>()) : std::nullopt;
+    if (!d) refuse_input(std::string(path), "expected a dtype name");
+    return *d;
+  }
+};
+
+struct Request {
+  kvkey::Identity identity;
+  kvkey::Policy policy{kvkey::TenantPolicy::required, kvkey::PayloadCheck::size_only};
+  std::optional<std::string> secret;
+  std::vector<std::uint32_t> tokens;
+  kvkey::HashOptions options;
+  struct Verify {
+    std::string header;
+    std::uint64_t block_index = 0;
+    std::uint64_t payload_size = 0;
+  };
+  std::optional<Verify> verify;
+};
+
+void decode_identity(const Json& j, Request& r) {
+  check_keys(j, "");
+  const FieldReader read{j};
+  std::string policy = "required";
+  read("policy", policy);
+  if (policy == "single_tenant") {
+    r.policy.tenant = kvkey::TenantPolicy::single_tenant;
+  } else if (policy != "required") {
+    refuse_input("policy", "expected \"required\" or \"single_tenant\"");
+  }
+  kvkey::visit_identity_fields(r.identity, read);
+  kvkey::Shard& sh = r.identity.shard;
+  for (auto [path, m] : {std::pair{"shard.tp_size", &sh.tp_size}, std::pair{"shard.tp_rank", &sh.tp_rank},
+                         std::pair{"shard.pp_size", &sh.pp_size}, std::pair{"shard.pp_rank", &sh.pp_rank}}) {
+    read(path, *m);
+  }
+}
+
+std::string hex_member(const Json& j, const char* key, const std::string& field) {
+  const auto it = j.find(key);
+  if (it == j.end() || it->is_null()) return {};
+  const auto bytes = it->is_string() ? from_hex(it->get<std::string>()) : std::nullopt;
+  if (!bytes) refuse_input(field, "expected hex digits (an even number)");
+  return *bytes;
+}
+
+Request decode(const Json& j) {
+  Request r;
+  const auto id = j.find("identity");
+  if (id == j.end() || !id->is_object()) refuse_input("identity", "expected an object");
+  decode_identity(*id, r);
+  if (const auto st = j.find("single_tenant"); st != j.end() && !st->is_null()) {
+    if (!st->is_boolean()) refuse_input("single_tenant", "expected true or false");
+    if (st->get<bool>()) r.policy.tenant = kvkey::TenantPolicy::single_tenant;
+  }
+  if (const auto s = j.find("secret_hex"); s != j.end() && !s->is_null())
+    r.secret = hex_member(j, "secret_hex", "secret_hex");
+  if (const auto t = j.find("tokens"); t != j.end() && !t->is_null()) {
+    if (!t->is_array()) refuse_input("tokens", "expected an array of token ids");
+    r.tokens.reserve(t->size());
+    for (const Json& v : *t) {
+      const auto n = unsigned_value(v, std::numeric_limits<std::uint32_t>::max());
+      if (!n) refuse_input("tokens", "token ids are integers in [0, 2^32)");
+      r.tokens.push_back(static_cast<std::uint32_t>(*n));
+    }
+  }
+  r.options.salt = hex_member(j, "salt_hex", "salt_hex");
+  if (const auto e = j.find("extras"); e != j.end() && !e->is_null()) {
+    if (!e->is_array()) refuse_input("extras", "expected an array");
+    for (const Json& x : *e) {
+      if (!x.is_object()) refuse_input("extras", "expected objects");
+      kvkey::ExtraKey k;
+      const auto num = [&x](const char* key) {
+        const auto it = x.find(key);
+        const auto n = it == x.end() ? std::nullopt : unsigned_value(*it, std::numeric_limits<std::uint64_t>::max());
+        if (!n) refuse_input("extras", std::string(key) + ": expected an unsigned integer");
+        return *n;
+      };
+      k.token_begin = num("token_begin");
+      k.token_end = num("token_end");
+      k.key = hex_member(x, "key_hex", "extras");
+      r.options.extras.push_back(std::move(k));
+    }
+  }
+  if (const auto v = j.find("verify"); v != j.end() && !v->is_null()) {
+    if (!v->is_object()) refuse_input("verify", "expected an object");
+    Request::Verify ver;
+    ver.header = hex_member(*v, "header_hex", "verify.header_hex");
+    const auto num = [&v](const char* key) {
+      const auto it = v->find(key);
+      const auto n = it == v->end() ? std::nullopt : unsigned_value(*it, std::numeric_limits<std::uint64_t>::max());
+      if (!n) refuse_input(std::string("verify.") + key, "expected an unsigned integer");
+      return *n;
+    };
+    ver.block_index = num("block_index");
+    ver.payload_size = num("payload_size");
+    r.verify = std::move(ver);
+  }
+  return r;
+}
+
+// ---- deliberate defects (docs/conformance.md, "Testing the runner") ----------
+
+void perturb_request(Request& r, const std::string& perturb) {
+  if (perturb.empty()) return;
+  if (perturb == "adapter") {
+    r.identity.adapter.reset();  // a router that leaves the adapter out of the hash
+  } else if (perturb == "salt") {
+    r.options.salt.clear();
+  } else if (perturb == "extras") {
+    r.options.extras.clear();
+  } else if (perturb != "u64" && perturb != "field") {
+    throw kvkey::input_error("unknown --perturb " + perturb + " (known: adapter, salt, extras, u64, field)");
+  }
+}
+
+template <class Ns>
+Json outputs(const Ns& ns, const Request& r, const std::string& perturb) {
+  Json out;
+  std::vector<kvkey::Digest> blocks;
+  try {
+    blocks = ns.block_hashes(r.tokens.data(), r.tokens.size(), r.options);
+  } catch (const kvkey::input_error& e) {  // the token ids were checked: an extra key
+    throw Refusal{"input_error", "extras", e.what()};
+  }
+  out["encoding"] = hex(std::string_view(reinterpret_cast<const char*>(ns.encoding().data()), ns.encoding().size()));
+  out["root"] = ns.root().hex();
+  out["prefix"] = ns.key_prefix();
+  out["blocks"] = Json::array();
+  out["blocks_u64"] = Json::array();
+  out["keys"] = Json::array();
+  for (const kvkey::Digest& b : blocks) {
+    out["blocks"].push_back(b.hex());
+    std::uint64_t u = kvkey::u64_projection(b);
+    if (perturb == "u64") {  // little-endian instead of big-endian
+      std::uint64_t le = 0;
+      for (std::size_t i = 0; i < 8; ++i) le |= std::uint64_t{b[i]} << (8 * i);
+      u = le;
+    }
+    out["blocks_u64"].push_back(u);
+    out["keys"].push_back(ns.store_key(b));
+  }
+  if (r.verify) {
+    if (r.verify->block_index >= blocks.size()) {
+      refuse_input("verify.block_index", "there are " + std::to_string(blocks.size()) + " blocks");
+    }
+    const auto& h = r.verify->header;
+    const kvkey::Verdict v = ns.verify(reinterpret_cast<const std::uint8_t*>(h.data()), h.size(),
+                                       blocks[r.verify->block_index], r.verify->payload_size);
+    out["verdict"] = {{"ok", v.ok()}, {"reason", std::string(kvkey::to_string(v.reason))}, {"field", v.field}};
+  }
+  return out;
+}
+
+Json evaluate(Request r, const std::string& perturb) {
+  perturb_request(r, perturb);
+  try {
+    (void)kvkey::validated(r.identity, r.policy);  // the identity is named before the secret
+    if (r.secret) {
+      const kvkey::TenantSecret secret(std::move(*r.secret));
+      return outputs(kvkey::KeyNamespace<kvkey::HmacSha256>(r.identity, secret, r.policy), r, perturb);
+    }
+    return outputs(kvkey::KeyNamespace<>(r.identity, r.policy), r, perturb);
+  } catch (const kvkey::identity_error& e) {
+    std::string field = e.field();
+    if (perturb == "field" && field == "kv.head_dim") field = "kv.block_size";
+    throw Refusal{"identity_error", field, e.what()};
+  }
+}
+
+}  // namespace
+
+std::string hex(std::string_view bytes) {
+  return fmt::format("{:02x}", fmt::join(reinterpret_cast<const unsigned char*>(bytes.data()),
+                                         reinterpret_cast<const unsigned char*>(bytes.data() + bytes.size()), ""));
+}
+
+Json respond(const Json& request, const std::string& perturb) {
+  Json response;
+  const auto id = request.is_object() ? request.find("id") : request.end();
+  response["id"] = request.is_object() && id != request.end() ? *id : Json(nullptr);
+  try {
+    if (!request.is_object()) refuse_input("request", "expected a JSON object");
+    response.update(evaluate(decode(request), perturb));
+  } catch (const Refusal& e) {
+    response["error"] = {{"kind", e.kind}, {"field", e.field}, {"message", e.message}};
+  }
+  return response;
+}
+
+namespace {
+template <class Ns>
+std::string seal_with(const Ns& ns, const Request& r, std::size_t block_index, const std::string* payload,
+                      std::uint64_t payload_size) {
+  const auto blocks = ns.block_hashes(r.tokens.data(), r.tokens.size(), r.options);
+  const kvkey::Digest& block = blocks.at(block_index);
+  const kvkey::Envelope e = payload != nullptr ? ns.seal(block, kvkey::Payload(payload->data(), payload->size()))
+                                               : ns.seal(block, payload_size);
+  return std::string(reinterpret_cast<const char*>(e.data()), e.size());
+}
+}  // namespace
+
+std::string seal(const Json& writer, std::size_t block_index, const std::string* payload, std::uint64_t payload_size) {
+  Request r;
+  try {
+    r = decode(writer);
+  } catch (const Refusal& e) {
+    throw kvkey::input_error("seal: " + e.field + ": " + e.message);
+  }
+  if (r.secret) {
+    return seal_with(kvkey::KeyNamespace<kvkey::HmacSha256>(r.identity, kvkey::TenantSecret(*r.secret), r.policy), r,
+                     block_index, payload, payload_size);
+  }
+  return seal_with(kvkey::KeyNamespace<>(r.identity, r.policy), r, block_index, payload, payload_size);
+}
+
+}  // namespace kvkey_tool::conformance
