@@ -296,6 +296,11 @@ class _RedisBase:
         except Exception as e:
             if expired.is_set():
                 raise StoreError("timeout", f"{during}: the call passed its deadline of {self.deadline} s") from e
+            if _redis_error_kind(e) is None:
+                # redis-py's reply callbacks on a damaged reply, e.g. SCRIPT EXISTS answered
+                # ":1" instead of "*1": list(map(bool, 1)) is a TypeError. Nothing but reply
+                # parsing runs inside execute(), so it is the stream that is wrong.
+                raise StoreError("protocol", f"{during}: unreadable reply: {type(e).__name__}: {e}") from e
             raise
         finally:
             if timer is not None:

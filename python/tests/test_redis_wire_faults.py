@@ -161,3 +161,19 @@ def test_a_trickling_server_ends_the_call(port):
         got = conn.load(o.saved[:1])
         assert proxy.connections == 2 and bytes(got[0]) == o.payloads[o.saved[0]]
         client.close()
+
+
+@pytest.mark.parametrize("offset", range(8))
+@pytest.mark.parametrize("bit", range(8))
+def test_flipped_bit_in_first_reply_of_a_lookup(port, offset, bit):
+    """A lookup's first reply on a connection is redis-py's SCRIPT EXISTS for the header
+    script ("*1\r\n:1\r\n"). Damaged ("*1" read as the integer ":1", say), the call is a
+    miss with a StoreError, never another exception, and the next call reads its own replies."""
+    o = Oracle(port, "wire-py-lookup")
+    hashes = o.saved[:3] + o.unsaved[:1]
+    with FaultProxy(port, flip_at=[(0, offset, 1 << bit)]) as proxy:
+        conn, client = through(proxy, o, deadline=10.0, socket_timeout=2)
+        assert conn.lookup(hashes) <= 3
+        assert conn.lookup(hashes) == 3
+        assert [bytes(p) for p in conn.load(o.saved[:2])] == [o.payloads[h] for h in o.saved[:2]]
+        client.close()
