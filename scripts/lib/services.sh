@@ -5,8 +5,6 @@
 #   start_redis        -> sets redis_port, redis_pid
 #   free_port          -> prints a free TCP port on 127.0.0.1
 #   wait_for CMD...    -> retries CMD for up to 60 s
-#   use_python_module  -> builds the binding as stage 30-python does (nothing to
-#                         do when it ran) and points PYTHONPATH at it
 
 service_pids=()
 
@@ -55,11 +53,3 @@ start_redis() {
   return 1
 }
 
-use_python_module() {
-  local root="$1" dir="$1/build/python"
-  cmake -S "$root" -B "$dir" -DCMAKE_BUILD_TYPE=RelWithDebInfo -DKVKEY_WARNINGS_AS_ERRORS=ON \
-    -DKVKEY_BUILD_PYTHON=ON -DPython_EXECUTABLE=/usr/bin/python3 -DCMAKE_INTERPROCEDURAL_OPTIMIZATION=OFF \
-    -DKVKEY_BUILD_EXAMPLES=OFF -DKVKEY_BUILD_TOOLS=OFF >/dev/null
-  cmake --build "$dir" --target kvkey_python -j"${KVKEY_JOBS:-2}" >/dev/null
-  export PYTHONPATH="$dir/python"
-}

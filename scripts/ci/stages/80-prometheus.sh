@@ -18,7 +18,8 @@ work="$(mktemp -d /tmp/kvkey-prometheus-XXXXXX)"
 . "$root/scripts/lib/services.sh"
 trap 'stop_services; rm -rf "$work"' EXIT
 trap 'exit 130' INT TERM
-use_python_module "$root"  # the module 30-python built
+extra="$("$root/scripts/ci/python-module.sh" "$root/build/metrics-python")"  # the installed one when 30-python ran
+if [ -n "$extra" ]; then export PYTHONPATH="$extra${PYTHONPATH:+:$PYTHONPATH}"; fi
 
 start_redis || { echo "80-prometheus: could not start redis-server" >&2; exit 1; }
 exporter_port="$(free_port)"

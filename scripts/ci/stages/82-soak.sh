@@ -11,7 +11,8 @@ work="$(mktemp -d /tmp/kvkey-soak-ci-XXXXXX)"
 trap 'rm -rf "$work"' EXIT
 # shellcheck source=scripts/lib/services.sh
 . "$root/scripts/lib/services.sh"
-use_python_module "$root"
+extra="$("$root/scripts/ci/python-module.sh" "$root/build/metrics-python")"  # the installed one when 30-python ran
+if [ -n "$extra" ]; then export PYTHONPATH="$extra${PYTHONPATH:+:$PYTHONPATH}"; fi
 
 seed="${KVKEY_SOAK_SEED:-$RANDOM}"
 "$root/scripts/soak.sh" --quick --seed "$seed" --metrics-out "$work/metrics.txt" --plot "$work/soak.png" \
