@@ -210,11 +210,24 @@ return out
 """
 
 
+class _HeldPool:
+    """A connection pool as a pipeline sees it while the store holds its connection: the
+    pipeline's release at the end of execute() leaves the connection to the store."""
+
+    def __init__(self, pool: Any) -> None:
+        self._pool = pool
+
+    def release(self, connection: Any) -> None:
+        pass
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._pool, name)
+
+
 class _RedisBase:
     """What RedisStore and RedisClusterStore share: the commands as pipelines of
-    single-key commands, and the error handling."""
-
-    _sentinel = False  # end every pipeline with ECHO <nonce> and check its reply
+    single-key commands, each pipeline ending with an ``ECHO <nonce>`` sentinel, a
+    deadline per call, and the error handling."""
 
     def __init__(self, client: Any, batch: int, deadline: Optional[float] = None) -> None:
         if batch < 1:
@@ -256,36 +269,47 @@ class _RedisBase:
         def run() -> List[Any]:
             out: List[Any] = []
             for start in range(0, len(items), self._batch):
-                chunk = items[start:start + self._batch]
-                pipe = self._pipeline()
-                for item in chunk:
-                    command(pipe, item)
-                replies = self._execute(pipe, during)
-                if len(replies) != len(chunk) * per_item:
-                    raise StoreError("protocol", f"{during}: {len(replies)} replies to "
-                                     f"{len(chunk) * per_item} commands")
-                out.extend(replies)
+                out.extend(self._chunk(during, items[start:start + self._batch], command, per_item))
             return out
 
         return self._call(during, run) if items else []
 
+    def _chunk(self, during: str, chunk: Sequence[_T], command: Callable[[Any, _T], Any],
+               per_item: int) -> List[Any]:
+        """One batch of ``_each``: one pipeline."""
+        return self._pipelined(self._pipeline(), during, chunk, command, per_item)
+
+    def _pipelined(self, pipe: Any, during: str, chunk: Sequence[_T], command: Callable[[Any, _T], Any],
+                   per_item: int) -> List[Any]:
+        for item in chunk:
+            command(pipe, item)
+        replies = self._execute(pipe, during)
+        if len(replies) != len(chunk) * per_item:
+            raise StoreError("protocol", f"{during}: {len(replies)} replies to {len(chunk) * per_item} commands")
+        return replies
+
     def _execute(self, pipe: Any, during: str) -> List[Any]:
-        """Runs a pipeline; with the sentinel, checks that the stream is in step; with a
-        deadline, shuts the connection's socket when the call's time is up, so a server
-        that trickles its replies cannot hold the call (redis-py's socket_timeout bounds
-        each read only)."""
-        nonce = secrets.token_hex(16).encode() if self._sentinel else None
-        if nonce is not None:
-            pipe.execute_command("ECHO", nonce)
+        """Runs a pipeline of one node's connection, ended by ``ECHO <nonce>``, and checks
+        that the last reply is the nonce (the stream is in step); with a deadline, shuts
+        the connection's socket when the call's time is up, so a server that trickles its
+        replies cannot hold the call (redis-py's socket_timeout bounds each read only)."""
+        nonce = secrets.token_hex(16).encode()
+        pipe.execute_command("ECHO", nonce)
         until = getattr(self._local, "until", None)
         expired = threading.Event()
         timer = None
-        if until is not None and self._sentinel:
-            left = until - time.monotonic()
-            if left <= 0:
-                raise StoreError("timeout", f"{during}: the call passed its deadline of {self.deadline} s")
-            conn = pipe.connection_pool.get_connection("MULTI")
-            pipe.connection = conn  # released by the pipeline when it is done
+        pool, in_step = pipe.connection_pool, False
+        if until is not None and until - time.monotonic() <= 0:
+            raise StoreError("timeout", f"{during}: the call passed its deadline of {self.deadline} s")
+        # The store holds the connection, not the pipeline: it goes back to the pool only
+        # once the call is known to be in step, else it is closed first, so no other
+        # thread can take a connection out of step between the pipeline's release and
+        # the store's check.
+        conn = pool.get_connection("MULTI")
+        pipe.connection = conn
+        pipe.connection_pool = _HeldPool(pool)
+        if until is not None:
+            left = max(0.0, until - time.monotonic())
 
             def expire() -> None:
                 expired.set()
@@ -300,27 +324,32 @@ class _RedisBase:
             timer.daemon = True
             timer.start()
         try:
-            replies = list(pipe.execute(raise_on_error=True))
-        except Exception as e:
-            if expired.is_set():
-                raise StoreError("timeout", f"{during}: the call passed its deadline of {self.deadline} s") from e
-            if _redis_error_kind(e) is None:
-                # redis-py's reply callbacks on a damaged reply, e.g. SCRIPT EXISTS answered
-                # ":1" instead of "*1": list(map(bool, 1)) is a TypeError. Nothing but reply
-                # parsing runs inside execute(), so it is the stream that is wrong.
-                raise StoreError("protocol", f"{during}: unreadable reply: {type(e).__name__}: {e}") from e
-            raise
-        finally:
-            if timer is not None:
-                timer.cancel()
-        if expired.is_set():  # done as it expired: the socket is shut, the call counts as late
-            raise StoreError("timeout", f"{during}: the call passed its deadline of {self.deadline} s")
-        if nonce is not None:
+            try:
+                replies = list(pipe.execute(raise_on_error=True))
+            except Exception as e:
+                if expired.is_set():
+                    raise StoreError("timeout", f"{during}: the call passed its deadline of {self.deadline} s") from e
+                if _redis_error_kind(e) is None:
+                    # redis-py's reply callbacks on a damaged reply, e.g. SCRIPT EXISTS answered
+                    # ":1" instead of "*1": list(map(bool, 1)) is a TypeError. Nothing but reply
+                    # parsing runs inside execute(), so it is the stream that is wrong.
+                    raise StoreError("protocol", f"{during}: unreadable reply: {type(e).__name__}: {e}") from e
+                raise
+            finally:
+                if timer is not None:
+                    timer.cancel()
+            if expired.is_set():  # done as it expired: the socket is shut, the call counts as late
+                raise StoreError("timeout", f"{during}: the call passed its deadline of {self.deadline} s")
             if not replies or replies[-1] != nonce:
                 raise StoreError("protocol", f"{during}: the reply stream is out of step (the last reply "
                                  "is not the sentinel's nonce)")
             replies.pop()
-        return replies
+            in_step = True
+            return replies
+        finally:
+            if not in_step:
+                conn.disconnect()  # never back to the pool open: it may be out of step
+            pool.release(conn)
 
     def get(self, keys: Sequence[str]) -> List[Optional[bytes]]:
         replies = self._each("get", keys, lambda p, k: p.execute_command("GET", _wire(k)))
@@ -360,7 +389,13 @@ class _RedisBase:
         cursor: Any = 0
         while True:  # ends when the server returns cursor 0: SCAN visits every key once or more
             def scan_once(at: Any = cursor) -> Any:
-                return node_client.scan(cursor=at, match=pattern, count=1000)
+                pipe = node_client.pipeline(transaction=False)
+                pipe.execute_command("SCAN", at, "MATCH", pattern, "COUNT", 1000)
+                replies = self._execute(pipe, "scan_prefix")
+                page = replies[0] if len(replies) == 1 else None
+                if not (isinstance(page, (list, tuple)) and len(page) == 2 and isinstance(page[1], list)):
+                    raise StoreError("protocol", f"scan_prefix: SCAN answered {type(page).__name__}")
+                return page
 
             cursor, batch = self._call("scan_prefix", scan_once)
             for k in batch:
@@ -373,8 +408,9 @@ class RedisStore(_RedisBase):
     """A Store on one Redis node through a ``redis.Redis`` client (redis-py 4.3+).
 
     Reads are pipelines of ``GET`` (``batch`` commands per round trip), headers one
-    script call per ``batch`` keys (``GETRANGE`` + ``STRLEN``), writes pipelines of ``SET``. The client must not decode responses
-    (``decode_responses=False``, the default).
+    script call per ``batch`` keys (``GETRANGE`` + ``STRLEN``), writes pipelines of
+    ``SET``. The client must not decode responses (``decode_responses=False``, the
+    default).
 
     Errors: every pipeline ends with ``ECHO`` of a fresh nonce, and a call whose last
     reply is not that nonce is ``StoreError("protocol")``: redis-py 4.3 counts replies, so
@@ -386,8 +422,6 @@ class RedisStore(_RedisBase):
     passes the store shuts the socket of the pipeline under way (``StoreError("timeout")``).
     The client is thread-safe, and so is the store.
     """
-
-    _sentinel = True
 
     def __init__(self, client: Any, *, batch: int = 512, deadline: Optional[float] = 10.0) -> None:
         super().__init__(client, batch, deadline)
@@ -444,15 +478,19 @@ class RedisClusterStore(_RedisBase):
     """A Store on a Redis Cluster through a ``redis.cluster.RedisCluster`` client.
 
     Keys carry no hash tag, so one prompt's blocks spread over every primary; all
-    commands are single-key and go through the cluster pipeline, which sends each
-    to the node that owns its slot. ``scan_prefix`` scans every primary. After an
-    error the slot map is refreshed before the next call (it follows a failover or
-    a resharding) and the idle connections are closed. Use one store per thread:
-    redis-py's cluster client updates its slot map without a lock.
+    commands are single-key. Each batch is split by the slot map into one pipeline
+    per primary, sent on that node's connection pool, and each of these pipelines
+    ends with ``ECHO <nonce>``, checked as in RedisStore; ``deadline`` bounds each
+    call as in RedisStore. ``scan_prefix`` scans every primary (its pages end with
+    the sentinel too). A redirection (MOVED, ASK) is ``StoreError("server")``. After
+    any error the slot map is refreshed before the next call (it follows a failover
+    or a resharding) and the idle connections of every node are closed, so none out
+    of step is reused. Use one store per thread: redis-py's cluster client updates
+    its slot map without a lock.
     """
 
-    def __init__(self, client: Any, *, batch: int = 512) -> None:
-        super().__init__(client, batch)
+    def __init__(self, client: Any, *, batch: int = 512, deadline: Optional[float] = 10.0) -> None:
+        super().__init__(client, batch, deadline)
         self._stale = False
 
     def _drop_connections(self) -> None:
@@ -464,11 +502,25 @@ class RedisClusterStore(_RedisBase):
         except Exception:  # noqa: BLE001 - best effort, as above
             pass
 
-    def _pipeline(self) -> Any:
+    def _chunk(self, during: str, chunk: Sequence[_T], command: Callable[[Any, _T], Any],
+               per_item: int) -> List[Any]:
+        """One pipeline per node that owns keys of the batch, each with its sentinel."""
         if self._stale:
-            self._stale = False
             self.client.nodes_manager.initialize()  # a promoted replica, moved slots
-        return self.client.pipeline(transaction=False)
+            self._stale = False
+        nodes: Dict[str, Any] = {}
+        where: Dict[str, List[int]] = {}
+        for i, item in enumerate(chunk):
+            node = self.client.get_node_from_key(item if isinstance(item, str) else item[0])  # type: ignore[index]
+            nodes[node.name] = node
+            where.setdefault(node.name, []).append(i)
+        out: List[Any] = [None] * (len(chunk) * per_item)
+        for name, at in where.items():
+            pipe = self.client.get_redis_connection(nodes[name]).pipeline(transaction=False)
+            replies = self._pipelined(pipe, during, [chunk[i] for i in at], command, per_item)
+            for n, i in enumerate(at):
+                out[i * per_item:(i + 1) * per_item] = replies[n * per_item:(n + 1) * per_item]
+        return out
 
     def primaries(self) -> List[Any]:
         """The primaries of the cluster, by a fresh slot map."""

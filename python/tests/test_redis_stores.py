@@ -313,6 +313,30 @@ def test_redis_through_a_faulty_wire(client, faults):
     assert clean.store.delete(list(clean.store.scan_prefix(ns.tenant_prefix))) == 48
 
 
+def test_redis_a_connection_out_of_step_is_closed_before_the_pool_has_it(client):
+    """"$2048" read as "$2040": the value's last bytes read as a reply of their own and the
+    sentinel's reply stays in the socket. The store closes that connection before it goes
+    back to the pool, not after (another thread could take it in between: here, closing
+    the idle connections afterwards is switched off)."""
+    ns = namespace()
+    first, second = ns.block_hashes(range(2 * 64))
+    keys = [ns.store_key(first), ns.store_key(second)]
+    store = RedisStore(client)
+    values = [ns.seal_value(first, bytes(1018) + b"$2\r\nZZ"), ns.seal_value(second, bytes(1024))]
+    store.put(keys, values)
+    with fault_proxy()(client.connection_pool.connection_kwargs["port"], flip_at=[(0, 4, 0x08)]) as proxy:
+        faulty = redis.Redis(host=HOST, port=proxy.port, socket_timeout=5)
+        through = RedisStore(faulty)
+        through._drop_connections = lambda: None
+        with pytest.raises(StoreError) as e:
+            through.get(keys)
+        assert e.value.kind == "protocol"
+        assert all(c._sock is None for c in faulty.connection_pool._available_connections)
+        assert through.get(keys) == values and proxy.connections == 2
+        faulty.close()
+    store.delete(keys)
+
+
 def test_cluster_protocol(cluster):
     protocol_roundtrip(RedisClusterStore(cluster))
 

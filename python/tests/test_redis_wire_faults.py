@@ -18,7 +18,7 @@ import sys
 import pytest
 
 import kvkey
-from kvkey.stores import RedisStore
+from kvkey.stores import RedisStore, StoreError
 
 redis = pytest.importorskip("redis")
 
@@ -110,39 +110,47 @@ MODES = [
 ]
 
 
-@pytest.mark.parametrize("name,faults,calls,damages", MODES, ids=[m[0] for m in MODES])
-def test_through_a_damaging_proxy(port, name, faults, calls, damages):
-    o = Oracle(port, "wire-py-" + name)
-    rng = random.Random(name)
+def drive(conn, o, mode, calls, damages):
+    """``calls`` lookups and loads of saved and never-saved blocks, drawn from a generator
+    seeded by ``mode``; prints the counts and asserts 0 wrong loads, 0 out-of-step calls
+    and no lookup counting a block that was never saved. ``damages``: the faults can
+    damage values (a miss then proves nothing about the stream being in step)."""
+    rng = random.Random(mode)
     errors = wrong = out_of_step = unsaved_counted = 0
-    with FaultProxy(port, seed=21, **faults) as proxy:
-        conn, client = through(proxy, o, socket_timeout=1)
-        for _ in range(calls):
-            hashes = [rng.choice(o.unsaved) if rng.random() < 0.25 else rng.choice(o.saved)
-                      for _ in range(rng.randint(1, 8))]
-            conn.last_error = None
-            in_step = True
-            if rng.random() < 0.5:
-                got = conn.lookup(hashes)
-                want = o.prefix(hashes)
-                unsaved_counted += got > want
-                if conn.last_error is None:
-                    in_step = got <= want if damages else got == want
-            else:
-                got = conn.load(hashes)
-                for h, p in zip(hashes, got):
-                    if p is not None:
-                        wrong += bytes(p) != o.payloads.get(h)
-                    elif conn.last_error is None and not damages:
-                        in_step = in_step and h not in o.payloads
-            errors += conn.last_error is not None
-            out_of_step += not in_step
-        client.close()
-    print(f"wire faults: mode python-{name}: calls {calls}, store errors {errors}, wrong loads {wrong}, "
+    for _ in range(calls):
+        hashes = [rng.choice(o.unsaved) if rng.random() < 0.25 else rng.choice(o.saved)
+                  for _ in range(rng.randint(1, 8))]
+        conn.last_error = None
+        in_step = True
+        if rng.random() < 0.5:
+            got = conn.lookup(hashes)
+            want = o.prefix(hashes)
+            unsaved_counted += got > want
+            if conn.last_error is None:
+                in_step = got <= want if damages else got == want
+        else:
+            got = conn.load(hashes)
+            for h, p in zip(hashes, got):
+                if p is not None:
+                    wrong += bytes(p) != o.payloads.get(h)
+                elif conn.last_error is None and not damages:
+                    in_step = in_step and h not in o.payloads
+        errors += conn.last_error is not None
+        out_of_step += not in_step
+    print(f"wire faults: mode {mode}: calls {calls}, store errors {errors}, wrong loads {wrong}, "
           f"out-of-step calls {out_of_step}")
     assert wrong == 0
     assert out_of_step == 0
     assert unsaved_counted == 0
+
+
+@pytest.mark.parametrize("name,faults,calls,damages", MODES, ids=[m[0] for m in MODES])
+def test_through_a_damaging_proxy(port, name, faults, calls, damages):
+    o = Oracle(port, "wire-py-" + name)
+    with FaultProxy(port, seed=21, **faults) as proxy:
+        conn, client = through(proxy, o, socket_timeout=1)
+        drive(conn, o, "python-" + name, calls, damages)
+        client.close()
 
 
 def test_a_trickling_server_ends_the_call(port):
@@ -160,6 +168,31 @@ def test_a_trickling_server_ends_the_call(port):
         assert proxy.connections == 1
         got = conn.load(o.saved[:1])
         assert proxy.connections == 2 and bytes(got[0]) == o.payloads[o.saved[0]]
+        client.close()
+
+
+def test_flipped_bit_in_a_scan_reply(port):
+    """A SCAN page whose key length reads "$40" for "$48": the key ends 8 bytes early and
+    its last bytes read as a reply of their own ("+OKAY!"), which arrives after the call.
+    scan_prefix must fail (StoreError protocol), and the next call read its own replies.
+    Runs on database 9, holding only this test's key, so the page is the only one."""
+    prefix = f"scanwire-{secrets.token_hex(3)}/"
+    key = prefix + "k" * (40 - len(prefix)) + "??+OKAY!"
+    assert len(key) == 48
+    direct = redis.Redis(host=HOST, port=port, db=9)
+    direct.flushdb()
+    direct.set(key, b"value")
+    direct.close()
+    # SELECT's "+OK\r\n", then "*2\r\n$1\r\n0\r\n*1\r\n$48\r\n": the "8" is byte 22. The first
+    # 67 bytes end where the shortened key ends; the rest comes 0.3 s later.
+    with FaultProxy(port, flip_at=[(0, 22, 0x08)], trickle=(67, 0.3)) as proxy:
+        client = redis.Redis(host=HOST, port=proxy.port, db=9, socket_timeout=5)
+        store = RedisStore(client, deadline=30.0)
+        with pytest.raises(StoreError) as caught:
+            list(store.scan_prefix(prefix))
+        assert caught.value.kind == "protocol"
+        assert store.get([key, prefix + "none"]) == [b"value", None]
+        assert list(store.scan_prefix(prefix)) == [key]
         client.close()
 
 

@@ -4,7 +4,9 @@
 #include "support/fixtures.hpp"
 #include "temp_dir.hpp"
 
+#include <kvkey/connector.hpp>
 #include <kvkey/metrics.hpp>
+#include <kvkey/store.hpp>
 
 #include <catch2/catch.hpp>
 
@@ -244,4 +246,46 @@ TEST_CASE("The exposition is valid Prometheus text", "[metrics]") {
       WARN("promtool not installed: the exposition was not checked by Prometheus's own linter");
     }
   }
+}
+
+TEST_CASE("kvkey::Connector records its saves, lookups, loads and rejections", "[metrics]") {
+  kvkey::MemoryStore store;
+  const kvkey::KeyNamespace<kvkey::Sha256> ns(kvkey_test::bf16_identity(16));
+  kvkey::Identity other_tenant = kvkey_test::bf16_identity(16);
+  other_tenant.tenant = "tenant-b";
+  const kvkey::KeyNamespace<kvkey::Sha256> other(other_tenant);
+  const std::vector<kvkey::Digest> blocks = ns.block_hashes(kvkey_test::tokens(64));
+  const kvkey::Payload payload = kvkey_test::test_payload(512);
+  Metrics m;
+  const kvkey::Connector<> c(store, ns, &m);
+  c.save(blocks, std::vector<kvkey::Payload>(blocks.size(), payload));
+  REQUIRE(c.lookup(blocks) == 4);
+  // Block 1: another tenant's value under this key; block 2: its payload cut by one byte.
+  const kvkey::Bytes foreign = other.seal_value(blocks[1], payload);
+  store.put(ns.store_key(blocks[1]), foreign.data(), foreign.size());
+  const kvkey::Bytes cut = ns.seal_value(blocks[2], payload);
+  store.put(ns.store_key(blocks[2]), cut.data(), cut.size() - 1);
+  store.remove(ns.store_key(blocks[3]));
+  CHECK(c.lookup(blocks) == 1);
+  const auto loaded = c.load(blocks);
+  CHECK(loaded[0].has_value());
+  CHECK(!loaded[1].has_value());
+  CHECK(!loaded[2].has_value());
+  CHECK(!c.load(blocks[3]).has_value());
+
+  const kvkey::MetricsSnapshot s = m.snapshot();
+  CHECK(s.saves == 1);
+  CHECK(s.save_saved == 4);
+  CHECK(s.lookups == 2);
+  CHECK(s.lookup_hit == 4 + 1);
+  CHECK(s.lookup_rejected == 1);  // block 1; blocks 2 and 3 are after the count ended
+  CHECK(s.lookup_miss == 2);
+  CHECK(s.loads == 2);
+  CHECK(s.load_loaded == 1);
+  CHECK(s.load_rejected == 2);
+  CHECK(s.load_missing == 2);
+  CHECK(s.rejected(Reason::identity_mismatch, "tenant") == 2);  // at the lookup and at the load
+  CHECK(s.rejected(Reason::size_mismatch, "payload_size") == 1);
+  CHECK(s.rejected_total() == 3);
+  CHECK(s.payload_verified_bytes == 512);
 }

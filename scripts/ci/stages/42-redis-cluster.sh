@@ -3,7 +3,8 @@
 # redis-server nodes on 127.0.0.1 (free ports, cluster mode, no persistence),
 # creates a cluster of 3 primaries and 3 replicas with `redis-cli --cluster
 # create`, waits until every node reports cluster_state:ok, runs the tests
-# (kvkey.stores.RedisClusterStore with kvkey.testing.check_store, then the
+# (kvkey.stores.RedisClusterStore with kvkey.testing.check_store and through
+# sockets that damage its reply streams, then the
 # example's scenarios, which kill one primary, reshard slots and damage values) and stops every
 # node by pid on every exit path. Needs the kvkey Python module: the installed
 # one (stage 30-python) or, failing that, one built here with CMake.
@@ -106,7 +107,7 @@ set +e
 # kvkey.stores.RedisClusterStore and kvkey.testing.check_store first: the scenarios
 # below kill a primary.
 (cd "$root/python/tests" && KVKEY_REQUIRE_CLUSTER=1 "$py" -m pytest -q -s -p no:cacheprovider -k cluster \
-  test_redis_stores.py) 2>&1 | tee "$work/stores.log"
+  test_redis_stores.py test_redis_cluster_wire_faults.py) 2>&1 | tee "$work/stores.log"
 stores_status="${PIPESTATUS[0]}"
 # KVKEY_CLUSTER_PYTEST_ARGS: extra pytest arguments, e.g. "-k failover" while working on one scenario.
 # shellcheck disable=SC2086
@@ -115,5 +116,6 @@ status="${PIPESTATUS[0]}"
 [ "$stores_status" -eq 0 ] || status="$stores_status"
 set -e
 echo "=== cluster results === (a 'Killed' notice above is the primary the failover scenario killed)"
-grep -oE 'cluster (isolation|failover|resharding|purge|faults|keyed): .*' "$work/tests.log" || true
+grep -hoE 'cluster (isolation|failover|resharding|purge|faults|keyed): .*|wire faults: .*' "$work/stores.log" \
+  "$work/tests.log" || true
 exit "$status"
