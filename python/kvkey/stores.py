@@ -511,7 +511,8 @@ class RedisClusterStore(_RedisBase):
         nodes: Dict[str, Any] = {}
         where: Dict[str, List[int]] = {}
         for i, item in enumerate(chunk):
-            node = self.client.get_node_from_key(item if isinstance(item, str) else item[0])  # type: ignore[index]
+            key = item if isinstance(item, str) else item[0]  # type: ignore[index]
+            node = self.client.get_node_from_key(_wire(key))
             nodes[node.name] = node
             where.setdefault(node.name, []).append(i)
         out: List[Any] = [None] * (len(chunk) * per_item)
