@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import collections
 import dataclasses
+import operator
 import threading
 from typing import Any, Iterable, List, Optional, Sequence, Tuple, TypeVar, Union
 
@@ -43,6 +44,14 @@ class BlockResult:
 
     def __bool__(self) -> bool:
         return self.loaded
+
+
+def _integer(value: Any, what: str) -> int:
+    """An integer argument: an int or anything with __index__ (numpy integers), as the
+    same int; a bool, float or other type is TypeError (docs/python.md, "Integers")."""
+    if isinstance(value, bool) or not hasattr(type(value), "__index__"):
+        raise TypeError(f"{what} must be an int, not {type(value).__name__}")
+    return operator.index(value)
 
 
 def _checked(replies: Iterable[_T], keys: Sequence[str], call: str) -> List[_T]:
@@ -107,7 +116,9 @@ class Connector:
             if r.root != ranks[0].root or r.key_prefix != ranks[0].key_prefix or r.keyed != ranks[0].keyed:
                 raise InputError(f"[kvkey.input_error] Connector: ns[{i}] belongs to another deployment "
                                  "than ns[0] (the ranks of one deployment differ only in their shard)")
-        if payload_size is not None and (not isinstance(payload_size, int) or payload_size < 0):
+        if payload_size is not None:
+            payload_size = _integer(payload_size, "payload_size")
+        if payload_size is not None and payload_size < 0:
             raise InputError(f"[kvkey.input_error] Connector: payload_size is {payload_size!r}, "
                              "must be a non-negative int or None")
         self.store = store
@@ -115,7 +126,8 @@ class Connector:
         self.metrics = metrics
         self.payload_size = payload_size
         self.raise_errors = raise_errors
-        if not isinstance(lookup_batch, int) or lookup_batch < 1:
+        lookup_batch = _integer(lookup_batch, "lookup_batch")
+        if lookup_batch < 1:
             raise InputError(f"[kvkey.input_error] Connector: lookup_batch is {lookup_batch!r}, must be at least 1")
         self.lookup_batch = lookup_batch
         self.last_error: Optional[StoreError] = None
@@ -137,7 +149,8 @@ class Connector:
     # -- plumbing
 
     def _rank(self, rank: int) -> KeyNamespace:
-        if not isinstance(rank, int) or not 0 <= rank < len(self.ranks):
+        rank = _integer(rank, "rank")
+        if not 0 <= rank < len(self.ranks):
             raise InputError(f"[kvkey.input_error] rank is {rank!r}, must lie in [0, {len(self.ranks)})")
         return self.ranks[rank]
 
@@ -189,7 +202,8 @@ class Connector:
     def _max_blocks(self, n: int, max_tokens: Optional[int]) -> int:
         if max_tokens is None:
             return n
-        if not isinstance(max_tokens, int) or max_tokens < 0:
+        max_tokens = _integer(max_tokens, "max_tokens")
+        if max_tokens < 0:
             raise InputError(f"[kvkey.input_error] max_tokens is {max_tokens!r}, must be a non-negative int")
         return min(n, max_tokens // self.ranks[0].block_size)
 

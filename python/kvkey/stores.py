@@ -84,8 +84,10 @@ class Store(Protocol):
         ...
 
     def scan_prefix(self, prefix: str) -> Iterator[str]:
-        """Every key that starts with ``prefix`` (at least once; order unspecified). A store
-        that cannot list its keys raises NotImplementedError."""
+        """Every key that starts with ``prefix`` (at least once; order unspecified), each one
+        that the store's other methods accept (the Redis stores list a key that is not UTF-8
+        with surrogate escapes, ``errors="surrogateescape"``). A store that cannot list its
+        keys raises NotImplementedError."""
         ...
 
 
@@ -171,6 +173,12 @@ def _redis_error_kind(e: BaseException) -> Optional[str]:
     if isinstance(e, OSError):
         return "connection"
     return None
+
+
+def _wire(key: str) -> Any:
+    """A key as Redis holds it: scan_prefix lists a key that is not UTF-8 as a str with
+    surrogate escapes, and it goes back to the server as the same bytes."""
+    return key.encode("utf-8", "surrogateescape") if isinstance(key, str) else key
 
 
 def _as_bytes(reply: Any, what: str) -> Optional[bytes]:
@@ -321,6 +329,11 @@ class _RedisBase:
             except Exception as e:
                 if expired.is_set():
                     raise StoreError("timeout", f"{during}: the call passed its deadline of {self.deadline} s") from e
+                if _redis_error_kind(e) is None:
+                    # redis-py's reply callbacks on a damaged reply, e.g. SCRIPT EXISTS answered
+                    # ":1" instead of "*1": list(map(bool, 1)) is a TypeError. Nothing but reply
+                    # parsing runs inside execute(), so it is the stream that is wrong.
+                    raise StoreError("protocol", f"{during}: unreadable reply: {type(e).__name__}: {e}") from e
                 raise
             finally:
                 if timer is not None:
@@ -339,7 +352,7 @@ class _RedisBase:
             pool.release(conn)
 
     def get(self, keys: Sequence[str]) -> List[Optional[bytes]]:
-        replies = self._each("get", keys, lambda p, k: p.execute_command("GET", k))
+        replies = self._each("get", keys, lambda p, k: p.execute_command("GET", _wire(k)))
         return [_as_bytes(r, "GET") for r in replies]
 
     def get_prefix(self, keys: Sequence[str], length: int) -> List[Optional[bytes]]:
@@ -347,8 +360,8 @@ class _RedisBase:
             raise ValueError(f"get_prefix: length is {length}, must be at least 1")
 
         def both(p: Any, k: str) -> None:
-            p.execute_command("GETRANGE", k, 0, length - 1)
-            p.execute_command("STRLEN", k)
+            p.execute_command("GETRANGE", _wire(k), 0, length - 1)
+            p.execute_command("STRLEN", _wire(k))
 
         return _prefixes(self._each("get_prefix", keys, both, per_item=2))
 
@@ -356,17 +369,17 @@ class _RedisBase:
         if len(keys) != len(values):
             raise ValueError(f"put: {len(keys)} keys but {len(values)} values")
         replies = self._each("put", list(zip(keys, values)),
-                             lambda p, kv: p.execute_command("SET", kv[0], bytes(kv[1])))
+                             lambda p, kv: p.execute_command("SET", _wire(kv[0]), bytes(kv[1])))
         return [r is True for r in replies]
 
     def delete(self, keys: Sequence[str]) -> int:
-        replies = self._each("delete", list(dict.fromkeys(keys)), lambda p, k: p.execute_command("UNLINK", k))
+        replies = self._each("delete", list(dict.fromkeys(keys)), lambda p, k: p.execute_command("UNLINK", _wire(k)))
         if any(not isinstance(r, int) for r in replies):
             raise StoreError("protocol", "delete: UNLINK answered a non-integer")
         return sum(replies)
 
     def exists(self, keys: Sequence[str]) -> List[bool]:
-        replies = self._each("exists", keys, lambda p, k: p.execute_command("EXISTS", k))
+        replies = self._each("exists", keys, lambda p, k: p.execute_command("EXISTS", _wire(k)))
         if any(r not in (0, 1) for r in replies):
             raise StoreError("protocol", "exists: EXISTS answered something other than 0 or 1")
         return [r == 1 for r in replies]
@@ -430,7 +443,7 @@ class RedisStore(_RedisBase):
         def run() -> List[Optional[bytes]]:
             out: List[Optional[bytes]] = []
             for start in range(0, len(keys), self._batch):
-                chunk = list(keys[start:start + self._batch])
+                chunk = [_wire(k) for k in keys[start:start + self._batch]]
                 pipe = self._pipeline()
                 self._script(keys=chunk, args=[length], client=pipe)
                 replies = self._execute(pipe, "get_prefix")[0]
@@ -498,7 +511,8 @@ class RedisClusterStore(_RedisBase):
         nodes: Dict[str, Any] = {}
         where: Dict[str, List[int]] = {}
         for i, item in enumerate(chunk):
-            node = self.client.get_node_from_key(item if isinstance(item, str) else item[0])  # type: ignore[index]
+            key = item if isinstance(item, str) else item[0]  # type: ignore[index]
+            node = self.client.get_node_from_key(_wire(key))
             nodes[node.name] = node
             where.setdefault(node.name, []).append(i)
         out: List[Any] = [None] * (len(chunk) * per_item)

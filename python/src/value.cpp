@@ -26,12 +26,18 @@ kvkey::KvDtype to_any_dtype(const py::handle& obj, const std::string& field) {
   return to_dtype(obj, field);
 }
 
-// kv_dtype_from_engine's argument: a name, lmdeploy's quant_policy (an int), or
-// a torch / numpy dtype object (by its str(): "torch.bfloat16", "float16").
+// kv_dtype_from_engine's argument: a name, lmdeploy's quant_policy (an int, a
+// numpy integer too), or a torch / numpy dtype object (by its str():
+// "torch.bfloat16", "float16"), or a numpy scalar type (np.float16).
 kvkey::KvDtype engine_dtype(const py::handle& obj) {
   if (PyUnicode_Check(obj.ptr())) return kvkey::kv_dtype_from_engine(to_text(obj, "name"));
-  if (!is_bool(obj) && (PyLong_Check(obj.ptr()) != 0 || std::string(type_name(obj)).rfind("numpy.int", 0) == 0)) {
+  const std::string type = type_name(obj);
+  if (!is_bool(obj) &&
+      (PyLong_Check(obj.ptr()) != 0 || type.rfind("numpy.int", 0) == 0 || type.rfind("numpy.uint", 0) == 0)) {
     return kvkey::kv_dtype_from_quant_policy(to_uint<std::uint32_t>(obj, "quant_policy"));
+  }
+  if (PyType_Check(obj.ptr()) != 0 && std::string(py::str(obj.attr("__module__"))) == "numpy") {
+    return kvkey::kv_dtype_from_engine(std::string(py::str(py::module_::import("numpy").attr("dtype")(obj))));
   }
   const std::string module = py::str(py::type::handle_of(obj).attr("__module__"));
   if (module == "torch" || module.rfind("numpy", 0) == 0) {

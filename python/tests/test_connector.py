@@ -311,6 +311,31 @@ def test_bad_arguments(setup):
         conn.lookup(hashes, max_tokens=-1)
 
 
+
+def test_numpy_integers_are_ints(setup):
+    """payload_size, lookup_batch, max_tokens and rank take anything with __index__, as
+    the same int (docs/python.md, "Integers"); bools and floats are TypeError."""
+    ns, store, conn, hashes = setup
+    size = len(payloads(hashes)[0].tobytes())
+    np_conn = kvkey.Connector(store, ns, payload_size=np.int64(size), lookup_batch=np.int32(2))
+    assert np_conn.payload_size == size and type(np_conn.payload_size) is int
+    assert np_conn.save(hashes, payloads(hashes), rank=np.uint8(0)) == 4
+    assert np_conn.lookup(hashes, max_tokens=np.int64(4 * 64 - 1)) == 3
+    assert conn.lookup(hashes, max_tokens=np.uint16(64)) == 1
+    assert all(p is not None for p in conn.load(hashes, rank=np.int64(0)))
+    with pytest.raises(kvkey.InputError, match="rank is 1"):
+        conn.load(hashes, rank=np.int64(1))
+    for bad in (1.0, True, "0"):
+        with pytest.raises(TypeError, match="rank"):
+            conn.load(hashes, rank=bad)
+        with pytest.raises(TypeError, match="max_tokens"):
+            conn.lookup(hashes, max_tokens=bad)
+    with pytest.raises(TypeError, match="payload_size"):
+        kvkey.Connector(store, ns, payload_size=float(size))
+    with pytest.raises(kvkey.InputError, match="lookup_batch"):
+        kvkey.Connector(store, ns, lookup_batch=np.int64(0))
+
+
 def test_memory_store_protocol():
     s = MemoryStore()
     assert isinstance(s, kvkey.stores.Store)

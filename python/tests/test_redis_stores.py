@@ -86,8 +86,28 @@ def connector_roundtrip(store):
     assert len(keys) == 8 and store.delete(keys) == 8
 
 
+def keys_not_utf8_roundtrip(store, raw):
+    """Keys planted under a prefix that are not UTF-8 (or not ASCII): scan_prefix lists
+    them, and every method takes what it listed, so a purge removes them all."""
+    p = f"kvk-test-{secrets.token_hex(4)}/"
+    planted = [p.encode() + k for k in (b"\xff\xfe", "\u00e9".encode(), b"\x80abc", b"\xed\xa0\x80")]
+    for k in planted:
+        raw(k, b"v")
+    keys = list(store.scan_prefix(p))
+    assert len(keys) == 4
+    assert store.exists(keys) == [True] * 4 and store.get(keys) == [b"v"] * 4
+    assert [h is not None for h in store.get_prefix(keys, 1024)] == [True] * 4
+    assert store.put(keys, [b"w"] * 4) in (None, [True] * 4)
+    assert store.delete(keys) == 4
+    assert list(store.scan_prefix(p)) == []
+
+
 def test_redis_protocol(client):
     protocol_roundtrip(RedisStore(client, batch=256))
+
+
+def test_redis_keys_that_are_not_utf8(client):
+    keys_not_utf8_roundtrip(RedisStore(client), client.set)
 
 
 def test_redis_connector(client):
@@ -319,6 +339,10 @@ def test_redis_a_connection_out_of_step_is_closed_before_the_pool_has_it(client)
 
 def test_cluster_protocol(cluster):
     protocol_roundtrip(RedisClusterStore(cluster))
+
+
+def test_cluster_keys_that_are_not_utf8(cluster):
+    keys_not_utf8_roundtrip(RedisClusterStore(cluster), cluster.set)
 
 
 def test_cluster_connector(cluster):

@@ -18,7 +18,7 @@ import sys
 import pytest
 
 import kvkey
-from kvkey.stores import RedisStore
+from kvkey.stores import RedisStore, StoreError
 
 redis = pytest.importorskip("redis")
 
@@ -168,4 +168,45 @@ def test_a_trickling_server_ends_the_call(port):
         assert proxy.connections == 1
         got = conn.load(o.saved[:1])
         assert proxy.connections == 2 and bytes(got[0]) == o.payloads[o.saved[0]]
+        client.close()
+
+
+def test_flipped_bit_in_a_scan_reply(port):
+    """A SCAN page whose key length reads "$40" for "$48": the key ends 8 bytes early and
+    its last bytes read as a reply of their own ("+OKAY!"), which arrives after the call.
+    scan_prefix must fail (StoreError protocol), and the next call read its own replies.
+    Runs on database 9, holding only this test's key, so the page is the only one."""
+    prefix = f"scanwire-{secrets.token_hex(3)}/"
+    key = prefix + "k" * (40 - len(prefix)) + "??+OKAY!"
+    assert len(key) == 48
+    direct = redis.Redis(host=HOST, port=port, db=9)
+    direct.flushdb()
+    direct.set(key, b"value")
+    direct.close()
+    # SELECT's "+OK\r\n", then "*2\r\n$1\r\n0\r\n*1\r\n$48\r\n": the "8" is byte 22. The first
+    # 67 bytes end where the shortened key ends; the rest comes 0.3 s later.
+    with FaultProxy(port, flip_at=[(0, 22, 0x08)], trickle=(67, 0.3)) as proxy:
+        client = redis.Redis(host=HOST, port=proxy.port, db=9, socket_timeout=5)
+        store = RedisStore(client, deadline=30.0)
+        with pytest.raises(StoreError) as caught:
+            list(store.scan_prefix(prefix))
+        assert caught.value.kind == "protocol"
+        assert store.get([key, prefix + "none"]) == [b"value", None]
+        assert list(store.scan_prefix(prefix)) == [key]
+        client.close()
+
+
+@pytest.mark.parametrize("offset", range(8))
+@pytest.mark.parametrize("bit", range(8))
+def test_flipped_bit_in_first_reply_of_a_lookup(port, offset, bit):
+    """A lookup's first reply on a connection is redis-py's SCRIPT EXISTS for the header
+    script ("*1\r\n:1\r\n"). Damaged ("*1" read as the integer ":1", say), the call is a
+    miss with a StoreError, never another exception, and the next call reads its own replies."""
+    o = Oracle(port, "wire-py-lookup")
+    hashes = o.saved[:3] + o.unsaved[:1]
+    with FaultProxy(port, flip_at=[(0, offset, 1 << bit)]) as proxy:
+        conn, client = through(proxy, o, deadline=10.0, socket_timeout=2)
+        assert conn.lookup(hashes) <= 3
+        assert conn.lookup(hashes) == 3
+        assert [bytes(p) for p in conn.load(o.saved[:2])] == [o.payloads[h] for h in o.saved[:2]]
         client.close()

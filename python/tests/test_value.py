@@ -214,6 +214,8 @@ def test_dtype_itemsize_refuses_unknown_and_unset():
     ("int8", "int8"), ("int4", "int4"), ("uint8", "uint8"), ("fp4_e2m1", "fp4_e2m1"),
     (8, "int8"), (4, "int4"), (np.int64(8), "int8"),
     (np.dtype("float16"), "fp16"), (np.dtype("float32"), "fp32"),
+    (np.float16, "fp16"), (np.float32, "fp32"), (np.int8, "int8"), (np.uint8, "uint8"),
+    (np.uint8(8), "int8"), (np.uint32(4), "int4"),
 ])
 def test_kv_dtype_from_engine(name, dtype):
     got = kvkey.kv_dtype_from_engine(name)

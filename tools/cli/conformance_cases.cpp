@@ -196,7 +196,11 @@ void break_request(Gen& g, Json& r) {
     case 21: kv["num_layers"] = 27, id["shard"] = {{"pp_size", 2}}; break;
     case 22: r["secret_hex"] = hex(g.bytes(g.chance(0.5) ? 31 : 257)); break;
     // input errors
-    case 23: r["tokens"].push_back(g.chance(0.5) ? Json(u32_max + 1) : Json(-1)); break;
+    case 23: {  // a token id out of range, negative or not an integer
+      const std::uint64_t k = g.below(3);
+      r["tokens"].push_back(k == 0 ? Json(u32_max + 1) : k == 1 ? Json(-1) : Json(1.0));
+      break;
+    }
     case 24: kv["dtype"] = g.pick(std::array<std::string, 3>{"fp17", "unset", "FP16"}); break;
     case 25:
       id["model"]["weights_fingerprint"] = g.chance(0.5) ? std::string(63, 'a') : std::string(63, 'a') + "g";

@@ -29,8 +29,12 @@ def bad(field: str, message: str) -> NoReturn:
     raise Refusal("input_error", field, message)
 
 
+class Signed(int):
+    """An integer written with a minus sign ("-0" included): never an unsigned value."""
+
+
 def is_uint(v: Any, limit: int) -> bool:
-    return isinstance(v, int) and not isinstance(v, bool) and 0 <= v <= limit
+    return type(v) is int and 0 <= v <= limit
 
 
 class Section:
@@ -206,7 +210,7 @@ def answer(req: Dict[str, Any]) -> Dict[str, Any]:
 
 def respond(line: str) -> Dict[str, Any]:
     try:
-        req = json.loads(line)
+        req = json.loads(line, parse_int=lambda s: Signed(s) if s.startswith("-") else int(s))
     except ValueError:
         req = None
     if not isinstance(req, dict):

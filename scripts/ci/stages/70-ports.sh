@@ -66,7 +66,7 @@ seed="${KVKEY_CONFORMANCE_SEED:-$(od -An -N8 -tu8 /dev/urandom | tr -d ' ')}"
 echo "70-ports: conformance seed $seed ($cases random cases per testee)"
 status=0
 for testee in "$kvkey conformance-testee" \
-              "env PYTHONPATH=$root/build/python /usr/bin/python3 tools/conformance/testee.py" \
+              "env PYTHONPATH=$root/build/python/python /usr/bin/python3 tools/conformance/testee.py" \
               "go run ./ports/go/cmd/kvkey-testee" \
               "cargo run --quiet --offline --locked --manifest-path ports/rust/Cargo.toml --bin kvkey-testee"; do
   "$kvkey" conformance --testee "$testee" --vectors tests/vectors/format-v2.json --cases "$cases" --seed "$seed" \
