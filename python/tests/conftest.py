@@ -14,6 +14,24 @@ FRAGMENT = [35, 468, 136, 812, 14112, 44, 1730, 850, 4751, 1234, 47, 8024, 47, 3
 PROBE_PROMPT = FRAGMENT * 12
 
 
+def pytest_configure(config):
+    # Tests that need a live server carry one of these markers: stage 30-python (and ctest's
+    # python label) deselect them with -m "not redis and not redis_cluster"; stages 40-redis and
+    # 42-redis-cluster start the servers and run them. Selected without their server they fail.
+    config.addinivalue_line("markers", "redis: needs a redis-server (KVKEY_REDIS_PORT, stage 40-redis)")
+    config.addinivalue_line("markers",
+                            "redis_cluster: needs a Redis Cluster (KVKEY_CLUSTER_NODES, stage 42-redis-cluster)")
+
+
+def server_env(var, stage, marker):
+    """The value of var, which names the server a marked test needs; fails (never skips) when unset."""
+    value = os.environ.get(var)
+    if not value:
+        pytest.fail(f"{var} is not set: this test needs the server scripts/ci/stages/{stage}.sh starts; "
+                    f"deselect it with -m 'not {marker}'", pytrace=False)
+    return value
+
+
 def pytest_report_header(config):
     return f"kvkey module: {kvkey._kvkey.__file__}"
 

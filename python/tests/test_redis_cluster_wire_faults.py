@@ -13,24 +13,24 @@ guarantees are about the command stream. Counts go to the log as
 Needs a cluster: KVKEY_CLUSTER_NODES (scripts/ci/stages/42-redis-cluster.sh starts one).
 """
 
-import os
 import random
 import secrets
 import socket
 import time
 
 import pytest
+import redis
+import redis.cluster
+import redis.connection
 
 import kvkey
 from kvkey.stores import RedisClusterStore
 
-redis = pytest.importorskip("redis")
-import redis.cluster  # noqa: E402
-import redis.connection  # noqa: E402
+from conftest import make_identity, server_env
+from test_redis_wire_faults import HOST, MODES, drive
+from test_redis_wire_faults import Oracle as NodeOracle
 
-from conftest import make_identity  # noqa: E402
-from test_redis_wire_faults import HOST, MODES, drive  # noqa: E402
-from test_redis_wire_faults import Oracle as NodeOracle  # noqa: E402
+pytestmark = pytest.mark.redis_cluster
 
 
 class Faults:
@@ -108,11 +108,7 @@ class FaultySocket:
 
 @pytest.fixture
 def nodes():
-    spec = os.environ.get("KVKEY_CLUSTER_NODES")
-    if not spec:
-        if os.environ.get("KVKEY_REQUIRE_CLUSTER") == "1":
-            pytest.fail("KVKEY_CLUSTER_NODES is not set although KVKEY_REQUIRE_CLUSTER=1")
-        pytest.skip("KVKEY_CLUSTER_NODES not set (run by scripts/ci/stages/42-redis-cluster.sh)")
+    spec = server_env("KVKEY_CLUSTER_NODES", "42-redis-cluster", "redis_cluster")
     return [redis.cluster.ClusterNode(HOST, int(item.split(":")[0])) for item in spec.split()]
 
 

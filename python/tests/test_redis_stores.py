@@ -1,13 +1,12 @@
 """kvkey.stores.RedisStore and RedisClusterStore against live servers, and check_store on them.
 
 The servers come from the CI stages: 40-redis exports KVKEY_REDIS_PORT (one redis-server),
-42-redis-cluster exports KVKEY_CLUSTER_NODES ("port:pid ..."). Without them the tests skip,
-unless KVKEY_REQUIRE_REDIS=1 / KVKEY_REQUIRE_CLUSTER=1 says the stage started them: then
-a missing server fails.
+42-redis-cluster exports KVKEY_CLUSTER_NODES ("port:pid ..."). The tests that need them are
+marked redis / redis_cluster (deselected elsewhere with -m "not redis and not redis_cluster");
+selected without their server they fail.
 """
 
 import collections
-import os
 import pathlib
 import secrets
 import socket
@@ -16,29 +15,21 @@ import threading
 
 import numpy as np
 import pytest
+import redis
+import redis.cluster
 
 import kvkey
 from kvkey.stores import RedisClusterStore, RedisStore, StoreError
 from kvkey.testing import check_store
 
-redis = pytest.importorskip("redis")
-
-from conftest import make_identity  # noqa: E402
+from conftest import make_identity, server_env
 
 HOST = "127.0.0.1"
 
 
-def _need(var, required):
-    if os.environ.get(var):
-        return os.environ[var]
-    if os.environ.get(required) == "1":
-        pytest.fail(f"{var} is not set although {required}=1")
-    pytest.skip(f"{var} not set (run by scripts/ci/stages/40-redis.sh / 42-redis-cluster.sh)")
-
-
 @pytest.fixture
 def client():
-    port = int(_need("KVKEY_REDIS_PORT", "KVKEY_REQUIRE_REDIS"))
+    port = int(server_env("KVKEY_REDIS_PORT", "40-redis", "redis"))
     c = redis.Redis(host=HOST, port=port, socket_timeout=10, socket_connect_timeout=5)
     yield c
     c.close()
@@ -46,7 +37,7 @@ def client():
 
 @pytest.fixture
 def cluster():
-    spec = _need("KVKEY_CLUSTER_NODES", "KVKEY_REQUIRE_CLUSTER")
+    spec = server_env("KVKEY_CLUSTER_NODES", "42-redis-cluster", "redis_cluster")
     nodes = [redis.cluster.ClusterNode(HOST, int(item.split(":")[0])) for item in spec.split()]
     c = redis.cluster.RedisCluster(startup_nodes=nodes, socket_timeout=10, socket_connect_timeout=5)
     yield c
@@ -102,24 +93,29 @@ def keys_not_utf8_roundtrip(store, raw):
     assert list(store.scan_prefix(p)) == []
 
 
+@pytest.mark.redis
 def test_redis_protocol(client):
     protocol_roundtrip(RedisStore(client, batch=256))
 
 
+@pytest.mark.redis
 def test_redis_keys_that_are_not_utf8(client):
     keys_not_utf8_roundtrip(RedisStore(client), client.set)
 
 
+@pytest.mark.redis
 def test_redis_connector(client):
     connector_roundtrip(RedisStore(client))
 
 
+@pytest.mark.redis
 def test_redis_check_store(client):
     report = check_store(lambda: RedisStore(client))
     print("\n" + str(report).splitlines()[0])
     assert report.ok, str(report)
 
 
+@pytest.mark.redis
 def test_redis_empty_value_reads_as_missing_at_lookup(client):
     ns = namespace()
     store = RedisStore(client)
@@ -130,6 +126,7 @@ def test_redis_empty_value_reads_as_missing_at_lookup(client):
     store.delete([ns.store_key(h)])
 
 
+@pytest.mark.redis
 def test_redis_lookup_stops_at_a_value_shorter_than_its_header_says(client):
     ns = namespace()
     store = RedisStore(client)
@@ -142,6 +139,7 @@ def test_redis_lookup_stops_at_a_value_shorter_than_its_header_says(client):
     assert store.delete(list(store.scan_prefix(ns.tenant_prefix))) == 3
 
 
+@pytest.mark.redis
 def test_redis_headers_without_scripts(client):
     """A server that refuses scripts (disabled, ACL): the store reads headers with a pipeline."""
     calls = []
@@ -234,6 +232,7 @@ class GarbageServer:
         self.sock.close()
 
 
+@pytest.mark.redis
 def test_redis_a_broken_reply_drops_the_connection(client):
     proxy = GarbageServer(client.connection_pool.connection_kwargs["port"])
     try:
@@ -266,6 +265,7 @@ def fault_proxy():
 
 @pytest.mark.parametrize("faults", [dict(flip_rate=6e-6), dict(cut_rate=2e-6), dict(fragment=True, flip_rate=2e-6)],
                          ids=["flips", "cuts", "fragments+flips"])
+@pytest.mark.redis
 def test_redis_through_a_faulty_wire(client, faults):
     """Replies with flipped bits, cut connections: lookups and loads miss, never serve
     wrong bytes, and a lookup never counts past a block whose stored header is foreign."""
@@ -313,6 +313,7 @@ def test_redis_through_a_faulty_wire(client, faults):
     assert clean.store.delete(list(clean.store.scan_prefix(ns.tenant_prefix))) == 48
 
 
+@pytest.mark.redis
 def test_redis_a_connection_out_of_step_is_closed_before_the_pool_has_it(client):
     """"$2048" read as "$2040": the value's last bytes read as a reply of their own and the
     sentinel's reply stays in the socket. The store closes that connection before it goes
@@ -337,18 +338,22 @@ def test_redis_a_connection_out_of_step_is_closed_before_the_pool_has_it(client)
     store.delete(keys)
 
 
+@pytest.mark.redis_cluster
 def test_cluster_protocol(cluster):
     protocol_roundtrip(RedisClusterStore(cluster))
 
 
+@pytest.mark.redis_cluster
 def test_cluster_keys_that_are_not_utf8(cluster):
     keys_not_utf8_roundtrip(RedisClusterStore(cluster), cluster.set)
 
 
+@pytest.mark.redis_cluster
 def test_cluster_connector(cluster):
     connector_roundtrip(RedisClusterStore(cluster))
 
 
+@pytest.mark.redis_cluster
 def test_cluster_check_store(cluster):
     report = check_store(lambda: RedisClusterStore(cluster))
     print("\n" + str(report).splitlines()[0])

@@ -9,23 +9,23 @@ Runs by operation counts; the counts go to the log as
 Needs a redis-server: KVKEY_REDIS_PORT (scripts/ci/stages/40-redis.sh starts one).
 """
 
-import os
 import pathlib
 import random
 import secrets
 import sys
 
 import pytest
+import redis
 
 import kvkey
 from kvkey.stores import RedisStore, StoreError
 
-redis = pytest.importorskip("redis")
-
-from conftest import make_identity  # noqa: E402
+from conftest import make_identity, server_env
 
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[2] / "tests" / "integration"))
 from fault_proxy import FaultProxy  # noqa: E402
+
+pytestmark = pytest.mark.redis
 
 HOST = "127.0.0.1"
 PAYLOAD = 1024  # the value is 2048 bytes: its reply starts "$2048\r\n"
@@ -33,11 +33,7 @@ PAYLOAD = 1024  # the value is 2048 bytes: its reply starts "$2048\r\n"
 
 @pytest.fixture
 def port():
-    if os.environ.get("KVKEY_REDIS_PORT"):
-        return int(os.environ["KVKEY_REDIS_PORT"])
-    if os.environ.get("KVKEY_REQUIRE_REDIS") == "1":
-        pytest.fail("KVKEY_REDIS_PORT is not set although KVKEY_REQUIRE_REDIS=1")
-    pytest.skip("KVKEY_REDIS_PORT not set (run by scripts/ci/stages/40-redis.sh)")
+    return int(server_env("KVKEY_REDIS_PORT", "40-redis", "redis"))
 
 
 class Oracle:

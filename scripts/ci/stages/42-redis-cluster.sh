@@ -72,7 +72,7 @@ export KVKEY_CLUSTER_NODES="${nodes[*]}"
 set +e
 # kvkey.stores.RedisClusterStore and kvkey.testing.check_store first: the scenarios
 # below kill a primary.
-(cd "$root/python/tests" && KVKEY_REQUIRE_CLUSTER=1 "$py" -m pytest -q -s -p no:cacheprovider -k cluster \
+(cd "$root/python/tests" && "$py" -m pytest -q -s -p no:cacheprovider -k cluster \
   test_redis_stores.py test_redis_cluster_wire_faults.py) 2>&1 | tee "$work/stores.log"
 stores_status="${PIPESTATUS[0]}"
 # KVKEY_CLUSTER_PYTEST_ARGS: extra pytest arguments, e.g. "-k failover" while working on one scenario.
