@@ -56,19 +56,54 @@ class Gen {
 
   /// Free text (model and adapter names) of at most max bytes, whole UTF-8
   /// characters: ASCII (with '/', '@', '%' and space, which the store key
-  /// escapes) and 2-, 3- and 4-byte characters. full: exactly max bytes.
+  /// escapes), 2-, 3- and 4-byte characters and the allowed neighbours of
+  /// every range kvkey::is_unsafe_code_point refuses. full: exactly max bytes.
   std::string text(std::size_t max, bool full) {
     static constexpr std::array<std::string_view, 14> pieces = {
         "Q", "w", "7", "-", ".", "_", "/", " ", "@", "%", "\xc3\xa9", "\xce\xa9", "\xe6\xa8\xa1", "\xf0\x9f\xa6\x99"};
+    // U+007E U+00A0 U+061B U+061D U+200A U+2010 U+2027 U+202F U+205F U+2070
+    // U+FEFE U+FF00 U+FFF8 U+FFFC: one step outside an unsafe range.
+    static constexpr std::array<std::uint32_t, 14> edges = {0x7e,   0xa0,   0x61b,  0x61d,  0x200a, 0x2010, 0x2027,
+                                                            0x202f, 0x205f, 0x2070, 0xfefe, 0xff00, 0xfff8, 0xfffc};
     const std::size_t want = full ? max : length(max);
     std::string s;
     while (s.size() < want) {
-      const std::string_view p = pick(pieces);
+      const std::string p = chance(0.2) ? utf8(pick(edges)) : std::string(pick(pieces));
       if (s.size() + p.size() > want) {
         s.push_back('m');
         continue;
       }
       s.append(p);
+    }
+    return s;
+  }
+  /// A code point kvkey::is_unsafe_code_point refuses, from every one of its
+  /// ranges: often an end of the range, else one inside it.
+  std::string unsafe_char() {
+    static constexpr std::array<std::array<std::uint32_t, 2>, 8> ranges = {{{0x00, 0x1f},
+                                                                            {0x7f, 0x9f},
+                                                                            {0x61c, 0x61c},
+                                                                            {0x200b, 0x200f},
+                                                                            {0x2028, 0x202e},
+                                                                            {0x2060, 0x206f},
+                                                                            {0xfeff, 0xfeff},
+                                                                            {0xfff9, 0xfffb}}};
+    const auto& r = pick(ranges);
+    const std::uint64_t k = below(3);
+    return utf8(static_cast<std::uint32_t>(k == 0 ? r[0] : k == 1 ? r[1] : range(r[0], r[1])));
+  }
+  static std::string utf8(std::uint32_t cp) {
+    std::string s;
+    const auto put = [&s](std::uint32_t b) { s.push_back(static_cast<char>(b)); };
+    if (cp < 0x80) {
+      put(cp);
+    } else if (cp < 0x800) {
+      put(0xc0 | cp >> 6);
+      put(0x80 | (cp & 0x3f));
+    } else {
+      put(0xe0 | cp >> 12);
+      put(0x80 | (cp >> 6 & 0x3f));
+      put(0x80 | (cp & 0x3f));
     }
     return s;
   }
@@ -167,9 +202,16 @@ void break_request(Gen& g, Json& r) {
     case 1: id["tenant"] = g.chance(0.5) ? "-x" : "a/b"; break;
     case 2: id["tenant"] = std::string(kvkey::limits::tenant + 1, 'a'); break;
     case 3: id["model"]["name"] = g.chance(0.5) ? "" : std::string(kvkey::limits::model_name + 1, 'n'); break;
-    case 4:
-      id["model"]["name"] = g.pick(std::array<std::string, 4>{"a\tb", "a\x7f", "a\xc2\x85", "a\xe2\x80\xae"});
+    case 4: {
+      // An unsafe code point between two pieces of valid text, in whichever name there is.
+      const std::string name = g.text(40, false) + g.unsafe_char() + (g.chance(0.5) ? g.text(40, false) : "");
+      if (id.contains("adapter") && g.chance(0.5)) {
+        id["adapter"]["name"] = name;
+      } else {
+        id["model"]["name"] = name;
+      }
       break;
+    }
     case 5:
       id["model"]["revision"] = g.pick(std::array<std::string, 4>{"", "a b", "r\xc3\xa9", std::string(129, 'r')});
       break;
