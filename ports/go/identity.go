@@ -5,6 +5,7 @@ package kvkey
 import (
 	"fmt"
 	"strconv"
+	"unicode/utf8"
 )
 
 // DType is the element type of the stored KV (and of quantization scales).
@@ -149,41 +150,49 @@ func checkPrintable(field, s string, max int) error {
 	return nil
 }
 
-// invisibleAt returns the code point of a C1 control or a bidirectional
-// formatting character whose UTF-8 encoding starts at s[i], or 0.
-func invisibleAt(s string, i int) rune {
-	at := func(k int) byte {
-		if k < len(s) {
-			return s[k]
-		}
-		return 0
-	}
-	if at(i) == 0xc2 && at(i+1) >= 0x80 && at(i+1) <= 0x9f {
-		return rune(at(i + 1))
-	}
-	if at(i) != 0xe2 || (at(i+1) != 0x80 && at(i+1) != 0x81) {
-		return 0
-	}
-	cp := 0x2000 + rune(at(i+1)&0x3f)<<6 + rune(at(i+2)&0x3f)
-	if cp >= 0x202a && cp <= 0x202e || cp >= 0x2066 && cp <= 0x2069 {
-		return cp
-	}
-	return 0
+// isUnsafeCodePoint reports the code points a terminal or log viewer does not
+// show as themselves, as the C++ library's kvkey::is_unsafe_code_point: C0
+// controls, DEL and C1 controls, U+061C, U+200B..U+200F, U+2028..U+202E,
+// U+2060..U+206F, U+FEFF and U+FFF9..U+FFFB.
+func isUnsafeCodePoint(cp rune) bool {
+	return cp < 0x20 || cp >= 0x7f && cp <= 0x9f || cp == 0x061c || cp >= 0x200b && cp <= 0x200f ||
+		cp >= 0x2028 && cp <= 0x202e || cp >= 0x2060 && cp <= 0x206f || cp == 0xfeff ||
+		cp >= 0xfff9 && cp <= 0xfffb
 }
 
-// checkText: free text (model and adapter names) without control or
-// bidirectional formatting characters.
+// isBidiFormat reports the unsafe code points that are bidirectional
+// formatting characters (the rest are invisible ones), for messages.
+func isBidiFormat(cp rune) bool {
+	return cp == 0x061c || cp == 0x200e || cp == 0x200f || cp >= 0x202a && cp <= 0x202e ||
+		cp >= 0x2066 && cp <= 0x2069
+}
+
+// checkText: free text (model and adapter names) without the unsafe code
+// points. Bytes that are not well-formed UTF-8 are not code points and pass,
+// as in the C++ library.
 func checkText(field, s string, max int) error {
 	if err := checkLength(field, s, max); err != nil {
 		return err
 	}
-	for i := 0; i < len(s); i++ {
-		if s[i] < 0x20 || s[i] == 0x7f {
-			return identityError(field, fmt.Sprintf("byte %d is a control character", i))
+	for i := 0; i < len(s); {
+		cp, size := utf8.DecodeRuneInString(s[i:])
+		if cp == utf8.RuneError && size == 1 {
+			i++
+			continue
 		}
-		if cp := invisibleAt(s, i); cp != 0 {
-			return identityError(field, fmt.Sprintf("byte %d starts U+%04X, an invisible formatting character", i, cp))
+		if isUnsafeCodePoint(cp) {
+			if cp < 0x20 || cp == 0x7f {
+				return identityError(field, fmt.Sprintf("byte %d is a control character", i))
+			}
+			kind := "an invisible formatting character"
+			if cp >= 0x80 && cp <= 0x9f {
+				kind = "a C1 control character"
+			} else if isBidiFormat(cp) {
+				kind = "a bidirectional formatting character"
+			}
+			return identityError(field, fmt.Sprintf("byte %d starts %s (U+%04X)", i, kind, cp))
 		}
+		i += size
 	}
 	return nil
 }
