@@ -211,25 +211,36 @@ fn check_printable(field: &'static str, s: &str, max: usize) -> Result<()> {
     }
 }
 
-/// Free text: no control characters (C0, DEL, C1) and no bidirectional
-/// embedding, override or isolate characters.
+/// The code points a terminal or log viewer does not show as themselves, as the
+/// C++ library's `kvkey::is_unsafe_code_point`: C0 controls, DEL and C1
+/// controls, U+061C, U+200B..U+200F, U+2028..U+202E, U+2060..U+206F, U+FEFF and
+/// U+FFF9..U+FFFB.
+fn is_unsafe_code_point(c: char) -> bool {
+    matches!(c as u32, 0x00..=0x1f | 0x7f..=0x9f | 0x061c | 0x200b..=0x200f | 0x2028..=0x202e
+        | 0x2060..=0x206f | 0xfeff | 0xfff9..=0xfffb)
+}
+
+/// What kind of unsafe code point c is, for messages.
+fn unsafe_kind(c: char) -> &'static str {
+    match c as u32 {
+        0x80..=0x9f => "a C1 control character",
+        0x061c | 0x200e | 0x200f | 0x202a..=0x202e | 0x2066..=0x2069 => "a bidirectional formatting character",
+        _ => "an invisible formatting character",
+    }
+}
+
+/// Free text (model and adapter names): none of the unsafe code points.
 fn check_text(field: &'static str, s: &str, max: usize) -> Result<()> {
     check_length(field, s, max)?;
-    for (i, c) in s.char_indices() {
-        if c < ' ' || c == '\u{7f}' {
-            return Err(Error::identity(field, format!("byte {} is a control character", i)));
+    match s.char_indices().find(|&(_, c)| is_unsafe_code_point(c)) {
+        Some((i, c)) if c < ' ' || c == '\u{7f}' => {
+            Err(Error::identity(field, format!("byte {} is a control character", i)))
         }
-        if ('\u{80}'..='\u{9f}').contains(&c)
-            || ('\u{202a}'..='\u{202e}').contains(&c)
-            || ('\u{2066}'..='\u{2069}').contains(&c)
-        {
-            return Err(Error::identity(
-                field,
-                format!("byte {} starts U+{:04X}, an invisible formatting character", i, c as u32),
-            ));
+        Some((i, c)) => {
+            Err(Error::identity(field, format!("byte {} starts {} (U+{:04X})", i, unsafe_kind(c), c as u32)))
         }
+        None => Ok(()),
     }
-    Ok(())
 }
 
 fn check_tenant(t: &str) -> Result<()> {
