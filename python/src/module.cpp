@@ -711,6 +711,11 @@ PYBIND11_MODULE(_kvkey, m) {
   ex.input_error = make("InputError", py::make_tuple(ex.error), "A call argument is invalid.");
   ex.io_error = make("IoError", py::make_tuple(ex.error, os_error), "A file could not be read (also an OSError).");
   ex.crypto_error = make("CryptoError", py::make_tuple(ex.error), "OpenSSL reported a failure.");
+  // The class attributes hold for exceptions raised from Python too (the connector kit's).
+  ex.identity_error.attr("id") = "kvkey.identity_error";
+  ex.input_error.attr("id") = "kvkey.input_error";
+  ex.io_error.attr("id") = "kvkey.io_error";
+  ex.crypto_error.attr("id") = "kvkey.crypto_error";
 
   // The Python class follows the error's id(); every kvkey exception carries .id and .field.
   py::register_exception_translator([](std::exception_ptr p) {

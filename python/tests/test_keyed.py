@@ -141,6 +141,20 @@ def test_keyed_namespaces_refuse_downgraded_headers(payload_check):
         ns.seal(h, 4096)
 
 
+def test_a_header_spliced_from_two_objects_is_rejected_in_keyed_namespaces():
+    """One object's block hash (offsets 16..47) in another object's header, with the other's bytes:
+    the keyed tag covers the whole header, so the splice is refused (docs/security.md: a plain digest
+    covers the payload only)."""
+    ns = kvkey.KeyNamespace(make_identity(), secret=kvkey.TenantSecret(SECRET))
+    first, second = ns.block_hashes(PROBE_PROMPT)[:2]
+    value_a, value_b = ns.seal_value(first, b"A" * 96), ns.seal_value(second, b"B" * 96)
+    spliced = value_b[:16] + value_a[16:48] + value_b[48:]
+    opened = ns.open_value(spliced, first)
+    assert (opened.verdict.reason, opened.verdict.field) == ("payload_mismatch", "payload")
+    assert opened.payload is None
+    assert ns.open_value(value_a, first).verdict.ok
+
+
 def test_verify_header_checks_what_the_header_alone_shows():
     ns = kvkey.KeyNamespace(make_identity(), secret=kvkey.TenantSecret(SECRET))
     other = kvkey.KeyNamespace(make_identity(), secret=kvkey.TenantSecret(b"\x01" + SECRET[1:]))

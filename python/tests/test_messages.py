@@ -102,3 +102,23 @@ def test_the_tenant_errors_name_single_tenant_true():
     assert info.value.field == "tenant"
     with pytest.raises(kvkey.IdentityError, match=r"must be empty with single_tenant=True"):
         kvkey.KeyNamespace(make_identity(), single_tenant=True)
+
+
+def test_every_exception_class_names_its_category():
+    """.id and .field hold on each class, so an error raised from Python (the connector kit's)
+    reads like one raised by the compiled core."""
+    classes = {
+        kvkey.Error: "kvkey.error",
+        kvkey.IdentityError: "kvkey.identity_error",
+        kvkey.InputError: "kvkey.input_error",
+        kvkey.IoError: "kvkey.io_error",
+        kvkey.CryptoError: "kvkey.crypto_error",
+    }
+    for cls, category in classes.items():
+        assert (cls.id, cls.field) == (category, "")
+    with pytest.raises(kvkey.InputError) as e:
+        kvkey.Connector(kvkey.stores.MemoryStore(), [])
+    assert e.value.id == "kvkey.input_error"
+    with pytest.raises(kvkey.InputError) as e:
+        kvkey.KeyNamespace(make_identity()).seal(b"\0" * 31, b"")
+    assert e.value.id == "kvkey.input_error"
