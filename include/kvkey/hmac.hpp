@@ -99,8 +99,9 @@ class TenantSecret {
   /// The file must be a regular file (symbolic links are followed) that neither
   /// others can read or write nor its group can write: mode 0600 or 0640, as
   /// for an SSH private key. It is opened without blocking and checked before
-  /// any read (InputFile), so a FIFO or a device is refused, never waited on. Throws io_error naming the path when the file
-  /// cannot be opened or read, is not a regular file or has looser permissions;
+  /// any read (InputFile), so a FIFO or a device is refused, never waited on.
+  /// Throws io_error naming the path when the file cannot be opened or read,
+  /// is not a regular file or has looser permissions;
   /// identity_error ("tenant_secret") when its content is not a valid secret.
   /// No message quotes the content.
   [[nodiscard]] static TenantSecret from_file(const std::string& path);
