@@ -118,7 +118,7 @@ void* Connection::create_string(const redisReadTask* task, char* str, std::size_
   // tapped, and only the replies of the caller's commands (not the sentinel).
   if (self->tap_ != nullptr && task->parent == nullptr && task->type == REDIS_REPLY_STRING &&
       self->tap_index_ < self->tap_limit_ && !self->tap_error_) {
-    try {  // no exception may unwind through hiredis' C frames
+    try {                                                      // no exception may unwind through hiredis' C frames
       if ((*self->tap_)(self->tap_index_, str, len)) len = 0;  // taken: the reply gets an empty string
     } catch (...) {
       self->tap_error_ = std::current_exception();  // rethrown once every reply is read
@@ -254,7 +254,7 @@ std::vector<Reply> Connection::exchange(const std::vector<Command>& commands, co
   std::size_t size = 0;
   for (std::size_t k = 0; k <= commands.size(); ++k) {
     const Command& cmd = k < commands.size() ? commands[k] : sentinel;
-    size += 16;  // "*N\r\n"
+    size += 16;                                                // "*N\r\n"
     for (std::string_view arg : cmd) size += arg.size() + 16;  // "$L\r\n" arg "\r\n"
   }
   std::string request;
@@ -314,9 +314,9 @@ std::vector<Reply> Connection::exchange(const std::vector<Command>& commands, co
   replies.pop_back();
   if (sentinel_reply->type != REDIS_REPLY_STRING ||
       std::string_view(sentinel_reply->str, sentinel_reply->len) != nonce) {
-    throw StoreError(StoreError::Kind::protocol,
-                     "the reply stream is out of step: reply " + std::to_string(commands.size() + 1) +
-                         " is not the sentinel's nonce");
+    throw StoreError(StoreError::Kind::protocol, "the reply stream is out of step: reply " +
+                                                     std::to_string(commands.size() + 1) +
+                                                     " is not the sentinel's nonce");
   }
   if (c->reader->pos < c->reader->len || fed_ < received_) {
     throw StoreError(StoreError::Kind::protocol, "the reply stream is out of step: bytes after the sentinel");
@@ -559,10 +559,9 @@ std::vector<LoadOutcome> Connector::load_into(const Namespace& ns, const std::ve
 std::vector<LoadedBlock> Connector::load(const Namespace& ns, const std::vector<kvkey::Digest>& blocks,
                                          std::size_t payload_size) {
   std::vector<LoadedBlock> out(blocks.size());
-  const std::vector<LoadOutcome> outcomes =
-      load_verified(ns, blocks, payload_size, [&](std::size_t i, const std::uint8_t* payload) {
-        out[i].payload.assign(payload, payload + payload_size);
-      });
+  const std::vector<LoadOutcome> outcomes = load_verified(
+      ns, blocks, payload_size,
+      [&](std::size_t i, const std::uint8_t* payload) { out[i].payload.assign(payload, payload + payload_size); });
   for (std::size_t i = 0; i < blocks.size(); ++i) {
     out[i].status = outcomes[i].status;
     out[i].verdict = outcomes[i].verdict;

@@ -161,7 +161,7 @@ class Connection {
   using Clock = std::chrono::steady_clock;
   redisContext* context();
   std::vector<Reply> exchange(const std::vector<Command>& commands, const StringTap& tap);
-  void arm();  // the socket timeout for the next read or write: per-read, or the time left
+  void arm();                               // the socket timeout for the next read or write: per-read, or the time left
   void read_more(std::string_view during);  // feeds the reader more bytes, reading the socket if need be
   [[noreturn]] void fail(std::string_view during, int saved_errno);
   [[noreturn]] void fail_io(std::string_view during, int saved_errno, std::string detail);
@@ -179,7 +179,7 @@ class Connection {
   std::size_t fed_ = 0;                                    // ... fed to hiredis' reader so far
   std::mt19937_64 nonce_rng_;                              // seeded from std::random_device
   std::size_t tap_limit_ = 0;                              // replies [0, tap_limit_) are tapped
-  redisReplyObjectFunctions functions_{};  // hiredis' own, createString routed through tap_
+  redisReplyObjectFunctions functions_{};                  // hiredis' own, createString routed through tap_
   const redisReplyObjectFunctions* hiredis_functions_ = nullptr;
   const StringTap* tap_ = nullptr;  // set during pipeline(commands, tap)
   std::size_t tap_index_ = 0;       // the reply being read

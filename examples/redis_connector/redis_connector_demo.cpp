@@ -76,7 +76,8 @@ std::vector<std::uint8_t> fake_kv(const kvkey_redis::Namespace& ns, const kvkey:
   return out;
 }
 
-void save_all(kvkey_redis::Connector& store, const kvkey_redis::Namespace& ns, const std::vector<kvkey::Digest>& blocks) {
+void save_all(kvkey_redis::Connector& store, const kvkey_redis::Namespace& ns,
+              const std::vector<kvkey::Digest>& blocks) {
   std::vector<std::vector<std::uint8_t>> kv;
   std::vector<kvkey_redis::BlockPayload> payloads;
   for (const auto& b : blocks) kv.push_back(fake_kv(ns, b));
@@ -87,11 +88,11 @@ void save_all(kvkey_redis::Connector& store, const kvkey_redis::Namespace& ns, c
 int run(kvkey_redis::Connector& store) {
   std::vector<std::int32_t> prompt;
   for (std::int32_t i = 0; i < 64; ++i) prompt.push_back(1000 + 17 * i);  // 4 full blocks
-  const std::size_t max_tokens = prompt.size() - 1;  // the last token is always computed
+  const std::size_t max_tokens = prompt.size() - 1;                       // the last token is always computed
 
   const auto chat = ranks_of(chat_identity());
-  fmt::print("deployment chat (fp16, tp=2): rank 0 {}, rank 1 {}, {} KV bytes per block and rank\n",
-             chat[0].slice(), chat[1].slice(), block_bytes(chat[0]));
+  fmt::print("deployment chat (fp16, tp=2): rank 0 {}, rank 1 {}, {} KV bytes per block and rank\n", chat[0].slice(),
+             chat[1].slice(), block_bytes(chat[0]));
   fmt::print("purged {} leftover keys under {}\n", store.purge(chat[0].tenant_prefix()), chat[0].tenant_prefix());
 
   auto before = store.lookup(pointers(chat), prompt, {}, max_tokens);

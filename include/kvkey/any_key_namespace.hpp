@@ -32,7 +32,8 @@ class AnyKeyNamespace {
   using Keyed = KeyNamespace<HmacSha256>;
 
   /// A plain namespace (throws identity_error as KeyNamespace does).
-  explicit AnyKeyNamespace(const Identity& id, const Policy& policy = {}) : ns_(std::in_place_type<Plain>, id, policy) {}
+  explicit AnyKeyNamespace(const Identity& id, const Policy& policy = {})
+      : ns_(std::in_place_type<Plain>, id, policy) {}
   /// A keyed namespace under secret (the namespace keeps the HMAC key, not the secret).
   AnyKeyNamespace(const Identity& id, const TenantSecret& secret, const Policy& policy = {})
       : ns_(std::in_place_type<Keyed>, id, HmacSha256(secret), policy) {}
@@ -70,7 +71,9 @@ class AnyKeyNamespace {
   [[nodiscard]] const std::string& key_prefix() const noexcept {
     return visit([](const auto& n) -> const std::string& { return n.key_prefix(); });
   }
-  [[nodiscard]] std::string tenant_prefix() const { return visit([](const auto& n) { return n.tenant_prefix(); }); }
+  [[nodiscard]] std::string tenant_prefix() const {
+    return visit([](const auto& n) { return n.tenant_prefix(); });
+  }
   /// The same namespace (kind, secret, policy) under weights epoch `epoch`.
   [[nodiscard]] AnyKeyNamespace with_epoch(std::uint64_t epoch) const {
     return visit([&](const auto& n) { return AnyKeyNamespace(n.with_epoch(epoch)); });
@@ -80,7 +83,8 @@ class AnyKeyNamespace {
   }
 
   template <class T>
-  [[nodiscard]] std::vector<Digest> block_hashes(const T* tokens, std::size_t count, const HashOptions& opt = {}) const {
+  [[nodiscard]] std::vector<Digest> block_hashes(const T* tokens, std::size_t count,
+                                                 const HashOptions& opt = {}) const {
     return visit([&](const auto& n) { return n.block_hashes(tokens, count, opt); });
   }
   template <class T>

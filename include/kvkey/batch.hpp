@@ -72,9 +72,8 @@ class BatchHasher {
   /// run, then the exception of the first such request (in request order) is
   /// rethrown.
   template <class Hash, class T>
-  [[nodiscard]]
-  std::vector<std::vector<Digest>> block_hashes(const KeyNamespace<Hash>& ns,
-                                                const std::vector<BlockHashRequest<T>>& requests) {
+  [[nodiscard]] std::vector<std::vector<Digest>> block_hashes(const KeyNamespace<Hash>& ns,
+                                                              const std::vector<BlockHashRequest<T>>& requests) {
     std::vector<std::vector<Digest>> out;
     block_hashes(ns, requests, out);
     return out;
@@ -123,9 +122,9 @@ class BatchHasher {
       std::vector<Digest> mine_b = std::move(out[b]);
       bool done = false;
       try {
-        done = detail::ChainAccess::chain(ns).block_hashes_pair(mine_a, requests[a].tokens, requests[a].count,
-                                                                options(a), mine_b, requests[b].tokens,
-                                                                requests[b].count, options(b));
+        done =
+            detail::ChainAccess::chain(ns).block_hashes_pair(mine_a, requests[a].tokens, requests[a].count, options(a),
+                                                             mine_b, requests[b].tokens, requests[b].count, options(b));
       } catch (...) {  // only resource exhaustion gets here: tokens were checked
         errors[a] = errors[b] = std::current_exception();
       }
@@ -149,9 +148,9 @@ class BatchHasher {
 
   /// The same options for every prompt.
   template <class Hash, class T>
-  [[nodiscard]]
-  std::vector<std::vector<Digest>> block_hashes(const KeyNamespace<Hash>& ns, const std::vector<std::vector<T>>& prompts,
-                                                const HashOptions& options = {}) {
+  [[nodiscard]] std::vector<std::vector<Digest>> block_hashes(const KeyNamespace<Hash>& ns,
+                                                              const std::vector<std::vector<T>>& prompts,
+                                                              const HashOptions& options = {}) {
     std::vector<BlockHashRequest<T>> requests;
     requests.reserve(prompts.size());
     for (const auto& p : prompts) requests.push_back({p.data(), p.size(), &options});
@@ -238,10 +237,9 @@ class BatchHasher {
 /// included), starting and joining the workers inside the call. Prefer a
 /// long-lived BatchHasher on a scheduler's hot path.
 template <class Hash, class T>
-[[nodiscard]]
-std::vector<std::vector<Digest>> block_hashes_batch(const KeyNamespace<Hash>& ns,
-                                                    const std::vector<BlockHashRequest<T>>& requests,
-                                                    unsigned threads) {
+[[nodiscard]] std::vector<std::vector<Digest>> block_hashes_batch(const KeyNamespace<Hash>& ns,
+                                                                  const std::vector<BlockHashRequest<T>>& requests,
+                                                                  unsigned threads) {
   BatchHasher pool(threads);
   return pool.block_hashes(ns, requests);
 }

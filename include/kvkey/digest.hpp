@@ -70,8 +70,7 @@ class Digest {
   /// that says what is wrong (length or the first bad character's position).
   [[nodiscard]] static Digest from_hex(std::string_view hex) {
     if (hex.size() != 2 * size_bytes) {
-      throw input_error("hex digest must be 64 hex characters, got " + std::to_string(hex.size()) +
-                        " characters");
+      throw input_error("hex digest must be 64 hex characters, got " + std::to_string(hex.size()) + " characters");
     }
     for (std::size_t i = 0; i < hex.size(); ++i) {
       if (detail::hex_digit_value(hex[i]) < 0) {

@@ -243,7 +243,8 @@ inline Verdict envelope_preamble(const std::uint8_t* header, std::size_t len) {
   }
   const std::uint8_t kind = header[L::namespace_kind];
   const std::uint8_t mode = header[L::integrity_mode];
-  if (kind != static_cast<std::uint8_t>(NamespaceKind::plain) && kind != static_cast<std::uint8_t>(NamespaceKind::keyed)) {
+  if (kind != static_cast<std::uint8_t>(NamespaceKind::plain) &&
+      kind != static_cast<std::uint8_t>(NamespaceKind::keyed)) {
     return fail(Reason::malformed, "envelope.namespace_kind");
   }
   if (!detail::integrity_allowed(static_cast<NamespaceKind>(kind), mode)) {
@@ -282,7 +283,7 @@ namespace detail {
 /// comparison of all envelope_size bytes, without allocation; only a rejected
 /// header is parsed (parse_envelope), to name the reason.
 [[nodiscard]] inline Verdict verify_envelope(const std::uint8_t* header, std::size_t len, const Envelope& expected,
-                               const Identity& own) {
+                                             const Identity& own) {
   namespace L = envelope_layout;
   Verdict pre = envelope_preamble(header, len);
   if (!pre.ok()) return pre;

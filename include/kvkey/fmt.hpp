@@ -134,8 +134,8 @@ template <>
 struct fmt::formatter<kvkey::Slice> : fmt::formatter<fmt::string_view> {
   template <class Ctx>
   auto format(const kvkey::Slice& s, Ctx& ctx) const -> decltype(ctx.out()) {
-    const std::string str = fmt::format("heads [{}, {}) layers [{}, {})", s.kv_head_begin, s.kv_head_end,
-                                        s.layer_begin, s.layer_end);
+    const std::string str =
+        fmt::format("heads [{}, {}) layers [{}, {})", s.kv_head_begin, s.kv_head_end, s.layer_begin, s.layer_end);
     return fmt::formatter<fmt::string_view>::format(fmt::string_view(str), ctx);
   }
 };

@@ -39,8 +39,9 @@ KVKEY_BEGIN_NAMESPACE
     case KvDtype::fp4_e2m1: return 4;
     case KvDtype::unset: break;
   }
-  throw input_error(d == KvDtype::unset ? "dtype is unset: it has no size"
-                                        : "dtype code " + std::to_string(static_cast<unsigned>(d)) + " is not a known dtype");
+  throw input_error(d == KvDtype::unset
+                        ? "dtype is unset: it has no size"
+                        : "dtype code " + std::to_string(static_cast<unsigned>(d)) + " is not a known dtype");
 }
 
 /// Bytes of one element of d: 4, 2 or 1. A 4-bit type (int4, uint4, fp4_e2m1)
@@ -67,8 +68,10 @@ struct EngineDtypeName {
 // (--kv-cache-dtype, --dtype), SGLang (--kv-cache-dtype) and lmdeploy spell them;
 // kvkey's own names (to_string) are accepted besides these.
 inline constexpr EngineDtypeName engine_dtype_names[] = {
-    {"float32", KvDtype::fp32},         {"float", KvDtype::fp32},
-    {"float16", KvDtype::fp16},         {"half", KvDtype::fp16},
+    {"float32", KvDtype::fp32},
+    {"float", KvDtype::fp32},
+    {"float16", KvDtype::fp16},
+    {"half", KvDtype::fp16},
     {"bfloat16", KvDtype::bf16},
     {"fp8", KvDtype::fp8_e4m3},  // vLLM and SGLang: "fp8" is e4m3 (OCP e4m3fn)
     {"float8_e4m3fn", KvDtype::fp8_e4m3},
@@ -103,8 +106,9 @@ inline std::string accepted_engine_dtypes() {
 /// describe them with a Quant), and for an unknown name, listing the accepted ones.
 [[nodiscard]] inline KvDtype kv_dtype_from_engine(std::string_view name) {
   if (name == "auto") {
-    throw input_error("kv dtype \"auto\" means the model's dtype: resolve it first (e.g. the model config's "
-                      "torch_dtype, such as \"bfloat16\") and pass that");
+    throw input_error(
+        "kv dtype \"auto\" means the model's dtype: resolve it first (e.g. the model config's "
+        "torch_dtype, such as \"bfloat16\") and pass that");
   }
   const std::string_view bare = detail::strip_torch(name);
   if (auto d = kv_dtype_from_string(bare)) return *d;
@@ -112,11 +116,13 @@ inline std::string accepted_engine_dtypes() {
     if (e.name == bare) return e.dtype;
   }
   if (bare == "float8_e4m3fnuz" || bare == "float8_e5m2fnuz") {
-    throw input_error("kv dtype \"" + std::string(name) + "\" (fnuz) has another exponent bias than fp8_e4m3 and "
+    throw input_error("kv dtype \"" + std::string(name) +
+                      "\" (fnuz) has another exponent bias than fp8_e4m3 and "
                       "fp8_e5m2: kvkey has no dtype for it");
   }
   if (bare == "fp8_ds_mla" || bare == "fp8_inc") {
-    throw input_error("kv dtype \"" + std::string(name) + "\" stores scales inside the cache: name its element "
+    throw input_error("kv dtype \"" + std::string(name) +
+                      "\" stores scales inside the cache: name its element "
                       "dtype (fp8_e4m3) and describe the scales with kv.quant");
   }
   const std::string shown = name.size() <= 64 ? std::string(name) : std::string(name.substr(0, 64)) + "...";

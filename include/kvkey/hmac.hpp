@@ -262,14 +262,14 @@ inline TenantSecret TenantSecret::from_env(const std::string& name) {
   detail::WipedBuffer<max_size> bytes;
   if (text.substr(0, base64_prefix.size()) == base64_prefix) {
     if (!detail::decode_secret_base64(text.substr(base64_prefix.size()), bytes)) {
-      throw identity_error("tenant_secret", where + " starts with \"base64:\" but the rest is not padded "
-                                                    "standard base64 of at most " +
-                                                    std::to_string(max_size) + " bytes");
+      throw identity_error("tenant_secret", where +
+                                                " starts with \"base64:\" but the rest is not padded "
+                                                "standard base64 of at most " +
+                                                std::to_string(max_size) + " bytes");
     }
   } else if (!detail::all_hex(text) || !detail::decode_secret_hex(text, bytes)) {
     throw identity_error("tenant_secret", where + " is neither an even number of hex digits (at most " +
-                                              std::to_string(2 * max_size) +
-                                              ") nor \"base64:\" followed by base64");
+                                              std::to_string(2 * max_size) + ") nor \"base64:\" followed by base64");
   }
   check_size(bytes.size, where + " holds");
   return TenantSecret(bytes.bytes.data(), bytes.size);

@@ -95,15 +95,13 @@ inline constexpr std::size_t kv_dtype_count = std::size(detail::dtype_names);
 
 /// True for the enumerators that name a real type (not `unset`, not an
 /// out-of-range value read from the wire).
-[[nodiscard]] constexpr bool is_valid(KvDtype d) noexcept {
-  return d != KvDtype::unset && to_string(d) != "invalid";
-}
+[[nodiscard]] constexpr bool is_valid(KvDtype d) noexcept { return d != KvDtype::unset && to_string(d) != "invalid"; }
 
 /// The model's weights lineage.
 struct Model {
-  std::string name;          ///< readable model name, e.g. "Qwen/Qwen2.5-7B-Instruct"
-  std::string revision;      ///< immutable checkpoint id (hub commit, content hash); required
-  std::uint64_t weights_epoch = 0;  ///< bumped by the deployment on every accepted weight update
+  std::string name;                           ///< readable model name, e.g. "Qwen/Qwen2.5-7B-Instruct"
+  std::string revision;                       ///< immutable checkpoint id (hub commit, content hash); required
+  std::uint64_t weights_epoch = 0;            ///< bumped by the deployment on every accepted weight update
   std::optional<Digest> weights_fingerprint;  ///< optional fingerprint of the live weights
   /// Optional fingerprint of the positional-encoding configuration the engine
   /// runs with (RoPE settings after overrides): cached K is stored after RoPE.
@@ -113,10 +111,10 @@ struct Model {
 /// How KV values are quantized. scheme "none" means the KV is stored in kv.dtype
 /// without scales; then every other member must keep its default.
 struct Quant {
-  std::string scheme = "none";         ///< e.g. "none", "per_token_asym", "per_tensor_static"
-  std::uint32_t group_size = 0;        ///< elements per scale group; 0 = per tensor / not grouped
-  std::optional<KvDtype> scale_dtype;  ///< type of the stored scales, when scales are stored
-  bool zero_point = false;             ///< asymmetric quantization with a stored zero point
+  std::string scheme = "none";               ///< e.g. "none", "per_token_asym", "per_tensor_static"
+  std::uint32_t group_size = 0;              ///< elements per scale group; 0 = per tensor / not grouped
+  std::optional<KvDtype> scale_dtype;        ///< type of the stored scales, when scales are stored
+  bool zero_point = false;                   ///< asymmetric quantization with a stored zero point
   std::optional<Digest> scales_fingerprint;  ///< fingerprint of static (calibrated) scales
 };
 
@@ -169,8 +167,8 @@ struct Slice {
   std::uint32_t layer_end = 0;
 
   friend bool operator==(const Slice& a, const Slice& b) noexcept {
-    return a.kv_head_begin == b.kv_head_begin && a.kv_head_end == b.kv_head_end &&
-           a.layer_begin == b.layer_begin && a.layer_end == b.layer_end;
+    return a.kv_head_begin == b.kv_head_begin && a.kv_head_end == b.kv_head_end && a.layer_begin == b.layer_begin &&
+           a.layer_end == b.layer_end;
   }
   friend bool operator!=(const Slice& a, const Slice& b) noexcept { return !(a == b); }
 };
@@ -275,8 +273,8 @@ struct Fields<Model> {
                                     field_required},
       FieldInfo<Model, std::string>{"revision", "model.revision", &Model::revision, FieldKind::identifier,
                                     limits::revision, field_required},
-      FieldInfo<Model, std::uint64_t>{"weights_epoch", "model.weights_epoch", &Model::weights_epoch,
-                                      FieldKind::value, 0, field_no_flags},
+      FieldInfo<Model, std::uint64_t>{"weights_epoch", "model.weights_epoch", &Model::weights_epoch, FieldKind::value,
+                                      0, field_no_flags},
       FieldInfo<Model, std::optional<Digest>>{"weights_fingerprint", "model.weights_fingerprint",
                                               &Model::weights_fingerprint, FieldKind::value, 0, field_file_alt},
       FieldInfo<Model, std::optional<Digest>>{"positional_fingerprint", "model.positional_fingerprint",
@@ -324,15 +322,15 @@ struct Fields<Shard> {
   static constexpr std::string_view name = "Shard";
   static constexpr bool positional = false;
   // Not salient: the shard enters the object hash and the envelope as the resolved Slice (resolve_slice checks it).
-  static constexpr auto members = std::make_tuple(
-      FieldInfo<Shard, std::uint32_t>{"tp_size", "shard.tp_size", &Shard::tp_size, FieldKind::value, 0,
-                                      field_not_salient},
-      FieldInfo<Shard, std::uint32_t>{"tp_rank", "shard.tp_rank", &Shard::tp_rank, FieldKind::value, 0,
-                                      field_not_salient},
-      FieldInfo<Shard, std::uint32_t>{"pp_size", "shard.pp_size", &Shard::pp_size, FieldKind::value, 0,
-                                      field_not_salient},
-      FieldInfo<Shard, std::uint32_t>{"pp_rank", "shard.pp_rank", &Shard::pp_rank, FieldKind::value, 0,
-                                      field_not_salient});
+  static constexpr auto members =
+      std::make_tuple(FieldInfo<Shard, std::uint32_t>{"tp_size", "shard.tp_size", &Shard::tp_size, FieldKind::value, 0,
+                                                      field_not_salient},
+                      FieldInfo<Shard, std::uint32_t>{"tp_rank", "shard.tp_rank", &Shard::tp_rank, FieldKind::value, 0,
+                                                      field_not_salient},
+                      FieldInfo<Shard, std::uint32_t>{"pp_size", "shard.pp_size", &Shard::pp_size, FieldKind::value, 0,
+                                                      field_not_salient},
+                      FieldInfo<Shard, std::uint32_t>{"pp_rank", "shard.pp_rank", &Shard::pp_rank, FieldKind::value, 0,
+                                                      field_not_salient});
 };
 
 template <>
@@ -473,8 +471,8 @@ inline bool is_alnum(char c) noexcept {
 inline void check_length(std::string_view field, std::string_view s, std::size_t max) {
   if (s.empty()) throw identity_error(field, "must not be empty");
   if (s.size() > max) {
-    throw identity_error(field, "is " + std::to_string(s.size()) + " bytes, at most " +
-                                    std::to_string(max) + " allowed");
+    throw identity_error(field,
+                         "is " + std::to_string(s.size()) + " bytes, at most " + std::to_string(max) + " allowed");
   }
 }
 
@@ -500,8 +498,8 @@ inline std::string code_point_name(std::uint32_t cp) {
 // What kind of unsafe code point (kvkey/text.hpp) cp is, for messages.
 inline std::string unsafe_kind(std::uint32_t cp) {
   if (cp >= 0x80 && cp <= 0x9f) return "a C1 control character (" + code_point_name(cp) + ")";
-  const bool bidi = cp == 0x061c || cp == 0x200e || cp == 0x200f || (cp >= 0x202a && cp <= 0x202e) ||
-                    (cp >= 0x2066 && cp <= 0x2069);
+  const bool bidi =
+      cp == 0x061c || cp == 0x200e || cp == 0x200f || (cp >= 0x202a && cp <= 0x202e) || (cp >= 0x2066 && cp <= 0x2069);
   return (bidi ? "a bidirectional formatting character (" : "an invisible formatting character (") +
          code_point_name(cp) + ")";
 }
@@ -530,8 +528,8 @@ inline void check_tenant(std::string_view t, std::size_t max = limits::tenant) {
   for (std::size_t i = 0; i < t.size(); ++i) {
     const char c = t[i];
     if (!is_alnum(c) && c != '.' && c != '_' && c != '-') {
-      throw identity_error("tenant", "byte " + std::to_string(i) +
-                                         " is not allowed: use letters, digits, '.', '_' and '-' only");
+      throw identity_error("tenant",
+                           "byte " + std::to_string(i) + " is not allowed: use letters, digits, '.', '_' and '-' only");
     }
   }
 }
@@ -628,17 +626,15 @@ void check_members(const P& part, bool skip_tenant) {
     s.kv_head_end = (r + 1) * per_rank;
   } else {
     if (tp % heads != 0) {
-      throw identity_error("shard.tp_size",
-                           str(tp) + " is not a multiple of kv.num_kv_heads " + str(heads) +
-                               " (more ranks than heads requires whole replicas)");
+      throw identity_error("shard.tp_size", str(tp) + " is not a multiple of kv.num_kv_heads " + str(heads) +
+                                                " (more ranks than heads requires whole replicas)");
     }
     const std::uint32_t head = r / (tp / heads);
     s.kv_head_begin = head;
     s.kv_head_end = head + 1;
   }
   if (kv.num_layers % shard.pp_size != 0) {
-    throw identity_error("shard.pp_size",
-                         str(shard.pp_size) + " does not divide kv.num_layers " + str(kv.num_layers));
+    throw identity_error("shard.pp_size", str(shard.pp_size) + " does not divide kv.num_layers " + str(kv.num_layers));
   }
   const std::uint32_t per_stage = kv.num_layers / shard.pp_size;
   s.layer_begin = shard.pp_rank * per_stage;
@@ -652,8 +648,9 @@ void check_members(const P& part, bool skip_tenant) {
 [[nodiscard]] inline Identity validated(Identity id, const Policy& policy = {}) {
   if (policy.tenant == TenantPolicy::single_tenant) {
     if (!id.tenant.empty()) {
-      throw identity_error("tenant", "must be empty under the single_tenant policy (got a tenant name; "
-                                     "drop the policy to use it)");
+      throw identity_error("tenant",
+                           "must be empty under the single_tenant policy (got a tenant name; "
+                           "drop the policy to use it)");
     }
     id.tenant = std::string(single_tenant_name);
   }

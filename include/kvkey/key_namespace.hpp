@@ -134,21 +134,21 @@ class KeyNamespace {
 
   /// Hashes of every full block of tokens (a partial tail is not hashed).
   /// Every token id, the partial tail's included, must lie in [0, 2^32); others throw input_error naming the index.
-  [[nodiscard]]
-  std::vector<Digest> block_hashes(const std::vector<std::int32_t>& tokens, const HashOptions& opt = {}) const {
+  [[nodiscard]] std::vector<Digest> block_hashes(const std::vector<std::int32_t>& tokens,
+                                                 const HashOptions& opt = {}) const {
     return block_hashes(tokens.data(), tokens.size(), opt);
   }
-  [[nodiscard]]
-  std::vector<Digest> block_hashes(const std::vector<std::int64_t>& tokens, const HashOptions& opt = {}) const {
+  [[nodiscard]] std::vector<Digest> block_hashes(const std::vector<std::int64_t>& tokens,
+                                                 const HashOptions& opt = {}) const {
     return block_hashes(tokens.data(), tokens.size(), opt);
   }
-  [[nodiscard]]
-  std::vector<Digest> block_hashes(const std::vector<std::uint32_t>& tokens, const HashOptions& opt = {}) const {
+  [[nodiscard]] std::vector<Digest> block_hashes(const std::vector<std::uint32_t>& tokens,
+                                                 const HashOptions& opt = {}) const {
     return block_hashes(tokens.data(), tokens.size(), opt);
   }
   template <class T>
-  [[nodiscard]]
-  std::vector<Digest> block_hashes(const T* tokens, std::size_t count, const HashOptions& opt = {}) const {
+  [[nodiscard]] std::vector<Digest> block_hashes(const T* tokens, std::size_t count,
+                                                 const HashOptions& opt = {}) const {
     std::vector<Digest> out;
     extend_block_hashes(out, tokens, count, opt);
     return out;
@@ -222,8 +222,7 @@ class KeyNamespace {
   /// header_len); whatever the bytes, the outcome is a Verdict, never a
   /// kvkey::error (std::bad_alloc can escape only while naming the reason for a
   /// rejected header). No heap allocation when it accepts.
-  Verdict verify(const std::uint8_t* header, std::size_t header_len, const Digest& block_hash,
-                 Payload payload) const {
+  Verdict verify(const std::uint8_t* header, std::size_t header_len, const Digest& block_hash, Payload payload) const {
     PayloadVerifier v(header, header_len, header_for(block_hash, 0), id_, scheme(), false);
     for (const ConstBuffer& b : payload) v.update(b.data, b.size);
     return v.finish();
@@ -254,14 +253,16 @@ class KeyNamespace {
   /// bytes, as a Payload or through sealer().
   [[nodiscard]] Envelope seal(const Digest& block_hash, std::uint64_t payload_size) const {
     if constexpr (namespace_kind == NamespaceKind::keyed) {
-      throw input_error("seal(block_hash, payload_size) writes no payload tag, and a keyed namespace authenticates "
-                        "the payload bytes under every Policy: pass the bytes as a kvkey::Payload (or stream them "
-                        "through sealer())");
+      throw input_error(
+          "seal(block_hash, payload_size) writes no payload tag, and a keyed namespace authenticates "
+          "the payload bytes under every Policy: pass the bytes as a kvkey::Payload (or stream them "
+          "through sealer())");
     }
     if (policy_.payload == PayloadCheck::required) {
-      throw input_error("seal(block_hash, payload_size) writes no payload digest, and this namespace's Policy "
-                        "requires one: pass the bytes as a kvkey::Payload, or opt out with "
-                        "Policy::payload = PayloadCheck::size_only");
+      throw input_error(
+          "seal(block_hash, payload_size) writes no payload digest, and this namespace's Policy "
+          "requires one: pass the bytes as a kvkey::Payload, or opt out with "
+          "Policy::payload = PayloadCheck::size_only");
     }
     return header_for(block_hash, payload_size);
   }
@@ -277,8 +278,8 @@ class KeyNamespace {
                  std::uint64_t payload_size) const {
     Verdict v = verify_except_payload(header, header_len, header_for(block_hash, payload_size));
     if (v.ok() && (namespace_kind == NamespaceKind::keyed || policy_.payload == PayloadCheck::required)) {
-      return {Reason::payload_mismatch, header[envelope_layout::integrity_mode] == 0 ? "envelope.integrity_mode"
-                                                                                        : "payload"};
+      return {Reason::payload_mismatch,
+              header[envelope_layout::integrity_mode] == 0 ? "envelope.integrity_mode" : "payload"};
     }
     return v;
   }
@@ -384,9 +385,8 @@ class KeyNamespace {
 
   /// reusable_prefix() with this namespace's block size.
   template <class Results>
-  [[nodiscard]]
-  ReusablePrefix reusable_prefix(const Results& block_major_results, std::size_t shards_per_block,
-                                 std::size_t max_tokens = std::numeric_limits<std::size_t>::max()) const {
+  [[nodiscard]] ReusablePrefix reusable_prefix(const Results& block_major_results, std::size_t shards_per_block,
+                                               std::size_t max_tokens = std::numeric_limits<std::size_t>::max()) const {
     return kvkey::reusable_prefix(block_major_results, shards_per_block, block_size(), max_tokens);
   }
 

@@ -136,9 +136,7 @@ class Metrics {
   /// Payload bytes that were verified (and so served).
   void record_payload_bytes(std::uint64_t n) noexcept { add(counter(C::payload_verified_bytes), n); }
   /// One store error, by kind (store_error_kinds; anything else is "other").
-  void record_store_error(std::string_view kind) noexcept {
-    add(store_errors_[detail::store_error_index(kind)], 1);
-  }
+  void record_store_error(std::string_view kind) noexcept { add(store_errors_[detail::store_error_index(kind)], 1); }
 
   /// Every counter, read once each.
   [[nodiscard]] MetricsSnapshot snapshot() const {
@@ -176,17 +174,34 @@ class Metrics {
   // The unlabelled counters and the cells of the per-result ones: a call
   // counter followed by its (up to three) results, in MetricsSnapshot order.
   enum class C : std::size_t {
-    lookups, lookup_hit, lookup_miss, lookup_rejected,
-    loads, load_loaded, load_missing, load_rejected,
-    saves, save_saved, save_failed,
-    false_hits, payload_verified_bytes, count_
+    lookups,
+    lookup_hit,
+    lookup_miss,
+    lookup_rejected,
+    loads,
+    load_loaded,
+    load_missing,
+    load_rejected,
+    saves,
+    save_saved,
+    save_failed,
+    false_hits,
+    payload_verified_bytes,
+    count_
   };
-  static constexpr std::uint64_t MetricsSnapshot::*snapshot_fields[] = {
-      &MetricsSnapshot::lookups, &MetricsSnapshot::lookup_hit,   &MetricsSnapshot::lookup_miss,
-      &MetricsSnapshot::lookup_rejected, &MetricsSnapshot::loads, &MetricsSnapshot::load_loaded,
-      &MetricsSnapshot::load_missing, &MetricsSnapshot::load_rejected, &MetricsSnapshot::saves,
-      &MetricsSnapshot::save_saved, &MetricsSnapshot::save_failed, &MetricsSnapshot::false_hits,
-      &MetricsSnapshot::payload_verified_bytes};
+  static constexpr std::uint64_t MetricsSnapshot::*snapshot_fields[] = {&MetricsSnapshot::lookups,
+                                                                        &MetricsSnapshot::lookup_hit,
+                                                                        &MetricsSnapshot::lookup_miss,
+                                                                        &MetricsSnapshot::lookup_rejected,
+                                                                        &MetricsSnapshot::loads,
+                                                                        &MetricsSnapshot::load_loaded,
+                                                                        &MetricsSnapshot::load_missing,
+                                                                        &MetricsSnapshot::load_rejected,
+                                                                        &MetricsSnapshot::saves,
+                                                                        &MetricsSnapshot::save_saved,
+                                                                        &MetricsSnapshot::save_failed,
+                                                                        &MetricsSnapshot::false_hits,
+                                                                        &MetricsSnapshot::payload_verified_bytes};
   static_assert(std::size(snapshot_fields) == static_cast<std::size_t>(C::count_), "one field per counter");
 
   Counter& counter(C c) noexcept { return counters_[static_cast<std::size_t>(c)]; }

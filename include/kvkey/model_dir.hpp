@@ -51,9 +51,9 @@ struct FieldSource {
 
 /// One entry of a weights manifest.
 struct WeightFile {
-  std::string path;           ///< relative path as it appears in the manifest
-  Digest sha256;              ///< SHA-256 of the file's content
-  std::uint64_t size = 0;     ///< bytes
+  std::string path;             ///< relative path as it appears in the manifest
+  Digest sha256;                ///< SHA-256 of the file's content
+  std::uint64_t size = 0;       ///< bytes
   bool from_blob_name = false;  ///< taken from the Hugging Face cache blob name, not by reading
 };
 
@@ -63,8 +63,8 @@ using HashProgress = std::function<void(std::uint64_t done, std::uint64_t total)
 
 /// How weight files are hashed.
 struct FileHashOptions {
-  bool verify = false;  ///< also rehash Hugging Face cache blobs and check them against their names
-  unsigned threads = 0;  ///< files hashed at once; 0: the hardware's concurrency (at most 16)
+  bool verify = false;    ///< also rehash Hugging Face cache blobs and check them against their names
+  unsigned threads = 0;   ///< files hashed at once; 0: the hardware's concurrency (at most 16)
   HashProgress progress;  ///< optional
 };
 
@@ -85,7 +85,7 @@ struct ModelDirOptions {
 /// with where each came from.
 struct ModelDir {
   std::filesystem::path directory;  ///< the directory whose files were read (the snapshot in a cache)
-  Model model;                       ///< name, revision, weights_fingerprint, positional_fingerprint
+  Model model;                      ///< name, revision, weights_fingerprint, positional_fingerprint
   std::uint32_t num_layers = 0;
   std::uint32_t num_kv_heads = 0;
   std::uint32_t head_dim = 0;
@@ -114,7 +114,8 @@ struct AdapterDirOptions {
 
 namespace detail {
 
-[[noreturn]] inline void model_dir_fail(const std::filesystem::path& file, std::string_view key, std::string_view what) {
+[[noreturn]] inline void model_dir_fail(const std::filesystem::path& file, std::string_view key,
+                                        std::string_view what) {
   std::string m = file.string();
   m.append(": ").append(key).append(": ").append(what);
   throw input_error(m);
@@ -213,7 +214,8 @@ inline bool json_depth_at_most(const nlohmann::json& j, std::size_t max_depth) {
 }  // namespace detail
 
 /// Limits on the files read_model_dir and read_adapter_dir read (docs/api.md).
-inline constexpr std::size_t max_config_file_size = std::size_t{16} << 20;  ///< config.json, adapter_config.json: 16 MiB
+inline constexpr std::size_t max_config_file_size = std::size_t{16}
+                                                    << 20;                 ///< config.json, adapter_config.json: 16 MiB
 inline constexpr std::size_t max_index_file_size = std::size_t{64} << 20;  ///< model.safetensors.index.json: 64 MiB
 inline constexpr std::size_t max_config_depth = 64;  ///< nesting of arrays and objects in those files and in overrides
 
@@ -357,7 +359,8 @@ inline std::optional<std::string> read_ref(const std::filesystem::path& repo_roo
 
 /// Recognises a repo root (models--ORG--NAME with snapshots/) or a snapshot
 /// directory (models--ORG--NAME/snapshots/<40 hex>) and resolves the revision.
-inline std::optional<HfLocation> locate_hf(const std::filesystem::path& dir, const std::optional<std::string>& revision) {
+inline std::optional<HfLocation> locate_hf(const std::filesystem::path& dir,
+                                           const std::optional<std::string>& revision) {
   const std::filesystem::path d = std::filesystem::absolute(dir).lexically_normal();
   const std::filesystem::path clean = d.filename().empty() ? d.parent_path() : d;
   HfLocation loc;
@@ -430,7 +433,8 @@ inline FileToHash weight_entry(const std::filesystem::path& dir, const std::stri
                                const std::optional<std::filesystem::path>& blobs_real, bool verify) {
   namespace fs = std::filesystem;
   if (name.find('\n') != std::string::npos || name.find('\\') != std::string::npos) {
-    throw input_error((dir / name).string() + ": file name contains a newline or backslash (sha256sum escapes "
+    throw input_error((dir / name).string() +
+                      ": file name contains a newline or backslash (sha256sum escapes "
                       "those; rename the file)");
   }
   FileToHash f;
@@ -484,7 +488,8 @@ inline void hash_files(std::vector<FileToHash>& files, const FileHashOptions& o)
     }
   }
   // Largest first: the slowest file starts at once.
-  std::stable_sort(todo.begin(), todo.end(), [&](std::size_t a, std::size_t b) { return files[a].size > files[b].size; });
+  std::stable_sort(todo.begin(), todo.end(),
+                   [&](std::size_t a, std::size_t b) { return files[a].size > files[b].size; });
   unsigned threads = o.threads != 0 ? o.threads : std::max(1u, std::thread::hardware_concurrency());
   threads = static_cast<unsigned>(std::min<std::size_t>({threads, 16u, std::max<std::size_t>(todo.size(), 1)}));
 
@@ -594,7 +599,8 @@ inline std::vector<std::string> index_weight_files(const std::filesystem::path& 
       model_dir_fail(index, k, "'" + printable(n) + "' " + why);
     };
     if (name.empty()) bad("is empty");
-    if (std::any_of(name.begin(), name.end(), [](char c) { return static_cast<unsigned char>(c) < 0x20 || c == 0x7f; })) {
+    if (std::any_of(name.begin(), name.end(),
+                    [](char c) { return static_cast<unsigned char>(c) < 0x20 || c == 0x7f; })) {
       bad("holds a control character");
     }
     if (name.front() == '/') bad("is an absolute path: it leaves the model directory");
@@ -640,7 +646,8 @@ inline std::vector<std::string> weight_file_names(const std::filesystem::path& d
   }
   auto& chosen = safetensors.empty() ? other : safetensors;
   if (chosen.empty()) {
-    throw input_error(dir.string() + ": no weight files (looked for *.safetensors and model.safetensors.index.json, "
+    throw input_error(dir.string() +
+                      ": no weight files (looked for *.safetensors and model.safetensors.index.json, "
                       "then *.bin, *.pt and *.pth at the top level)");
   }
   std::sort(chosen.begin(), chosen.end());
@@ -657,7 +664,9 @@ class ConfigReader {
                const nlohmann::json& override_section)
       : j_(section), prefix_(std::move(prefix)), file_(std::move(file)), override_section_(override_section) {}
 
-  std::string key(std::string_view k) const { return prefix_.empty() ? std::string(k) : prefix_ + "." + std::string(k); }
+  std::string key(std::string_view k) const {
+    return prefix_.empty() ? std::string(k) : prefix_ + "." + std::string(k);
+  }
 
   const nlohmann::json* find(std::string_view k) const {
     const auto it = j_.find(k);
@@ -746,9 +755,18 @@ inline std::string canonical_json_of(const nlohmann::json& j, const std::string&
 /// The config.json keys that change post-RoPE K (or the positions it is applied
 /// at): the positional-encoding fingerprint covers those present and not null.
 inline constexpr std::string_view positional_keys[] = {
-    "max_position_embeddings", "original_max_position_embeddings", "partial_rotary_factor", "position_embedding_type",
-    "qk_rope_head_dim",        "rope_local_base_freq",             "rope_parameters",       "rope_scaling",
-    "rope_theta",              "rope_type",                        "rotary_dim",            "rotary_emb_base",
+    "max_position_embeddings",
+    "original_max_position_embeddings",
+    "partial_rotary_factor",
+    "position_embedding_type",
+    "qk_rope_head_dim",
+    "rope_local_base_freq",
+    "rope_parameters",
+    "rope_scaling",
+    "rope_theta",
+    "rope_type",
+    "rotary_dim",
+    "rotary_emb_base",
     "rotary_pct",
 };
 
@@ -793,11 +811,13 @@ inline ModelDir read_model_dir(const std::filesystem::path& path, const ModelDir
   if (hf) {
     out.model.name = o.name.value_or(hf->repo_id);
     out.model.revision = hf->commit;
-    out.sources.push_back({"model.name", o.name ? "option" : "Hugging Face cache folder " + hf->repo_root.filename().string()});
+    out.sources.push_back(
+        {"model.name", o.name ? "option" : "Hugging Face cache folder " + hf->repo_root.filename().string()});
     out.sources.push_back({"model.revision", "Hugging Face cache: " + hf->revision_source});
   } else {
     if (!o.revision) {
-      throw input_error(path.string() + ": not in a Hugging Face cache, so the revision must be given (an immutable "
+      throw input_error(path.string() +
+                        ": not in a Hugging Face cache, so the revision must be given (an immutable "
                         "checkpoint id)");
     }
     const fs::path clean = fs::absolute(path).lexically_normal();
@@ -888,10 +908,10 @@ inline ModelDir read_model_dir(const std::filesystem::path& path, const ModelDir
   out.model.weights_fingerprint = weights_manifest_fingerprint(out.weight_files);
   std::size_t from_names = 0;
   for (const auto& f : out.weight_files) from_names += f.from_blob_name ? 1 : 0;
-  out.sources.push_back(
-      {"model.weights_fingerprint",
-       "manifest of " + std::to_string(out.weight_files.size()) + " weight file(s)" +
-           (from_names != 0 ? ", " + std::to_string(from_names) + " hashed by their cache blob names" : std::string())});
+  out.sources.push_back({"model.weights_fingerprint",
+                         "manifest of " + std::to_string(out.weight_files.size()) + " weight file(s)" +
+                             (from_names != 0 ? ", " + std::to_string(from_names) + " hashed by their cache blob names"
+                                              : std::string())});
   return out;
 }
 
@@ -933,7 +953,7 @@ struct DeploymentParams {
   KvDtype kv_dtype = KvDtype::unset;
   std::uint32_t block_size = 0;
   std::string layout;
-  Shard shard;                        ///< tp_size, tp_rank, pp_size, pp_rank
+  Shard shard;  ///< tp_size, tp_rank, pp_size, pp_rank
   std::uint64_t weights_epoch = 0;
   std::optional<std::string> revision;  ///< as ModelDirOptions::revision
   std::optional<std::string> name;      ///< as ModelDirOptions::name
@@ -941,7 +961,7 @@ struct DeploymentParams {
   nlohmann::json overrides = nlohmann::json::object();
   std::optional<std::filesystem::path> adapter_dir;  ///< a PEFT adapter directory
   std::optional<std::string> adapter_name;           ///< as AdapterDirOptions::name; needs adapter_dir
-  bool verify = false;    ///< FileHashOptions::verify, for the model and the adapter
+  bool verify = false;                               ///< FileHashOptions::verify, for the model and the adapter
   HashProgress progress;  ///< optional: hashing progress (the model's files, then the adapter's)
   Policy policy;          ///< the namespace's policy the identity is validated under
 };
@@ -988,8 +1008,8 @@ struct ModelDirIdentity {
     ao.hashing.verify = p.verify;
     ao.hashing.progress = p.progress;
     id.adapter = read_adapter_dir(*p.adapter_dir, ao);
-    out.sources.push_back({"adapter", "manifest of " + p.adapter_dir->string() +
-                                          ": adapter_config.json and adapter_model.*"});
+    out.sources.push_back(
+        {"adapter", "manifest of " + p.adapter_dir->string() + ": adapter_config.json and adapter_model.*"});
   }
   (void)validated(id, p.policy);
   return out;

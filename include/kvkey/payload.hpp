@@ -273,8 +273,9 @@ class StreamState {
 
   void check(const char* call) const {
     if (finished_) {
-      throw std::logic_error(std::string(call) + " after finish(): a sealer or verifier checks one object; make "
-                                                 "a new one for the next");
+      throw std::logic_error(std::string(call) +
+                             " after finish(): a sealer or verifier checks one object; make "
+                             "a new one for the next");
     }
   }
   /// check(), then marks the stream finished.
@@ -289,9 +290,9 @@ class StreamState {
 
 /// What a namespace hands its sealer and verifier.
 struct PayloadScheme {
-  IntegrityMode mode;        ///< xxh3_128 or poly1305
-  const PayloadKey* key;     ///< poly1305 only
-  PayloadCheck check;        ///< the reader's policy
+  IntegrityMode mode;     ///< xxh3_128 or poly1305
+  const PayloadKey* key;  ///< poly1305 only
+  PayloadCheck check;     ///< the reader's policy
 };
 
 }  // namespace detail
@@ -299,7 +300,8 @@ struct PayloadScheme {
 /// XXH3-128 of a payload's concatenated bytes, in canonical (big-endian) form:
 /// the digest a plain namespace stores. `xxh128sum` prints the same hex.
 inline PayloadDigest xxh3_128_digest(const Payload& payload) noexcept {
-  if (payload.end() - payload.begin() == 1) return detail::canonical(KVKEY_XXH3_128(payload.begin()->data, payload.begin()->size));
+  if (payload.end() - payload.begin() == 1)
+    return detail::canonical(KVKEY_XXH3_128(payload.begin()->data, payload.begin()->size));
   XXH3_state_t s;
   XXH3_128bits_reset(&s);
   for (const ConstBuffer& b : payload) {

@@ -43,9 +43,9 @@ inline bool usable(const Verdict& v) noexcept { return v.ok(); }
 /// Throws input_error if shards_per_block is 0, block_size is 0 or the result
 /// count is not a multiple of shards_per_block.
 template <class Results>
-[[nodiscard]]
-ReusablePrefix reusable_prefix(const Results& results, std::size_t shards_per_block, std::size_t block_size,
-                               std::size_t max_tokens = std::numeric_limits<std::size_t>::max()) {
+[[nodiscard]] ReusablePrefix reusable_prefix(const Results& results, std::size_t shards_per_block,
+                                             std::size_t block_size,
+                                             std::size_t max_tokens = std::numeric_limits<std::size_t>::max()) {
   if (shards_per_block == 0) throw input_error("reusable_prefix: shards_per_block must be greater than 0");
   if (block_size == 0) throw input_error("reusable_prefix: block_size must be greater than 0");
   const std::size_t n = static_cast<std::size_t>(std::size(results));

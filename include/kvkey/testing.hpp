@@ -73,7 +73,8 @@ struct StoreReport {
   /// One line per case: "ok   name" or "FAIL name: detail".
   std::string summary() const {
     std::string s;
-    for (const CaseResult& c : cases) s.append(c.ok ? "ok   " : "FAIL ").append(c.name).append(c.ok ? "" : ": " + c.detail) += '\n';
+    for (const CaseResult& c : cases)
+      s.append(c.ok ? "ok   " : "FAIL ").append(c.name).append(c.ok ? "" : ": " + c.detail) += '\n';
     return s;
   }
 };
@@ -247,7 +248,8 @@ inline const std::vector<FieldChange>& field_changes() {
       {"kv.quant.group_size", &quantized, [](Identity& i) { i.kv.quant.group_size = 16; }},
       {"kv.quant.scale_dtype", &quantized, [](Identity& i) { i.kv.quant.scale_dtype = KvDtype::fp32; }},
       {"kv.quant.zero_point", &quantized, [](Identity& i) { i.kv.quant.zero_point = false; }},
-      {"kv.quant.scales_fingerprint", &quantized, [](Identity& i) { i.kv.quant.scales_fingerprint = fingerprint("s2"); }},
+      {"kv.quant.scales_fingerprint", &quantized,
+       [](Identity& i) { i.kv.quant.scales_fingerprint = fingerprint("s2"); }},
       {"kv.block_size", nullptr, [](Identity& i) { i.kv.block_size = 8; }},
       {"kv.num_layers", nullptr, [](Identity& i) { i.kv.num_layers = 4; }},
       {"kv.num_kv_heads", nullptr, [](Identity& i) { i.kv.num_kv_heads = 4; }},
@@ -372,8 +374,8 @@ void damaged(Store& s, Victim<Hash>& v, std::size_t i, bool header_ok, F&& fn) {
 
 // Bits a header check must catch: magic, version, size, identity length, block
 // hash, slice, namespace kind, identity, padding.
-inline constexpr std::size_t checked_header_bits[] = {3, 8 * 8 + 1, 10 * 8, 12 * 8 + 2, 20 * 8 + 5,
-                                                      56 * 8 + 1, 72 * 8, 73 * 8 + 3, 120 * 8 + 6, 1000 * 8};
+inline constexpr std::size_t checked_header_bits[] = {3,          8 * 8 + 1, 10 * 8,     12 * 8 + 2,  20 * 8 + 5,
+                                                      56 * 8 + 1, 72 * 8,    73 * 8 + 3, 120 * 8 + 6, 1000 * 8};
 
 // Runs run(victim) on a plain or a keyed victim of the base identity.
 template <class F>
@@ -418,7 +420,8 @@ inline void torn(Store& s, CaseResult& r) {
     const Bytes older = v.value(i, 0);
     Bytes mixed = v.value(i, 1);
     const std::size_t cut = cuts[i % std::size(cuts)];
-    std::copy(older.begin() + static_cast<std::ptrdiff_t>(cut), older.end(), mixed.begin() + static_cast<std::ptrdiff_t>(cut));
+    std::copy(older.begin() + static_cast<std::ptrdiff_t>(cut), older.end(),
+              mixed.begin() + static_cast<std::ptrdiff_t>(cut));
     put(s, v.key(i), mixed);
     v.expect.saved[i] = {v.payload(i, 0), v.payload(i, 1)};
     v.expect.header_ok[i] = true;  // a header of this block; only its digest belongs to the other write
@@ -428,8 +431,8 @@ inline void torn(Store& s, CaseResult& r) {
 
 inline void truncated(Store& s, CaseResult& r) {
   Plain v(s, KeyNamespace<>(base_identity()), r.name);
-  static constexpr std::size_t lengths[] = {1, 512, envelope_size - 1, envelope_size, envelope_size + 1,
-                                            envelope_size + 511};
+  static constexpr std::size_t lengths[] = {
+      1, 512, envelope_size - 1, envelope_size, envelope_size + 1, envelope_size + 511};
   for (std::size_t i = 0; i < v.blocks.size(); ++i) {
     const std::size_t n = lengths[i % std::size(lengths)];
     damaged(s, v, i, n >= envelope_size, [n](Bytes& b) { b.resize(n); });
@@ -446,9 +449,12 @@ inline void empty_values(Store& s, CaseResult& r) {
 inline void non_kvkey_values(Store& s, CaseResult& r) {
   const Plain v(s, KeyNamespace<>(base_identity()), r.name);
   const std::string json = "{\"tokens\": [1, 2, 3], \"kv\": \"...\"}";
-  const std::vector<Bytes> values = {
-      pattern(2048, 7), Bytes(10, 'x'), Bytes(json.begin(), json.end()), Bytes(envelope_size + 512, 0),
-      Bytes(envelope_magic, envelope_magic + sizeof envelope_magic), pattern(envelope_size, 9)};
+  const std::vector<Bytes> values = {pattern(2048, 7),
+                                     Bytes(10, 'x'),
+                                     Bytes(json.begin(), json.end()),
+                                     Bytes(envelope_size + 512, 0),
+                                     Bytes(envelope_magic, envelope_magic + sizeof envelope_magic),
+                                     pattern(envelope_size, 9)};
   for (std::size_t i = 0; i < v.blocks.size(); ++i) put(s, v.key(i), values[i % values.size()]);
   v.score(r);
 }

@@ -161,8 +161,8 @@ T to_uint(const py::handle& obj, const std::string& field) {
   if (failed || v > std::numeric_limits<T>::max()) {
     const std::size_t bits = py::cast<std::size_t>(index.attr("bit_length")());
     const std::string shown = bits <= 256 ? std::string(py::str(index)) : "an int of " + std::to_string(bits) + " bits";
-    throw_input_error(field + " is " + shown + ", must lie in [0, 2^" +
-                      std::to_string(std::numeric_limits<T>::digits) + ")");
+    throw_input_error(field + " is " + shown + ", must lie in [0, 2^" + std::to_string(std::numeric_limits<T>::digits) +
+                      ")");
   }
   return static_cast<T>(v);
 }
@@ -235,9 +235,7 @@ void for_each_item(const py::handle& obj, const std::string& field, const char* 
   if (PyErr_Occurred() != nullptr) throw py::error_already_set();
 }
 
-inline std::string indexed(const std::string& field, std::size_t i) {
-  return field + "[" + std::to_string(i) + "]";
-}
+inline std::string indexed(const std::string& field, std::size_t i) { return field + "[" + std::to_string(i) + "]"; }
 
 inline std::vector<kvkey::Digest> to_digests(const py::handle& obj, const std::string& field) {
   std::vector<kvkey::Digest> out;
@@ -286,8 +284,8 @@ inline kvkey::KvDtype to_dtype(const py::handle& obj, const std::string& field) 
     const std::string s = to_text(obj, field);
     if (auto d = kvkey::kv_dtype_from_string(s)) return *d;
     const std::string shown = s.size() <= 64 ? s : s.substr(0, 64) + "...";
-    throw kvkey::input_error(field,
-                             "unknown dtype " + kvkey_python::quoted(shown) + " (known: " + kvkey::known_dtype_names() + ")");
+    throw kvkey::input_error(
+        field, "unknown dtype " + kvkey_python::quoted(shown) + " (known: " + kvkey::known_dtype_names() + ")");
   }
   if (!py::isinstance<kvkey::KvDtype>(obj)) throw_type_error(field, "a KvDtype or its name", obj);
   return obj.cast<kvkey::KvDtype>();

@@ -176,7 +176,8 @@ void def_part_properties(Cls& cls, Access part, std::string_view skip = {}) {
           key.c_str(), [part, member](Self& self) -> T& { return part(self).*member; }, set,
           py::return_value_policy::reference_internal);
     } else {
-      cls.def_property(key.c_str(), [part, member](Self& self) { return to_py(part(self).*member); }, set);
+      cls.def_property(
+          key.c_str(), [part, member](Self& self) { return to_py(part(self).*member); }, set);
     }
   });
 }

@@ -56,8 +56,7 @@ py::dict as_dict(const kvkey::Metrics& m) {
   d["lookups"] = s.lookups;
   d["lookup_blocks"] = by_result({{"hit", s.lookup_hit}, {"miss", s.lookup_miss}, {"rejected", s.lookup_rejected}});
   d["loads"] = s.loads;
-  d["load_blocks"] =
-      by_result({{"loaded", s.load_loaded}, {"missing", s.load_missing}, {"rejected", s.load_rejected}});
+  d["load_blocks"] = by_result({{"loaded", s.load_loaded}, {"missing", s.load_missing}, {"rejected", s.load_rejected}});
   d["saves"] = s.saves;
   d["save_blocks"] = by_result({{"saved", s.save_saved}, {"failed", s.save_failed}});
   py::dict rejected;
@@ -122,8 +121,9 @@ void bind_metrics(py::module_& m) {
           [](kvkey::Metrics& self, const py::object& kind) { self.record_store_error(to_text(kind, "kind")); },
           py::arg("kind"), "One store error: 'connection', 'timeout', 'protocol', 'server' (anything else: 'other').")
       .def("as_dict", &as_dict, "Every counter, as plain dicts and ints (rejected_blocks: {reason: {field: n}}).")
-      .def("render", [](const kvkey::Metrics& self) { return self.render(); },
-           "The Prometheus text exposition (kvkey_*_total counters).")
+      .def(
+          "render", [](const kvkey::Metrics& self) { return self.render(); },
+          "The Prometheus text exposition (kvkey_*_total counters).")
       .def("__repr__", [](const kvkey::Metrics& self) {
         const kvkey::MetricsSnapshot s = self.snapshot();
         return "Metrics(lookups=" + std::to_string(s.lookups) + ", loads=" + std::to_string(s.loads) +

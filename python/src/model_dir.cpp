@@ -92,9 +92,9 @@ void bind_model_dir(py::module_& m) {
   identity.attr("from_model_dir") = py::staticmethod(py::cpp_function(
       [](const py::object& path, const py::object& tenant, const py::object& kv_dtype, const py::object& block_size,
          const py::object& layout, const py::object& tp_size, const py::object& tp_rank, const py::object& pp_size,
-         const py::object& pp_rank, const py::object& adapter_dir,
-         const py::object& revision, const py::object& name, const py::object& adapter_name,
-         const py::object& weights_epoch, const py::object& overrides, const py::object& verify_files) {
+         const py::object& pp_rank, const py::object& adapter_dir, const py::object& revision, const py::object& name,
+         const py::object& adapter_name, const py::object& weights_epoch, const py::object& overrides,
+         const py::object& verify_files) {
         // Every argument through the binding's checked conversions (convert.hpp), then the library's assembly.
         kvkey::DeploymentParams p;
         p.tenant = to_text(tenant, "tenant");
@@ -123,13 +123,14 @@ void bind_model_dir(py::module_& m) {
                               py::arg("kv") = py::cast(id.kv), py::arg("shard") = py::cast(id.shard),
                               py::arg("adapter") = id.adapter ? py::cast(*id.adapter) : py::none());
       },
-      py::arg("path"), py::kw_only(), py::arg("tenant"), py::arg("kv_dtype"), py::arg("block_size"),
-      py::arg("layout"), py::arg("tp_size") = 1, py::arg("tp_rank") = 0, py::arg("pp_size") = 1,
-      py::arg("pp_rank") = 0, py::arg("adapter_dir") = py::none(),
-      py::arg("revision") = py::none(), py::arg("name") = py::none(), py::arg("adapter_name") = py::none(),
-      py::arg("weights_epoch") = 0, py::arg("overrides") = py::none(), py::arg("verify") = false,
+      py::arg("path"), py::kw_only(), py::arg("tenant"), py::arg("kv_dtype"), py::arg("block_size"), py::arg("layout"),
+      py::arg("tp_size") = 1, py::arg("tp_rank") = 0, py::arg("pp_size") = 1, py::arg("pp_rank") = 0,
+      py::arg("adapter_dir") = py::none(), py::arg("revision") = py::none(), py::arg("name") = py::none(),
+      py::arg("adapter_name") = py::none(), py::arg("weights_epoch") = 0, py::arg("overrides") = py::none(),
+      py::arg("verify") = false,
       "The identity of a model directory (plain, a Hugging Face cache repo or snapshot) as an engine loads it: "
       "geometry from config.json (after `overrides`, a dict applied like vLLM's --hf-overrides), name and revision "
       "from the cache, weights, positional and adapter fingerprints. InputError / IoError name what is wrong; "
-      "IdentityError names an invalid field.", py::name("from_model_dir")));
+      "IdentityError names an invalid field.",
+      py::name("from_model_dir")));
 }

@@ -68,8 +68,8 @@ py::list to_list(const std::vector<kvkey::Digest>& ds) {
 std::string identity_repr(const kvkey::Identity& id) { return part_repr(id); }
 
 std::string slice_repr(const kvkey::Slice& s) {
-  return "Slice(kv_heads=[" + std::to_string(s.kv_head_begin) + ", " + std::to_string(s.kv_head_end) +
-         "), layers=[" + std::to_string(s.layer_begin) + ", " + std::to_string(s.layer_end) + "))";
+  return "Slice(kv_heads=[" + std::to_string(s.kv_head_begin) + ", " + std::to_string(s.kv_head_end) + "), layers=[" +
+         std::to_string(s.layer_begin) + ", " + std::to_string(s.layer_end) + "))";
 }
 
 // ---- the Python Identity ------------------------------------------------------------------
@@ -110,10 +110,11 @@ py::object identity_equal(const PyIdentity& a, const py::object& b, bool want) {
 // ==, !=, copy.copy, copy.deepcopy and repr for a value class.
 template <class Cls, class T, class Repr>
 void value_methods(Cls& cls, Repr repr) {
-  cls.def(py::self == py::self)  // NOLINT(misc-redundant-expression)
+  cls.def(py::self == py::self)   // NOLINT(misc-redundant-expression)
       .def(py::self != py::self)  // NOLINT(misc-redundant-expression)
       .def("__copy__", [](const T& v) { return T(v); })
-      .def("__deepcopy__", [](const T& v, const py::object&) { return T(v); }, py::arg("memo"))
+      .def(
+          "__deepcopy__", [](const T& v, const py::object&) { return T(v); }, py::arg("memo"))
       .def("__repr__", repr);
 }
 
@@ -128,7 +129,8 @@ void bind_part(Cls& cls) {
 // ---- identity parts -------------------------------------------------------------------------
 
 void bind_identity(py::module_& m) {
-  py::enum_<kvkey::KvDtype> dtype_enum(m, "KvDtype", "Element type of the stored KV (codes are part of the byte format).");
+  py::enum_<kvkey::KvDtype> dtype_enum(m, "KvDtype",
+                                       "Element type of the stored KV (codes are part of the byte format).");
   dtype_enum.value("unset", kvkey::KvDtype::unset);
   for (const kvkey::KvDtype d : kvkey::all_dtypes()) dtype_enum.value(std::string(kvkey::to_string(d)).c_str(), d);
   m.def(
@@ -156,26 +158,31 @@ void bind_identity(py::module_& m) {
     return PyIdentity(make_part<kvkey::Identity>(args, kwargs));
   }));
   // The adapter is held apart (PyIdentity), so it is bound by hand below.
-  def_part_properties<kvkey::Identity>(identity, [](PyIdentity& id) -> kvkey::Identity& { return id.id; }, "adapter");
+  def_part_properties<kvkey::Identity>(
+      identity, [](PyIdentity& id) -> kvkey::Identity& { return id.id; }, "adapter");
   identity.def_property(
       "adapter", [](const PyIdentity& id) { return id.adapter; },
       [](PyIdentity& id, const py::object& v) {
-        id.adapter = v.is_none() ? nullptr : std::make_shared<kvkey::Adapter>(to_instance<kvkey::Adapter>(v, "adapter"));
+        id.adapter =
+            v.is_none() ? nullptr : std::make_shared<kvkey::Adapter>(to_instance<kvkey::Adapter>(v, "adapter"));
       },
       "Adapter or None: a live reference while attached; assignment copies");
-  identity.def("copy", [](const PyIdentity& id) { return PyIdentity(id); }, "An independent copy.")
+  identity
+      .def(
+          "copy", [](const PyIdentity& id) { return PyIdentity(id); }, "An independent copy.")
       .def(
           "validated",
           [](const PyIdentity& id, const py::object& single) {
-            return PyIdentity(
-                kvkey::validated(id.value(), to_bool(single, "single_tenant") ? kvkey::single_tenant : kvkey::Policy{}));
+            return PyIdentity(kvkey::validated(
+                id.value(), to_bool(single, "single_tenant") ? kvkey::single_tenant : kvkey::Policy{}));
           },
           py::kw_only(), py::arg("single_tenant") = false,
           "Checks every field (raises IdentityError naming the first bad one) and returns the identity as encoded.")
       .def("__eq__", [](const PyIdentity& a, const py::object& b) { return identity_equal(a, b, true); })
       .def("__ne__", [](const PyIdentity& a, const py::object& b) { return identity_equal(a, b, false); })
       .def("__copy__", [](const PyIdentity& id) { return PyIdentity(id); })
-      .def("__deepcopy__", [](const PyIdentity& id, const py::object&) { return PyIdentity(id); }, py::arg("memo"))
+      .def(
+          "__deepcopy__", [](const PyIdentity& id, const py::object&) { return PyIdentity(id); }, py::arg("memo"))
       .def("__repr__", [](const PyIdentity& id) { return identity_repr(id.value()); });
   identity.attr("__hash__") = py::none();
 
@@ -197,25 +204,25 @@ kvkey::HashOptions to_options(const py::handle& salt, const py::handle& extras) 
   kvkey::HashOptions opt;
   if (!salt.is_none()) opt.salt = to_byte_string(salt, "salt");
   if (extras.is_none()) return opt;
-  for_each_item(extras, "extras", "a list of (token_begin, token_end, key) tuples",
-                [&](const py::handle& item, std::size_t i) {
-                  const std::string field = indexed("extras", i);
-                  if (PyUnicode_Check(item.ptr()) || !PySequence_Check(item.ptr())) {
-                    throw_type_error(field, "a (token_begin, token_end, key) tuple", item);
-                  }
-                  const Py_ssize_t n = PySequence_Size(item.ptr());
-                  if (n != 3) {
-                    PyErr_Clear();
-                    throw py::type_error(field + " must be a (token_begin, token_end, key) tuple, got " +
-                                         (n < 0 ? std::string("a sequence without a length") : std::to_string(n) + " items"));
-                  }
-                  const auto t = py::reinterpret_borrow<py::sequence>(item);
-                  kvkey::ExtraKey e;
-                  e.token_begin = to_uint<std::uint64_t>(t[0], field + ".token_begin");
-                  e.token_end = to_uint<std::uint64_t>(t[1], field + ".token_end");
-                  e.key = to_byte_string(t[2], field + ".key");
-                  opt.extras.push_back(std::move(e));
-                });
+  for_each_item(
+      extras, "extras", "a list of (token_begin, token_end, key) tuples", [&](const py::handle& item, std::size_t i) {
+        const std::string field = indexed("extras", i);
+        if (PyUnicode_Check(item.ptr()) || !PySequence_Check(item.ptr())) {
+          throw_type_error(field, "a (token_begin, token_end, key) tuple", item);
+        }
+        const Py_ssize_t n = PySequence_Size(item.ptr());
+        if (n != 3) {
+          PyErr_Clear();
+          throw py::type_error(field + " must be a (token_begin, token_end, key) tuple, got " +
+                               (n < 0 ? std::string("a sequence without a length") : std::to_string(n) + " items"));
+        }
+        const auto t = py::reinterpret_borrow<py::sequence>(item);
+        kvkey::ExtraKey e;
+        e.token_begin = to_uint<std::uint64_t>(t[0], field + ".token_begin");
+        e.token_end = to_uint<std::uint64_t>(t[1], field + ".token_end");
+        e.key = to_byte_string(t[2], field + ".key");
+        opt.extras.push_back(std::move(e));
+      });
   return opt;
 }
 
@@ -339,7 +346,8 @@ kvkey::Verdict verify_header(const Namespace& ns, const py::handle& header, cons
                              const py::handle& payload) {
   const kvkey::Digest block = to_digest(block_hash, "block_hash");
   const ByteString bytes(header, "header", ByteString::Str::refuse);
-  if (is_integer(payload)) return ns.verify(bytes.data(), bytes.size(), block, to_uint<std::uint64_t>(payload, "payload"));
+  if (is_integer(payload))
+    return ns.verify(bytes.data(), bytes.size(), block, to_uint<std::uint64_t>(payload, "payload"));
   const ByteString kv(payload, "payload", ByteString::Str::refuse);
   py::gil_scoped_release release;  // both buffers are held; no Python object is touched
   return ns.verify(bytes.data(), bytes.size(), block, kvkey::Payload(kv.data(), kv.size()));
@@ -392,9 +400,8 @@ void bind_namespace(py::module_& m) {
            }),
            py::arg("secret"), "From raw bytes (bytes-like; at least 32). The caller's object is not wiped.")
       .def_static(
-          "from_file",
-          [](const py::object& path) { return kvkey::TenantSecret::from_file(to_path(path, "path")); }, py::arg("path"),
-          "From a file of hex text or raw bytes, mode 0600 or 0640 (IoError otherwise).")
+          "from_file", [](const py::object& path) { return kvkey::TenantSecret::from_file(to_path(path, "path")); },
+          py::arg("path"), "From a file of hex text or raw bytes, mode 0600 or 0640 (IoError otherwise).")
       .def_static(
           "from_env", [](const py::object& name) { return kvkey::TenantSecret::from_env(to_text(name, "name")); },
           py::arg("name"), "From an environment variable holding hex or 'base64:' + base64.")
@@ -453,8 +460,8 @@ void bind_namespace(py::module_& m) {
       .def_property_readonly(
           "identity", [](const Namespace& ns) { return PyIdentity(ns.identity()); },
           "the validated identity as encoded (a copy)")
-      .def_property_readonly("single_tenant",
-                             [](const Namespace& ns) { return ns.policy().tenant == kvkey::TenantPolicy::single_tenant; })
+      .def_property_readonly(
+          "single_tenant", [](const Namespace& ns) { return ns.policy().tenant == kvkey::TenantPolicy::single_tenant; })
       .def_property_readonly("slice", [](const Namespace& ns) { return ns.slice(); })
       .def_property_readonly("encoding",
                              [](const Namespace& ns) {
@@ -511,7 +518,8 @@ void bind_namespace(py::module_& m) {
           [](const Namespace& ns, const py::object& h) { return to_bytes(ns.object_hash(to_digest(h, "block_hash"))); },
           py::arg("block_hash"))
       .def(
-          "store_key", [](const Namespace& ns, const py::object& h) { return ns.store_key(to_digest(h, "block_hash")); },
+          "store_key",
+          [](const Namespace& ns, const py::object& h) { return ns.store_key(to_digest(h, "block_hash")); },
           py::arg("block_hash"), "\"kvk1/<tenant>/<model>/e<epoch>/<64 hex>\"")
       .def(
           "seal",
@@ -564,8 +572,7 @@ void bind_namespace(py::module_& m) {
       .def("__repr__", [](const Namespace& ns) {
         return "KeyNamespace(" + identity_repr(ns.identity()) +
                ", single_tenant=" + bool_repr(ns.policy().tenant == kvkey::TenantPolicy::single_tenant) +
-               (ns.keyed() ? ", secret=TenantSecret(<hidden>)" : "") +
-               ", key_prefix=" + quoted(ns.key_prefix()) + ")";
+               (ns.keyed() ? ", secret=TenantSecret(<hidden>)" : "") + ", key_prefix=" + quoted(ns.key_prefix()) + ")";
       });
 }
 
@@ -635,8 +642,8 @@ void bind_lmdeploy(py::module_& m) {
          const py::object& hashes) {
         const std::uint32_t shards = u32(shard_keys, "shard_keys");
         if (shards > max_shard_keys) {
-          throw_input_error("shard_keys is " + std::to_string(shards) + ", at most " +
-                            std::to_string(max_shard_keys) + " (one key per KV-head shard of a block)");
+          throw_input_error("shard_keys is " + std::to_string(shards) + ", at most " + std::to_string(max_shard_keys) +
+                            " (one key per KV-head shard of a block)");
         }
         return lm::lookup_keys(to_text(cache_prefix, "cache_prefix"), to_text(model_name, "model_name"), shards,
                                to_digests(hashes, "block_hashes"));
@@ -664,8 +671,7 @@ void bind_lmdeploy(py::module_& m) {
   m.def(
       "is_legacy_key_of",
       [](const py::object& key, const py::object& prefix, const py::object& model) {
-        return lm::is_legacy_key_of(to_text(key, "key"), to_text(prefix, "cache_prefix"),
-                                    to_text(model, "model_name"));
+        return lm::is_legacy_key_of(to_text(key, "key"), to_text(prefix, "cache_prefix"), to_text(model, "model_name"));
       },
       py::arg("key"), py::arg("cache_prefix"), py::arg("model_name"));
   m.def(

@@ -162,8 +162,9 @@ class Tokens {
   void convert_u64(PyObject* seq, bool fast, std::size_t n, std::size_t skip, std::size_t from) {
     u64_.reset(new std::uint64_t[n]);
     for (std::size_t i = skip; i < from; ++i) {
-      if (i64_[i] < 0) throw_input_error("token " + std::to_string(i) + " is " + std::to_string(i64_[i]) +
-                                         ", token ids must lie in [0, 2^64)");
+      if (i64_[i] < 0)
+        throw_input_error("token " + std::to_string(i) + " is " + std::to_string(i64_[i]) +
+                          ", token ids must lie in [0, 2^64)");
       u64_[i] = static_cast<std::uint64_t>(i64_[i]);
     }
     i64_.reset();

@@ -51,7 +51,8 @@ kvkey::KvDtype engine_dtype(const py::handle& obj) {
 PyOpenedValue opened_value(const HeldValue& value, py::object verdict, const kvkey::OpenedValue& opened) {
   PyOpenedValue out{std::move(verdict), py::none()};
   if (!opened.ok()) return out;
-  const auto begin = static_cast<Py_ssize_t>(static_cast<const std::uint8_t*>(opened.payload.data) - value.bytes.data());
+  const auto begin =
+      static_cast<Py_ssize_t>(static_cast<const std::uint8_t*>(opened.payload.data) - value.bytes.data());
   const auto end = begin + static_cast<Py_ssize_t>(opened.payload.size);
   py::object bytes_view;
   if (value.bytes.in_place()) {  // a view of the caller's object, as unsigned bytes
@@ -76,8 +77,7 @@ void bind_value_types(py::module_& m) {
       .def_property_readonly("ok", [](const PyOpenedValue& o) { return py::bool_(o.verdict.attr("ok")); })
       .def("__bool__", [](const PyOpenedValue& o) { return py::bool_(o.verdict.attr("ok")); })
       .def("__repr__", [](const PyOpenedValue& o) {
-        const std::string payload =
-            o.payload.is_none() ? "None" : "<" + std::to_string(py::len(o.payload)) + " bytes>";
+        const std::string payload = o.payload.is_none() ? "None" : "<" + std::to_string(py::len(o.payload)) + " bytes>";
         return "OpenedValue(verdict=" + std::string(py::repr(o.verdict)) + ", payload=" + payload + ")";
       });
 

@@ -80,7 +80,8 @@ void bind_values(py::module_& m) {
             kvkey::OpenedValue opened;
             {
               py::gil_scoped_release release;
-              opened = ns.visit([&](const auto& n) { return n.open_value(held.bytes.data(), held.bytes.size(), block); });
+              opened =
+                  ns.visit([&](const auto& n) { return n.open_value(held.bytes.data(), held.bytes.size(), block); });
             }
             py::object verdict = py::cast(VerdictT{opened.verdict});
             return opened_value(held, std::move(verdict), opened);

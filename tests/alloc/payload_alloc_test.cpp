@@ -37,7 +37,8 @@ void check_no_allocation(const kvkey::KeyNamespace<Hash>& ns) {
   bool all_ok = true;
   CHECK(allocations_of([&] { e = ns.seal(block, kvkey::Payload(bytes.data(), bytes.size())); }) == 0);
   CHECK(allocations_of([&] { e = ns.seal(block, kvkey::Payload(parts, 2)); }) == 0);
-  CHECK(allocations_of([&] { all_ok &= ns.verify(sealed, block, kvkey::Payload(bytes.data(), bytes.size())).ok(); }) == 0);
+  CHECK(allocations_of([&] { all_ok &= ns.verify(sealed, block, kvkey::Payload(bytes.data(), bytes.size())).ok(); }) ==
+        0);
   CHECK(allocations_of([&] { all_ok &= ns.verify(sealed, block, kvkey::Payload(parts, 2)).ok(); }) == 0);
   // The common rejection of a damaged payload does not allocate either.
   std::vector<std::uint8_t> damaged = bytes;
@@ -57,7 +58,8 @@ TEST_CASE("seal and verify with a payload allocate nothing: plain", "[alloc]") {
 }
 
 TEST_CASE("seal and verify with a payload allocate nothing: keyed", "[alloc]") {
-  check_no_allocation(kvkey::KeyNamespace<kvkey::HmacSha256>(kvkey_test::base_identity(), kvkey::TenantSecret(std::string(32, 's'))));
+  check_no_allocation(
+      kvkey::KeyNamespace<kvkey::HmacSha256>(kvkey_test::base_identity(), kvkey::TenantSecret(std::string(32, 's'))));
 }
 
 TEST_CASE("a keyed chain allocates nothing per block after warm-up", "[alloc][keyed]") {

@@ -81,18 +81,19 @@ void check(const kvkey::KeyNamespace<Hash>& ns, const std::uint8_t* header, std:
               "block_mismatch means another block");
       break;
     case kvkey::Reason::size_mismatch:
-      require(same_kind && same_identity && same_slice && contents->block_hash == block && contents->payload_size != size,
-              "size_mismatch means another payload size");
+      require(
+          same_kind && same_identity && same_slice && contents->block_hash == block && contents->payload_size != size,
+          "size_mismatch means another payload size");
       break;
     case kvkey::Reason::payload_mismatch:
-      require(same_kind && same_identity && same_slice && contents->block_hash == block && contents->payload_size == size,
-              "payload_mismatch only when everything but the digest agrees");
+      require(
+          same_kind && same_identity && same_slice && contents->block_hash == block && contents->payload_size == size,
+          "payload_mismatch only when everything but the digest agrees");
       require(v.field == (contents->integrity == kvkey::IntegrityMode::none ? "envelope.integrity_mode" : "payload"),
               "payload_mismatch names the missing digest or the payload");
       break;
     case kvkey::Reason::malformed:
-    case kvkey::Reason::unsupported_version:
-      kvkey_fuzz::fail("a decodable header is never malformed");
+    case kvkey::Reason::unsupported_version: kvkey_fuzz::fail("a decodable header is never malformed");
   }
 }
 

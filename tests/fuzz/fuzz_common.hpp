@@ -31,10 +31,10 @@ inline void require(bool ok, const char* what) {
 /// The identity the envelope target verifies against: every optional present,
 /// so that header edits reach every field.
 inline kvkey::Identity fixture_identity() {
-  kvkey::Identity id = kvkey_test::with_optionals(
-      kvkey_test::make_identity("fuzz-tenant", "org/model@v1 %20", "0123456789abcdef",
-                                {kvkey::KvDtype::int4, 4, 8, 4, 32, "fuzz.v1"}),
-      {kvkey::KvDtype::int4, "weights", "scales", "lora", "adapter"});
+  kvkey::Identity id =
+      kvkey_test::with_optionals(kvkey_test::make_identity("fuzz-tenant", "org/model@v1 %20", "0123456789abcdef",
+                                                           {kvkey::KvDtype::int4, 4, 8, 4, 32, "fuzz.v1"}),
+                                 {kvkey::KvDtype::int4, "weights", "scales", "lora", "adapter"});
   id.model.weights_epoch = 7;
   id.shard.tp_size = 2;
   id.shard.tp_rank = 1;

@@ -134,7 +134,8 @@ void tool_inputs_seeds() {
  "weights_epoch": 0}, "kv": {"dtype": "int4", "quant": {"scheme": "per_token_asym", "group_size": 64,
  "scale_dtype": "fp16", "zero_point": true}, "block_size": 64, "num_layers": 24, "num_kv_heads": 2,
  "head_dim": 64, "layout": "lmdeploy.mooncake.v1", "mla": false}, "shard": {"tp_size": 4, "tp_rank": 1},
- "adapter": {"name": "base", "weights_fingerprint": ")" + kvkey::fingerprint("adapter").hex() + R"("}}
+ "adapter": {"name": "base", "weights_fingerprint": ")" +
+                           kvkey::fingerprint("adapter").hex() + R"("}}
 )";
   const std::string toml = R"(tenant = "team-a"
 policy = "required"

@@ -58,7 +58,8 @@ TEST_CASE("after a weight update no old-epoch object is counted or loaded", "[ep
   // Old bytes forced under new keys (a store bug, a writer with a stale key
   // function): rejected, naming the epoch.
   for (std::size_t r = 0; r < 2; ++r) {
-    it::set_raw(store, new_epoch.rank(r).store_key(blocks[3]), it::get_raw(store, old_epoch.rank(r).store_key(old_blocks[3])));
+    it::set_raw(store, new_epoch.rank(r).store_key(blocks[3]),
+                it::get_raw(store, old_epoch.rank(r).store_key(old_blocks[3])));
     const auto got = load_new(r, {blocks[3]}).front();
     CHECK(got.status == LoadStatus::rejected);
     CHECK(got.verdict.reason == kvkey::Reason::identity_mismatch);

@@ -48,10 +48,11 @@ std::vector<Deployment> deployments(const std::string& tenant, const std::string
       {"lora-v2", with(base, [](I& id) { id.adapter = kvkey::Adapter("sql", kvkey::fingerprint("sql weights v2")); })},
       {"tp2", with(base, [](I& id) { id.shard.tp_size = 2; })},
       {"tp4", with(base, [](I& id) { id.shard.tp_size = 4; })},
-      {"replicas", with(base, [](I& id) {
-         id.kv.num_kv_heads = 2;
-         id.shard.tp_size = 4;
-       })},
+      {"replicas", with(base,
+                        [](I& id) {
+                          id.kv.num_kv_heads = 2;
+                          id.shard.tp_size = 4;
+                        })},
   };
 }
 
@@ -114,7 +115,8 @@ TEST_CASE("deployments sharing a server get no hits and accept no loads from eac
   std::size_t named_checked = 0;
   for (const Deployment& a : deps) {
     for (const Deployment& b : deps) {
-      const bool base_or_twin = (a.name() == "base" || a.name() == "twin") && (b.name() == "base" || b.name() == "twin");
+      const bool base_or_twin =
+          (a.name() == "base" || a.name() == "twin") && (b.name() == "base" || b.name() == "twin");
       if (&a == &b || base_or_twin) continue;  // same identity
       INFO("writer " << a.name() << ", reader " << b.name());
       const kvkey::Digest& block_a = blocks[a.name()][0];
@@ -142,9 +144,10 @@ TEST_CASE("deployments sharing a server get no hits and accept no loads from eac
 
   std::string names;
   for (const Deployment& d : deps) names += (names.empty() ? "" : ", ") + d.name();
-  fmt::print("isolation: {} deployments ({}) on one server; cross-deployment hits: {}; "
-             "forced cross-reads: {}, accepted: {}\n",
-             deps.size(), names, cross_hits, forced, accepted);
+  fmt::print(
+      "isolation: {} deployments ({}) on one server; cross-deployment hits: {}; "
+      "forced cross-reads: {}, accepted: {}\n",
+      deps.size(), names, cross_hits, forced, accepted);
 }
 
 TEST_CASE("head replicas share one object per KV head", "[isolation]") {

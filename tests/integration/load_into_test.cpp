@@ -108,8 +108,8 @@ TEST_CASE("load_into: a missing or rejected block leaves its buffer untouched", 
        "payload"},
       {"torn payload of the right length", torn, kvkey::Reason::payload_mismatch, "payload"},
       {"this header on another block's payload",
-       good.substr(0, kvkey::envelope_size) + other_block.substr(kvkey::envelope_size),
-       kvkey::Reason::payload_mismatch, "payload"},
+       good.substr(0, kvkey::envelope_size) + other_block.substr(kvkey::envelope_size), kvkey::Reason::payload_mismatch,
+       "payload"},
       {"flipped digest bit", flip_bit(good, L::payload_digest), kvkey::Reason::payload_mismatch, "payload"},
       {"truncated payload", good.substr(0, good.size() - 1), kvkey::Reason::malformed, "value.size"},
       {"trailing bytes", good + "!", kvkey::Reason::malformed, "value.size"},
@@ -158,12 +158,10 @@ TEST_CASE("load_into: a wrong, null or overlapping destination list is refused b
 
   auto too_few = buf.dests;
   too_few.pop_back();
-  CHECK_THROWS_WITH(store.load_into(d.rank(0), blocks, size, too_few),
-                    Catch::Contains("3 destinations for 4 blocks"));
+  CHECK_THROWS_WITH(store.load_into(d.rank(0), blocks, size, too_few), Catch::Contains("3 destinations for 4 blocks"));
   auto too_many = buf.dests;
   too_many.push_back(buf.dests.front());
-  CHECK_THROWS_WITH(store.load_into(d.rank(0), blocks, size, too_many),
-                    Catch::Contains("5 destinations for 4 blocks"));
+  CHECK_THROWS_WITH(store.load_into(d.rank(0), blocks, size, too_many), Catch::Contains("5 destinations for 4 blocks"));
   CHECK_THROWS_WITH(store.load_into(d.rank(0), blocks, size, {}), Catch::Contains("0 destinations for 4 blocks"));
   auto with_null = buf.dests;
   with_null[2] = nullptr;
@@ -203,8 +201,7 @@ TEST_CASE("pipeline's string tap sees each top-level bulk string once, by comman
     return std::string_view(data, len) == "alpha";  // takes a's value, leaves b's in its reply
   };
   // PING's status reply and MGET's nested strings are not tapped.
-  const auto replies =
-      conn.pipeline({{"PING"}, {"GET", a}, {"GET", absent}, {"GET", b}, {"MGET", a, b}}, take_alpha);
+  const auto replies = conn.pipeline({{"PING"}, {"GET", a}, {"GET", absent}, {"GET", b}, {"MGET", a, b}}, take_alpha);
   CHECK(seen == std::vector<std::pair<std::size_t, std::string>>{{1, "alpha"}, {3, "bravo"}});
   REQUIRE(replies.size() == 5);
   CHECK(replies[0]->type == REDIS_REPLY_STATUS);

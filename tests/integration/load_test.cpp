@@ -95,8 +95,8 @@ TEST_CASE("load: concurrent clients across deployments load no wrong block and l
   for (std::size_t d = 0; d < deps.size(); ++d) {
     expected[d].resize(deps[d].rank_count());
     for (std::size_t p = 0; p < prompts; ++p) {
-      const auto tokens = it::prompt(static_cast<std::uint32_t>(100 + p / 4), static_cast<std::uint32_t>(p),
-                                     prompt_blocks, 2);
+      const auto tokens =
+          it::prompt(static_cast<std::uint32_t>(100 + p / 4), static_cast<std::uint32_t>(p), prompt_blocks, 2);
       blocks[d].push_back(deps[d].rank(0).block_hashes(tokens));
       for (std::size_t r = 0; r < deps[d].rank_count(); ++r) {
         for (const auto& b : blocks[d].back()) expected[d][r].emplace(b, deps[d].payload(r, b));
@@ -175,14 +175,17 @@ TEST_CASE("load: concurrent clients across deployments load no wrong block and l
 
   const std::size_t ops = total.lookups + total.loads + total.saves;
   std::string names;
-  for (const Deployment& d : deps) names += fmt::format("{}{} (tp={})", names.empty() ? "" : ", ", d.name(), d.rank_count());
+  for (const Deployment& d : deps)
+    names += fmt::format("{}{} (tp={})", names.empty() ? "" : ", ", d.name(), d.rank_count());
   fmt::print("load: {} deployments: {}\n", deps.size(), names);
-  fmt::print("load: {} client threads x {} operations = {} operations ({} lookups, {} loads, {} saves) in {:.2f} s: "
-             "{:.0f} ops/s\n",
-             client_threads, ops_per_thread, ops, total.lookups, total.loads, total.saves, seconds, ops / seconds);
-  fmt::print("load: {} blocks loaded; wrong loads: {}; lost acknowledged writes: {} (final check of {} acknowledged "
-             "saves); rejected: {}; errors: {}\n",
-             total.blocks_loaded, total.wrong, total.lost, total.saved.size(), total.rejected, total.errors);
+  fmt::print(
+      "load: {} client threads x {} operations = {} operations ({} lookups, {} loads, {} saves) in {:.2f} s: "
+      "{:.0f} ops/s\n",
+      client_threads, ops_per_thread, ops, total.lookups, total.loads, total.saves, seconds, ops / seconds);
+  fmt::print(
+      "load: {} blocks loaded; wrong loads: {}; lost acknowledged writes: {} (final check of {} acknowledged "
+      "saves); rejected: {}; errors: {}\n",
+      total.blocks_loaded, total.wrong, total.lost, total.saved.size(), total.rejected, total.errors);
 
   CHECK(ops == client_threads * ops_per_thread);
   CHECK(total.wrong == 0);

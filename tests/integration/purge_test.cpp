@@ -55,8 +55,8 @@ TEST_CASE("purging a tenant by prefix removes exactly that tenant's objects", "[
       }
     }
   }
-  fmt::print("purge: tenants {} / {} / {} had 45 / 45 / 45 objects; after purging {}: {} / {} / {}\n", a, b, b2,
-             b, count(a), count(b), count(b2));
+  fmt::print("purge: tenants {} / {} / {} had 45 / 45 / 45 objects; after purging {}: {} / {} / {}\n", a, b, b2, b,
+             count(a), count(b), count(b2));
 }
 
 TEST_CASE("purging an epoch by prefix keeps the other epochs", "[purge]") {

@@ -124,10 +124,11 @@ TEST_CASE("a server killed and restarted mid-run: errors, recovery, no wrong blo
     wrong += s.wrong;
     rejected += s.rejected;
   }
-  fmt::print("restart: {} clients; before kill {} ok / {} errors; server down {} ok / {} errors; "
-             "after restart {} ok / {} errors; {} blocks loaded, {} wrong, {} rejected\n",
-             threads, ok[before_kill], errors[before_kill], ok[down], errors[down], ok[after_restart],
-             errors[after_restart], loaded, wrong, rejected);
+  fmt::print(
+      "restart: {} clients; before kill {} ok / {} errors; server down {} ok / {} errors; "
+      "after restart {} ok / {} errors; {} blocks loaded, {} wrong, {} rejected\n",
+      threads, ok[before_kill], errors[before_kill], ok[down], errors[down], ok[after_restart], errors[after_restart],
+      loaded, wrong, rejected);
   CHECK(warmed_up);
   CHECK(all_saw_errors);  // every client noticed the dead server
   CHECK(recovered);       // and every client worked again after the restart

@@ -18,7 +18,8 @@ namespace {
 
 int redis_port() {
   const char* port = std::getenv("KVKEY_REDIS_PORT");
-  if (port == nullptr || *port == '\0') FAIL("KVKEY_REDIS_PORT is not set: run the test from scripts/ci/stages/40-redis.sh");
+  if (port == nullptr || *port == '\0')
+    FAIL("KVKEY_REDIS_PORT is not set: run the test from scripts/ci/stages/40-redis.sh");
   return std::atoi(port);
 }
 

@@ -221,8 +221,9 @@ void RedisServer::spawn() {
   // running, so the child calls only async-signal-safe functions.
   const std::string port = std::to_string(port_);
   const std::string log = dir_ + "/redis.log";
-  const char* argv[] = {KVKEY_REDIS_SERVER_PATH, "--port", port.c_str(), "--bind", "127.0.0.1", "--save", "",
-                        "--appendonly", "no", "--dir", dir_.c_str(), "--daemonize", "no", nullptr};
+  const char* argv[] = {
+      KVKEY_REDIS_SERVER_PATH, "--port", port.c_str(), "--bind",     "127.0.0.1",   "--save", "",
+      "--appendonly",          "no",     "--dir",      dir_.c_str(), "--daemonize", "no",     nullptr};
   const pid_t parent = ::getpid();
   const pid_t pid = ::fork();
   if (pid < 0) throw std::runtime_error("RedisServer: fork failed");

@@ -38,8 +38,7 @@ struct KvShape {
 };
 
 /// A valid identity with no optionals, quant "none", weights epoch 0, tp = pp = 1.
-inline kvkey::Identity make_identity(std::string tenant, std::string model, std::string revision,
-                                     const KvShape& kv) {
+inline kvkey::Identity make_identity(std::string tenant, std::string model, std::string revision, const KvShape& kv) {
   kvkey::Identity id;
   id.tenant = std::move(tenant);
   id.model.name = std::move(model);
@@ -55,8 +54,8 @@ inline kvkey::Identity make_identity(std::string tenant, std::string model, std:
 
 /// The optional fields with_optionals sets; fingerprints are of these strings.
 struct Optionals {
-  kvkey::KvDtype dtype;                  ///< an integer KV dtype, quantized per token
-  std::string_view weights;              ///< model.weights_fingerprint
+  kvkey::KvDtype dtype;                    ///< an integer KV dtype, quantized per token
+  std::string_view weights;                ///< model.weights_fingerprint
   std::optional<std::string_view> scales;  ///< kv.quant.scales_fingerprint, or none
   std::string adapter_name;
   std::string_view adapter_weights;
@@ -93,8 +92,8 @@ inline kvkey::Identity bf16_identity(std::uint32_t block_size) {
 /// A valid identity with every optional present, a quantization scheme and a
 /// 2-way tensor-parallel shard.
 inline kvkey::Identity rich_identity() {
-  kvkey::Identity id =
-      with_optionals(base_identity(), {kvkey::KvDtype::int8, "weights v7", "scales v1", "sql-lora", "sql-lora weights"});
+  kvkey::Identity id = with_optionals(
+      base_identity(), {kvkey::KvDtype::int8, "weights v7", "scales v1", "sql-lora", "sql-lora weights"});
   id.model.weights_epoch = 7;
   id.model.positional_fingerprint = kvkey::fingerprint("rope_theta 1000000");
   id.shard.tp_size = 2;
@@ -130,16 +129,14 @@ inline kvkey::Identity sharded_identity(std::string tenant = "tenant-a") {
 /// it is not part of the identity encoding). Written out by hand so it does not
 /// depend on kvkey's field list.
 inline bool same_salient_fields(const kvkey::Identity& a, const kvkey::Identity& b) {
-  const bool adapters_equal =
-      a.adapter.has_value() == b.adapter.has_value() &&
-      (!a.adapter || (a.adapter->name == b.adapter->name &&
-                      a.adapter->weights_fingerprint == b.adapter->weights_fingerprint));
+  const bool adapters_equal = a.adapter.has_value() == b.adapter.has_value() &&
+                              (!a.adapter || (a.adapter->name == b.adapter->name &&
+                                              a.adapter->weights_fingerprint == b.adapter->weights_fingerprint));
   return a.tenant == b.tenant && a.model.name == b.model.name && a.model.revision == b.model.revision &&
          a.model.weights_epoch == b.model.weights_epoch && a.model.weights_fingerprint == b.model.weights_fingerprint &&
-         a.model.positional_fingerprint == b.model.positional_fingerprint &&
-         a.kv.dtype == b.kv.dtype && a.kv.quant.scheme == b.kv.quant.scheme &&
-         a.kv.quant.group_size == b.kv.quant.group_size && a.kv.quant.scale_dtype == b.kv.quant.scale_dtype &&
-         a.kv.quant.zero_point == b.kv.quant.zero_point &&
+         a.model.positional_fingerprint == b.model.positional_fingerprint && a.kv.dtype == b.kv.dtype &&
+         a.kv.quant.scheme == b.kv.quant.scheme && a.kv.quant.group_size == b.kv.quant.group_size &&
+         a.kv.quant.scale_dtype == b.kv.quant.scale_dtype && a.kv.quant.zero_point == b.kv.quant.zero_point &&
          a.kv.quant.scales_fingerprint == b.kv.quant.scales_fingerprint && a.kv.block_size == b.kv.block_size &&
          a.kv.num_layers == b.kv.num_layers && a.kv.num_kv_heads == b.kv.num_kv_heads &&
          a.kv.head_dim == b.kv.head_dim && a.kv.layout == b.kv.layout && a.kv.mla == b.kv.mla && adapters_equal;

@@ -183,8 +183,7 @@ inline std::string model_segment(const std::string& name) {
 
 inline std::string store_key(const std::string& tenant, const std::string& model_name, std::uint64_t epoch,
                              const ByteVec& object_hash) {
-  return "kvk1/" + tenant + "/" + model_segment(model_name) + "/e" + std::to_string(epoch) + "/" +
-         to_hex(object_hash);
+  return "kvk1/" + tenant + "/" + model_segment(model_name) + "/e" + std::to_string(epoch) + "/" + to_hex(object_hash);
 }
 
 /// XXH3-128 of the bytes, canonical (big-endian high64 then low64).
@@ -235,7 +234,8 @@ inline ByteVec hmac_sha256(const ByteVec& key, const ByteVec& m) {
   ByteVec out(32);
   std::size_t len = 0;
   if (EVP_Q_mac(nullptr, "HMAC", nullptr, "SHA256", nullptr, key.data(), key.size(), m.data(), m.size(), out.data(),
-                out.size(), &len) == nullptr || len != 32) {
+                out.size(), &len) == nullptr ||
+      len != 32) {
     throw std::runtime_error("EVP_Q_mac(HMAC) failed");
   }
   return out;
@@ -263,7 +263,8 @@ inline ByteVec keyed_tag(const ByteVec& secret, const ByteVec& root, const ByteV
   ByteVec tag(16);
   std::size_t tlen = 0;
   if (EVP_Q_mac(nullptr, "POLY1305", nullptr, nullptr, nullptr, otk.data(), otk.size(), msg.data(), msg.size(),
-                tag.data(), tag.size(), &tlen) == nullptr || tlen != 16) {
+                tag.data(), tag.size(), &tlen) == nullptr ||
+      tlen != 16) {
     throw std::runtime_error("EVP_Q_mac(POLY1305) failed");
   }
   return tag;

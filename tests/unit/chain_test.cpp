@@ -14,11 +14,11 @@
 
 namespace {
 
-using kvkey_test::base_identity;
-using kvkey_test::tokens;
 using kvkey::Digest;
 using kvkey::ExtraKey;
 using kvkey::HashOptions;
+using kvkey_test::base_identity;
+using kvkey_test::tokens;
 
 kvkey::KeyNamespace<> make_ns(std::uint32_t block_size) {
   kvkey::Identity id = base_identity();
@@ -31,8 +31,8 @@ std::vector<Digest> reference(const kvkey::KeyNamespace<>& ns, const std::vector
                               const HashOptions& opt = {}) {
   const auto root = kvkey_test::ref::sha256(kvkey_test::ref::identity_encoding(ns.identity()));
   std::vector<Digest> out;
-  for (const auto& h : kvkey_test::ref::block_hashes(root, kvkey_test::as_u32(toks), ns.block_size(), opt.salt,
-                                                    opt.extras)) {
+  for (const auto& h :
+       kvkey_test::ref::block_hashes(root, kvkey_test::as_u32(toks), ns.block_size(), opt.salt, opt.extras)) {
     out.push_back(Digest::from_bytes(h.data(), h.size()));
   }
   return out;
@@ -98,8 +98,8 @@ TEST_CASE("Token ids outside 0 to 2^32-1 raise input_error naming the index", "[
   const auto ns = make_ns(16);
   auto check_bad = [&](const auto& toks, std::size_t index) {
     CHECK_THROWS_AS(ns.block_hashes(toks), kvkey::input_error);
-    CHECK_THROWS_WITH(ns.block_hashes(toks), Catch::Matchers::StartsWith("[kvkey.input_error] token " +
-                                                                         std::to_string(index) + " is "));
+    CHECK_THROWS_WITH(ns.block_hashes(toks),
+                      Catch::Matchers::StartsWith("[kvkey.input_error] token " + std::to_string(index) + " is "));
   };
   {
     auto t = tokens(32);

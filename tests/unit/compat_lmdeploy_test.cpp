@@ -65,9 +65,9 @@ std::vector<kvkey::Digest> reference_hashes(const std::vector<std::uint64_t>& to
 // The probe prompt of lmdeploy issue #4930 (mc_probe_f2.py): a 32-token
 // fragment repeated 12 times, 384 tokens, six 64-token blocks.
 std::vector<std::int64_t> probe_prompt() {
-  const std::int64_t fragment[] = {35,   468,  136,  812,  14112, 44,    1730, 850,  4751, 1234, 47,
-                                   8024, 47,   360,  1738, 715,   420,   12912, 2230, 823,  776,  596,
-                                   3442, 3363, 4950, 613,  15462, 46,    22,    10,   44,   711};
+  const std::int64_t fragment[] = {35,   468,  136,  812,  14112, 44,  1730,  850,  4751, 1234, 47,
+                                   8024, 47,   360,  1738, 715,   420, 12912, 2230, 823,  776,  596,
+                                   3442, 3363, 4950, 613,  15462, 46,  22,    10,   44,   711};
   std::vector<std::int64_t> tokens;
   for (int rep = 0; rep < 12; ++rep) tokens.insert(tokens.end(), std::begin(fragment), std::end(fragment));
   return tokens;
@@ -102,8 +102,7 @@ bool redis_glob(std::string_view p, std::string_view s) {
         if (redis_glob(p.substr(1), s.substr(i))) return true;
       }
       return false;
-    case '?':
-      return !s.empty() && redis_glob(p.substr(1), s.substr(1));
+    case '?': return !s.empty() && redis_glob(p.substr(1), s.substr(1));
     case '[': {
       if (s.empty()) return false;
       std::size_t i = 1;
@@ -125,8 +124,7 @@ bool redis_glob(std::string_view p, std::string_view s) {
     case '\\':
       if (p.size() >= 2) return !s.empty() && p[1] == s[0] && redis_glob(p.substr(2), s.substr(1));
       [[fallthrough]];
-    default:
-      return !s.empty() && p[0] == s[0] && redis_glob(p.substr(1), s.substr(1));
+    default: return !s.empty() && p[0] == s[0] && redis_glob(p.substr(1), s.substr(1));
   }
 }
 
@@ -349,17 +347,17 @@ TEST_CASE("compat.lmdeploy: parse_key splits keys and rejects everything else", 
     std::string upper = hex;
     for (char& c : upper) c = static_cast<char>(std::toupper(static_cast<unsigned char>(c)));
     for (const std::string& bad : {
-             std::string("M@tp_rank:0@group:0@") + upper,              // uppercase hex
-             std::string("M@tp_rank:00@group:0@") + hex,               // leading zero
-             std::string("M@tp_rank:-1@group:0@") + hex,               // sign
-             std::string("M@tp_rank:4294967296@group:0@") + hex,       // above 2^32 - 1
-             std::string("M@tp_rank:@group:0@") + hex,                 // no rank
-             std::string("M@tp_rank:0@group:1@") + hex,                // another group
-             std::string("@tp_rank:0@group:0@") + hex,                 // empty head
-             std::string("M@tp_rank:0@group:0@") + hex.substr(1),      // 63 hex
-             std::string("M@tp_rank:0@group:0@") + hex + "0",          // 65 hex
-             std::string("M@rank:0@group:0@") + hex,                   // wrong tag
-             std::string("M@tp_rank:0@group:0@") + hex + "\n",         // trailing byte
+             std::string("M@tp_rank:0@group:0@") + upper,                 // uppercase hex
+             std::string("M@tp_rank:00@group:0@") + hex,                  // leading zero
+             std::string("M@tp_rank:-1@group:0@") + hex,                  // sign
+             std::string("M@tp_rank:4294967296@group:0@") + hex,          // above 2^32 - 1
+             std::string("M@tp_rank:@group:0@") + hex,                    // no rank
+             std::string("M@tp_rank:0@group:1@") + hex,                   // another group
+             std::string("@tp_rank:0@group:0@") + hex,                    // empty head
+             std::string("M@tp_rank:0@group:0@") + hex.substr(1),         // 63 hex
+             std::string("M@tp_rank:0@group:0@") + hex + "0",             // 65 hex
+             std::string("M@rank:0@group:0@") + hex,                      // wrong tag
+             std::string("M@tp_rank:0@group:0@") + hex + "\n",            // trailing byte
              std::string("kvk1/team-a/Qwen2.5-0.5B-Instruct/e0/") + hex,  // a kvkey key
              std::string(""),
          }) {

@@ -41,11 +41,10 @@ TEST_CASE("Digest hex round trip", "[digest]") {
   }
 
   CHECK(kvkey::Digest().hex() == std::string(64, '0'));
-  CHECK(kvkey::Digest::from_hex(std::string(64, 'f')).bytes() == kvkey::Digest::storage{
-                                                                    0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff,
-                                                                    0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff,
-                                                                    0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff,
-                                                                    0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff});
+  CHECK(kvkey::Digest::from_hex(std::string(64, 'f')).bytes() ==
+        kvkey::Digest::storage{0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff,
+                               0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff,
+                               0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff});
 }
 
 TEST_CASE("Digest::from_hex accepts upper and mixed case", "[digest]") {
@@ -99,9 +98,9 @@ TEST_CASE("Digest::from_bytes takes exactly 32 bytes", "[digest]") {
   for (std::size_t n : {0, 16, 31, 33, 64}) {
     CAPTURE(n);
     const std::string bytes(n, 'x');
-    CHECK_THROWS_MATCHES(kvkey::Digest::from_bytes(bytes), kvkey::input_error,
-                         Catch::Matchers::Message("[kvkey.input_error] digest must be 32 bytes, got " +
-                                                  std::to_string(n)));
+    CHECK_THROWS_MATCHES(
+        kvkey::Digest::from_bytes(bytes), kvkey::input_error,
+        Catch::Matchers::Message("[kvkey.input_error] digest must be 32 bytes, got " + std::to_string(n)));
   }
 }
 

@@ -17,10 +17,10 @@
 
 namespace {
 
+using kvkey::Identity;
 using kvkey_test::base_identity;
 using kvkey_test::ByteVec;
 using kvkey_test::rich_identity;
-using kvkey::Identity;
 
 std::optional<Identity> decode(const ByteVec& b) { return kvkey::decode_identity(b.data(), b.size()); }
 
@@ -66,9 +66,8 @@ TEST_CASE("encode_identity follows the specification byte for byte", "[encode]")
   mla.kv.num_kv_heads = 1;
   mla.kv.quant.scale_dtype.reset();
   mla.model.weights_fingerprint.reset();
-  for (const Identity& id :
-       {base_identity(), rich_identity(), kvkey::validated(single, kvkey::single_tenant), mla,
-        kvkey_test::largest_identity()}) {
+  for (const Identity& id : {base_identity(), rich_identity(), kvkey::validated(single, kvkey::single_tenant), mla,
+                             kvkey_test::largest_identity()}) {
     CAPTURE(id.tenant, id.model.name);
     const auto enc = kvkey::encode_identity(id);
     CHECK(kvkey_test::to_hex(enc) == kvkey_test::to_hex(kvkey_test::ref::identity_encoding(id)));
@@ -77,7 +76,7 @@ TEST_CASE("encode_identity follows the specification byte for byte", "[encode]")
   const auto enc = kvkey::encode_identity(base_identity());
   REQUIRE(enc.size() > 16);
   CHECK(std::string(enc.begin(), enc.begin() + 8) == "kvkey.id");
-  CHECK(enc[8] == 2);   // format_version, u16le
+  CHECK(enc[8] == 2);  // format_version, u16le
   CHECK(enc[9] == 0);
   CHECK(enc[10] == 6);  // len("team-a"), u32le
   CHECK(enc[11] == 0);
@@ -139,27 +138,80 @@ TEST_CASE("Identities that collide under separator joining encode differently", 
   const std::vector<std::pair<const char*, Identity>> corpus = {
       {"base", base_identity()},
       // Fields next to each other in the encoding, split at different points.
-      {"name a + revision b@c", with([](Identity& i) { i.model.name = "a"; i.model.revision = "b@c"; })},
-      {"name a@b + revision c", with([](Identity& i) { i.model.name = "a@b"; i.model.revision = "c"; })},
-      {"name a/b + revision c", with([](Identity& i) { i.model.name = "a/b"; i.model.revision = "c"; })},
-      {"name a + revision b/c", with([](Identity& i) { i.model.name = "a"; i.model.revision = "b/c"; })},
-      {"name ab + revision c", with([](Identity& i) { i.model.name = "ab"; i.model.revision = "c"; })},
-      {"name a + revision bc", with([](Identity& i) { i.model.name = "a"; i.model.revision = "bc"; })},
+      {"name a + revision b@c", with([](Identity& i) {
+         i.model.name = "a";
+         i.model.revision = "b@c";
+       })},
+      {"name a@b + revision c", with([](Identity& i) {
+         i.model.name = "a@b";
+         i.model.revision = "c";
+       })},
+      {"name a/b + revision c", with([](Identity& i) {
+         i.model.name = "a/b";
+         i.model.revision = "c";
+       })},
+      {"name a + revision b/c", with([](Identity& i) {
+         i.model.name = "a";
+         i.model.revision = "b/c";
+       })},
+      {"name ab + revision c", with([](Identity& i) {
+         i.model.name = "ab";
+         i.model.revision = "c";
+       })},
+      {"name a + revision bc", with([](Identity& i) {
+         i.model.name = "a";
+         i.model.revision = "bc";
+       })},
       // The separator-joined key "a@b@c" of legacy schemes; the encoder takes any bytes
       // (validation would refuse '@' in a tenant, but the encoding must not rely on it).
-      {"tenant a + name b@c", with([](Identity& i) { i.tenant = "a"; i.model.name = "b@c"; })},
-      {"tenant a@b + name c", with([](Identity& i) { i.tenant = "a@b"; i.model.name = "c"; })},
-      {"tenant a + name b-c", with([](Identity& i) { i.tenant = "a"; i.model.name = "b-c"; })},
-      {"tenant a-b + name c", with([](Identity& i) { i.tenant = "a-b"; i.model.name = "c"; })},
-      {"tenant ab + name c", with([](Identity& i) { i.tenant = "ab"; i.model.name = "c"; })},
-      {"revision x + layout yz", with([](Identity& i) { i.model.revision = "x"; i.kv.layout = "yz"; })},
-      {"revision xy + layout z", with([](Identity& i) { i.model.revision = "xy"; i.kv.layout = "z"; })},
-      {"scheme ab + layout c", with([](Identity& i) { i.kv.quant.scheme = "ab"; i.kv.layout = "c"; })},
-      {"scheme a + layout bc", with([](Identity& i) { i.kv.quant.scheme = "a"; i.kv.layout = "bc"; })},
+      {"tenant a + name b@c", with([](Identity& i) {
+         i.tenant = "a";
+         i.model.name = "b@c";
+       })},
+      {"tenant a@b + name c", with([](Identity& i) {
+         i.tenant = "a@b";
+         i.model.name = "c";
+       })},
+      {"tenant a + name b-c", with([](Identity& i) {
+         i.tenant = "a";
+         i.model.name = "b-c";
+       })},
+      {"tenant a-b + name c", with([](Identity& i) {
+         i.tenant = "a-b";
+         i.model.name = "c";
+       })},
+      {"tenant ab + name c", with([](Identity& i) {
+         i.tenant = "ab";
+         i.model.name = "c";
+       })},
+      {"revision x + layout yz", with([](Identity& i) {
+         i.model.revision = "x";
+         i.kv.layout = "yz";
+       })},
+      {"revision xy + layout z", with([](Identity& i) {
+         i.model.revision = "xy";
+         i.kv.layout = "z";
+       })},
+      {"scheme ab + layout c", with([](Identity& i) {
+         i.kv.quant.scheme = "ab";
+         i.kv.layout = "c";
+       })},
+      {"scheme a + layout bc", with([](Identity& i) {
+         i.kv.quant.scheme = "a";
+         i.kv.layout = "bc";
+       })},
       // A name that embeds what would be the next field's framing.
-      {"name with a framed revision inside",
-       with([](Identity& i) { i.model.name = std::string("a\x01\x00\x00\x00" "b", 6); i.model.revision = "c"; })},
-      {"name a + revision b (framing)", with([](Identity& i) { i.model.name = "a"; i.model.revision = "b"; })},
+      {"name with a framed revision inside", with([](Identity& i) {
+         i.model.name = std::string(
+             "a\x01\x00\x00\x00"
+             "b",
+             6);
+         i.model.revision = "c";
+       })},
+      {"name a + revision b (framing)", with([](Identity& i) {
+         i.model.name = "a";
+         i.model.revision = "b";
+       })},
       // Empty vs absent optionals, zero vs absent digests.
       {"weights fingerprint all zero", with([](Identity& i) { i.model.weights_fingerprint = kvkey::Digest(); })},
       {"scales fingerprint all zero", with([](Identity& i) {
@@ -177,9 +229,14 @@ TEST_CASE("Identities that collide under separator joining encode differently", 
       // Numbers whose bytes could shift into neighbours.
       {"epoch 1", with([](Identity& i) { i.model.weights_epoch = 1; })},
       {"epoch 2^32", with([](Identity& i) { i.model.weights_epoch = std::uint64_t{1} << 32; })},
-      {"block 16 layers 28 -> 28, 16",
-       with([](Identity& i) { i.kv.block_size = 28; i.kv.num_layers = 16; })},
-      {"heads 4 dim 128 -> 128, 4", with([](Identity& i) { i.kv.num_kv_heads = 128; i.kv.head_dim = 4; })},
+      {"block 16 layers 28 -> 28, 16", with([](Identity& i) {
+         i.kv.block_size = 28;
+         i.kv.num_layers = 16;
+       })},
+      {"heads 4 dim 128 -> 128, 4", with([](Identity& i) {
+         i.kv.num_kv_heads = 128;
+         i.kv.head_dim = 4;
+       })},
       {"mla", with([](Identity& i) { i.kv.mla = true; })},
       {"zero point", with([](Identity& i) {
          i.kv.quant.scheme = "s";

@@ -12,10 +12,10 @@
 
 namespace {
 
-using kvkey_test::base_identity;
-using kvkey_test::rich_identity;
 using kvkey::Envelope;
 using kvkey::Reason;
+using kvkey_test::base_identity;
+using kvkey_test::rich_identity;
 namespace L = kvkey::envelope_layout;
 
 struct Fixture {
@@ -42,10 +42,8 @@ bool rejected_with_known_reason(const kvkey::Verdict& v) {
     case Reason::identity_mismatch:
     case Reason::block_mismatch:
     case Reason::size_mismatch:
-    case Reason::payload_mismatch:
-      return true;
-    case Reason::ok:
-      return false;
+    case Reason::payload_mismatch: return true;
+    case Reason::ok: return false;
   }
   return false;
 }
@@ -67,7 +65,7 @@ TEST_CASE("seal writes the documented layout for identities of very different si
     kvkey_test::ref::Integrity in;
     in.digest = kvkey_test::ref::xxh3_128(f.bytes);
     const auto expected = kvkey_test::ref::envelope(kvkey_test::ByteVec(enc.begin(), enc.end()),
-                                                   kvkey_test::bytes_of(f.block), f.payload, f.ns.slice(), in);
+                                                    kvkey_test::bytes_of(f.block), f.payload, f.ns.slice(), in);
     CHECK(kvkey_test::to_hex(f.header) == kvkey_test::to_hex(expected));
     CHECK(std::memcmp(f.header.data() + L::magic, "KVKEYENV", 8) == 0);
     CHECK(std::memcmp(f.header.data() + L::identity, enc.data(), enc.size()) == 0);

@@ -43,7 +43,8 @@ TEST_CASE("Copying an error cannot throw and keeps its members", "[errors]") {
   CHECK(std::string(b.what()) == a.what());
 }
 
-TEST_CASE("One rule decides the category: the namespace as configured vs values that cannot be taken as given", "[errors]") {
+TEST_CASE("One rule decides the category: the namespace as configured vs values that cannot be taken as given",
+          "[errors]") {
   // A value the identity checks refuse is an identity_error on its path.
   kvkey::Identity id;
   try {

@@ -17,10 +17,10 @@
 
 namespace {
 
-using kvkey_test::base_identity;
-using kvkey_test::rich_identity;
 using kvkey::Identity;
 using kvkey::KvDtype;
+using kvkey_test::base_identity;
+using kvkey_test::rich_identity;
 
 struct Mutation {
   std::string_view path;  // the field it changes
@@ -79,7 +79,8 @@ const std::vector<Mutation>& mutations() {
       {"adapter", "absent -> present", base_identity,
        [](Identity& i) { i.adapter = kvkey::Adapter("sql-lora", kvkey::fingerprint("sql-lora weights")); }},
       {"adapter", "present -> absent", rich_identity, [](Identity& i) { i.adapter.reset(); }},
-      {"adapter.name", "same weights, another name", rich_identity, [](Identity& i) { i.adapter->name = "sql-lora-2"; }},
+      {"adapter.name", "same weights, another name", rich_identity,
+       [](Identity& i) { i.adapter->name = "sql-lora-2"; }},
       {"adapter.weights_fingerprint", "same name, other weights", rich_identity,
        [](Identity& i) { i.adapter->weights_fingerprint = kvkey::fingerprint("sql-lora weights, retrained"); }},
   };
@@ -175,11 +176,11 @@ TEST_CASE("A shard holding another slice: same chain and other keys and verify n
     const char* what;
     kvkey::Shard from, to;
   };
-  for (const auto& c : {ShardChange{"tp rank 1 -> 0", {2, 1, 1, 0}, {2, 0, 1, 0}},
-                        ShardChange{"tp 2 -> 4", {2, 0, 1, 0}, {4, 0, 1, 0}},
-                        ShardChange{"tp 1 -> 2", {1, 0, 1, 0}, {2, 0, 1, 0}},
-                        ShardChange{"pp stage 0 -> 1", {1, 0, 2, 0}, {1, 0, 2, 1}},
-                        ShardChange{"pp 1 -> 4", {1, 0, 1, 0}, {1, 0, 4, 0}}}) {
+  for (const auto& c :
+       {ShardChange{"tp rank 1 -> 0", {2, 1, 1, 0}, {2, 0, 1, 0}}, ShardChange{"tp 2 -> 4", {2, 0, 1, 0}, {4, 0, 1, 0}},
+        ShardChange{"tp 1 -> 2", {1, 0, 1, 0}, {2, 0, 1, 0}},
+        ShardChange{"pp stage 0 -> 1", {1, 0, 2, 0}, {1, 0, 2, 1}},
+        ShardChange{"pp 1 -> 4", {1, 0, 1, 0}, {1, 0, 4, 0}}}) {
     CAPTURE(c.what);
     Identity a = rich_identity();
     a.shard = c.from;

@@ -4,7 +4,6 @@
 
 #include <catch2/catch.hpp>
 
-
 #include <cstddef>
 #include <cstdint>
 #include <filesystem>
@@ -78,18 +77,18 @@ TEST_CASE("fingerprint_file errors name the path", "[fingerprint]") {
                          Catch::Matchers::Predicate<kvkey::io_error>(
                              [&](const kvkey::io_error& e) {
                                const std::string m = e.what();
-                               return m.rfind("[kvkey.io_error] ", 0) == 0 && m.find("'" + p + "'") != std::string::npos;
+                               return m.rfind("[kvkey.io_error] ", 0) == 0 &&
+                                      m.find("'" + p + "'") != std::string::npos;
                              },
                              "message starts with [kvkey.io_error] and names the path"));
   }
   SECTION("a directory") {
     const std::string p = dir.path().string();
-    CHECK_THROWS_MATCHES(kvkey::fingerprint_file(p), kvkey::io_error,
-                         Catch::Matchers::Predicate<kvkey::io_error>(
-                             [&](const kvkey::io_error& e) {
-                               return std::string(e.what()).find("'" + p + "'") != std::string::npos;
-                             },
-                             "message names the path"));
+    CHECK_THROWS_MATCHES(
+        kvkey::fingerprint_file(p), kvkey::io_error,
+        Catch::Matchers::Predicate<kvkey::io_error>(
+            [&](const kvkey::io_error& e) { return std::string(e.what()).find("'" + p + "'") != std::string::npos; },
+            "message names the path"));
   }
   SECTION("io_error is a kvkey::error and a std::exception") {
     const std::string p = (dir.path() / "missing").string();
@@ -110,7 +109,8 @@ TEST_CASE("fingerprint_file refuses a FIFO or a device at once, before reading",
   SECTION("a symlink to a character device") {
     const fs::path link = dir.path() / "null.safetensors";
     fs::create_symlink("/dev/null", link);
-    CHECK_THROWS_WITH(kvkey::fingerprint_file(link.string()), Catch::Contains("not a regular file (a character device)"));
+    CHECK_THROWS_WITH(kvkey::fingerprint_file(link.string()),
+                      Catch::Contains("not a regular file (a character device)"));
   }
   SECTION("an open InputFile is hashed from where it stands") {
     const std::string p = write_file(dir.path() / "f", "abcdef");

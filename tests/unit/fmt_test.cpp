@@ -79,8 +79,9 @@ TEST_CASE("describe names every salient field in encoding order, then the shard"
 TEST_CASE("describe prints each field's value", "[fmt]") {
   const std::string rich = kvkey::describe(kvkey_test::rich_identity());
   CHECK_THAT(rich, Contains("tenant=team-a model.name=Qwen/Qwen2.5-7B-Instruct "));
-  CHECK_THAT(rich, Contains(" model.weights_epoch=7 model.weights_fingerprint=" +
-                            kvkey::fingerprint("weights v7").hex() + " "));
+  CHECK_THAT(
+      rich,
+      Contains(" model.weights_epoch=7 model.weights_fingerprint=" + kvkey::fingerprint("weights v7").hex() + " "));
   CHECK_THAT(rich, Contains(" kv.dtype=int8 kv.quant.scheme=per_token_asym kv.quant.group_size=64 "
                             "kv.quant.scale_dtype=fp16 kv.quant.zero_point=true "));
   CHECK_THAT(rich, Contains(" kv.layout=lmdeploy.v1.layer_major kv.mla=false "));

@@ -29,8 +29,8 @@ TEST_CASE("payload_size: dense, whole model", "[geometry]") {
 TEST_CASE("payload_size: this rank's slice", "[geometry]") {
   // sharded_identity: bf16, block 16, 24 layers, 2 KV heads, head_dim 64, tp 2.
   CHECK(size_of(kvkey_test::sharded_identity()) == std::uint64_t{2} * 24 * 1 * 64 * 16 * 2);  // 98304
-  kvkey::Identity id = kvkey_test::base_identity();  // 4 heads, 28 layers
-  id.shard = {2, 1, 2, 1};                             // tp 2 -> 2 heads; pp 2 -> 14 layers
+  kvkey::Identity id = kvkey_test::base_identity();                                           // 4 heads, 28 layers
+  id.shard = {2, 1, 2, 1};  // tp 2 -> 2 heads; pp 2 -> 14 layers
   CHECK(size_of(id) == std::uint64_t{2} * 14 * 2 * 128 * 16 * 2);
   id.shard = {8, 5, 1, 0};  // more ranks than heads: one replicated head
   CHECK(size_of(id) == std::uint64_t{2} * 28 * 1 * 128 * 16 * 2);
@@ -45,7 +45,7 @@ TEST_CASE("payload_size: MLA latent cache", "[geometry]") {
   id.kv.num_layers = 61;
   id.kv.dtype = kvkey::KvDtype::bf16;
   CHECK(size_of(id) == std::uint64_t{61} * 576 * 64 * 2);  // 4497408
-  id.shard = {8, 3, 1, 0};                                  // whole on every TP rank
+  id.shard = {8, 3, 1, 0};                                 // whole on every TP rank
   CHECK(size_of(id) == 4497408u);
 }
 
@@ -80,14 +80,28 @@ TEST_CASE("dtype_itemsize and dtype_bits", "[geometry]") {
 TEST_CASE("kv_dtype_from_engine", "[geometry]") {
   using kvkey::KvDtype;
   const std::pair<const char*, KvDtype> names[] = {
-      {"bfloat16", KvDtype::bf16},         {"torch.bfloat16", KvDtype::bf16},       {"bf16", KvDtype::bf16},
-      {"float16", KvDtype::fp16},          {"half", KvDtype::fp16},                 {"torch.float16", KvDtype::fp16},
-      {"torch.half", KvDtype::fp16},       {"float32", KvDtype::fp32},              {"float", KvDtype::fp32},
-      {"torch.float32", KvDtype::fp32},    {"fp8", KvDtype::fp8_e4m3},              {"fp8_e4m3", KvDtype::fp8_e4m3},
-      {"fp8_e5m2", KvDtype::fp8_e5m2},     {"float8_e4m3fn", KvDtype::fp8_e4m3},    {"float8_e5m2", KvDtype::fp8_e5m2},
-      {"torch.float8_e4m3fn", KvDtype::fp8_e4m3}, {"torch.float8_e5m2", KvDtype::fp8_e5m2},
-      {"int8", KvDtype::int8},             {"torch.int8", KvDtype::int8},           {"int4", KvDtype::int4},
-      {"uint8", KvDtype::uint8},           {"fp4_e2m1", KvDtype::fp4_e2m1},
+      {"bfloat16", KvDtype::bf16},
+      {"torch.bfloat16", KvDtype::bf16},
+      {"bf16", KvDtype::bf16},
+      {"float16", KvDtype::fp16},
+      {"half", KvDtype::fp16},
+      {"torch.float16", KvDtype::fp16},
+      {"torch.half", KvDtype::fp16},
+      {"float32", KvDtype::fp32},
+      {"float", KvDtype::fp32},
+      {"torch.float32", KvDtype::fp32},
+      {"fp8", KvDtype::fp8_e4m3},
+      {"fp8_e4m3", KvDtype::fp8_e4m3},
+      {"fp8_e5m2", KvDtype::fp8_e5m2},
+      {"float8_e4m3fn", KvDtype::fp8_e4m3},
+      {"float8_e5m2", KvDtype::fp8_e5m2},
+      {"torch.float8_e4m3fn", KvDtype::fp8_e4m3},
+      {"torch.float8_e5m2", KvDtype::fp8_e5m2},
+      {"int8", KvDtype::int8},
+      {"torch.int8", KvDtype::int8},
+      {"int4", KvDtype::int4},
+      {"uint8", KvDtype::uint8},
+      {"fp4_e2m1", KvDtype::fp4_e2m1},
   };
   for (const auto& [name, dtype] : names) {
     INFO(name);
@@ -96,9 +110,9 @@ TEST_CASE("kv_dtype_from_engine", "[geometry]") {
   CHECK_THROWS_WITH(kvkey::kv_dtype_from_engine("auto"), Catch::Contains("resolve it first"));
   CHECK_THROWS_WITH(kvkey::kv_dtype_from_engine("float8_e4m3fnuz"), Catch::Contains("exponent bias"));
   CHECK_THROWS_WITH(kvkey::kv_dtype_from_engine("fp8_ds_mla"), Catch::Contains("kv.quant"));
-  CHECK_THROWS_WITH(kvkey::kv_dtype_from_engine("float64"),
-                    Catch::Contains("unknown kv dtype \"float64\"") && Catch::Contains("bfloat16") &&
-                        Catch::Contains("float8_e4m3fn"));
+  CHECK_THROWS_WITH(kvkey::kv_dtype_from_engine("float64"), Catch::Contains("unknown kv dtype \"float64\"") &&
+                                                                Catch::Contains("bfloat16") &&
+                                                                Catch::Contains("float8_e4m3fn"));
   CHECK_THROWS_AS(kvkey::kv_dtype_from_engine(""), kvkey::input_error);
   CHECK(kvkey::kv_dtype_from_quant_policy(8) == KvDtype::int8);
   CHECK(kvkey::kv_dtype_from_quant_policy(4) == KvDtype::int4);

@@ -105,11 +105,11 @@ std::vector<GoldenCase> golden_cases() {
     c.options.salt = "request-salt-7";
     // Given out of order: the chain sorts them by (begin, end, key).
     c.options.extras = {
-        {130, 140, "img:c"},   // block 2
-        {60, 70, "img:b"},     // blocks 0 and 1
-        {60, 70, "img:a"},     // same range, sorts before "img:b"
-        {10, 20, "img:a"},     // block 0
-        {500, 600, "later"},   // beyond the prompt: enters no block
+        {130, 140, "img:c"},  // block 2
+        {60, 70, "img:b"},    // blocks 0 and 1
+        {60, 70, "img:a"},    // same range, sorts before "img:b"
+        {10, 20, "img:a"},    // block 0
+        {500, 600, "later"},  // beyond the prompt: enters no block
     };
     c.payload_size = 27 * 1 * 576 * 64 * 2;
     c.slice = {0, 1, 0, 27};  // MLA: the latent cache is whole on every rank
@@ -134,7 +134,8 @@ Entries with_kvkey(const GoldenCase& c) {
   for (std::size_t i = 0; i < blocks.size(); ++i) e.emplace_back("key." + std::to_string(i), ns.store_key(blocks[i]));
   for (std::size_t i = 0; i < blocks.size(); ++i) {
     const ByteVec payload = golden_payload(i, c.payload_size);
-    e.emplace_back("envelope." + std::to_string(i), to_hex(ns.seal(blocks[i], kvkey::Payload(payload.data(), payload.size()))));
+    e.emplace_back("envelope." + std::to_string(i),
+                   to_hex(ns.seal(blocks[i], kvkey::Payload(payload.data(), payload.size()))));
   }
   return e;
 }
@@ -162,7 +163,8 @@ Entries with_reference(const GoldenCase& c) {
   for (std::size_t i = 0; i < blocks.size(); ++i) {
     ref::Integrity in;
     in.digest = ref::xxh3_128(golden_payload(i, c.payload_size));
-    e.emplace_back("envelope." + std::to_string(i), to_hex(ref::envelope(encoding, blocks[i], c.payload_size, c.slice, in)));
+    e.emplace_back("envelope." + std::to_string(i),
+                   to_hex(ref::envelope(encoding, blocks[i], c.payload_size, c.slice, in)));
   }
   return e;
 }
@@ -234,27 +236,32 @@ TEST_CASE("Golden vectors: the minimal case spelled out byte by byte", "[golden]
   REQUIRE(c.name == "minimal");
   // docs/format.md, "Identity encoding", for the minimal identity.
   const std::string encoding_hex = std::string() +
-                                   "6b766b65792e6964"    // "kvkey.id"
-                                   "0200"                // format version 2, u16le
-                                   "02000000" "7430"     // tenant: len 2, "t0"
-                                   "01000000" "6d"       // model.name: len 1, "m"
-                                   "01000000" "72"       // model.revision: len 1, "r"
-                                   "0000000000000000"    // model.weights_epoch 0, u64le
-                                   "00"                  // model.weights_fingerprint absent
-                                   "00"                  // model.positional_fingerprint absent
-                                   "02"                  // kv.dtype fp16 = 2
-                                   "04000000" "6e6f6e65" // kv.quant.scheme: len 4, "none"
-                                   "00000000"            // kv.quant.group_size 0
-                                   "00"                  // kv.quant.scale_dtype absent
-                                   "00"                  // kv.quant.zero_point false
-                                   "00"                  // kv.quant.scales_fingerprint absent
-                                   "40000000"            // kv.block_size 64
-                                   "01000000"            // kv.num_layers 1
-                                   "01000000"            // kv.num_kv_heads 1
-                                   "01000000"            // kv.head_dim 1
-                                   "01000000" "6c"       // kv.layout: len 1, "l"
-                                   "00"                  // kv.mla false
-                                   "00";                 // adapter absent
+                                   "6b766b65792e6964"  // "kvkey.id"
+                                   "0200"              // format version 2, u16le
+                                   "02000000"
+                                   "7430"  // tenant: len 2, "t0"
+                                   "01000000"
+                                   "6d"  // model.name: len 1, "m"
+                                   "01000000"
+                                   "72"                // model.revision: len 1, "r"
+                                   "0000000000000000"  // model.weights_epoch 0, u64le
+                                   "00"                // model.weights_fingerprint absent
+                                   "00"                // model.positional_fingerprint absent
+                                   "02"                // kv.dtype fp16 = 2
+                                   "04000000"
+                                   "6e6f6e65"  // kv.quant.scheme: len 4, "none"
+                                   "00000000"  // kv.quant.group_size 0
+                                   "00"        // kv.quant.scale_dtype absent
+                                   "00"        // kv.quant.zero_point false
+                                   "00"        // kv.quant.scales_fingerprint absent
+                                   "40000000"  // kv.block_size 64
+                                   "01000000"  // kv.num_layers 1
+                                   "01000000"  // kv.num_kv_heads 1
+                                   "01000000"  // kv.head_dim 1
+                                   "01000000"
+                                   "6c"   // kv.layout: len 1, "l"
+                                   "00"   // kv.mla false
+                                   "00";  // adapter absent
   const kvkey::KeyNamespace<> ns(c.id, c.policy);
   CHECK(to_hex(ns.encoding()) == encoding_hex);
   const ByteVec root = kvkey_test::ref::sha256(kvkey_test::bytes_from_hex(encoding_hex));
@@ -278,26 +285,33 @@ TEST_CASE("Golden vectors: the minimal case spelled out byte by byte", "[golden]
   CHECK(blocks[0].hex() == to_hex(block0));
 
   // Object of block 0: 'O' || block hash || u32le 0, 1, 0, 1 (heads [0,1), layers [0,1)).
-  const ByteVec object0 = kvkey_test::ref::sha256(
-      kvkey_test::bytes_from_hex("4f" + to_hex(block0) + "00000000" "01000000" "00000000" "01000000"));
+  const ByteVec object0 = kvkey_test::ref::sha256(kvkey_test::bytes_from_hex("4f" + to_hex(block0) +
+                                                                             "00000000"
+                                                                             "01000000"
+                                                                             "00000000"
+                                                                             "01000000"));
   CHECK(ns.object_hash(blocks[0]).hex() == to_hex(object0));
   CHECK(ns.store_key(blocks[0]) == "kvk1/t0/m/e0/" + to_hex(object0));
 
   // Envelope of block 0: fixed part, then the encoding at 112, zeros to 1024.
   CHECK(encoding_hex.size() == 2 * 75);
-  std::string envelope_hex = "4b564b4559454e56";               // "KVKEYENV"
-  envelope_hex += "0200";                                       // version 2, u16le
-  envelope_hex += "0004";                                       // size 1024, u16le
-  envelope_hex += "4b000000";                                   // identity length 75, u32le
-  envelope_hex += to_hex(block0);                               // block hash
-  envelope_hex += "0001000000000000";                           // payload size 256, u64le
-  envelope_hex += "00000000" "01000000" "00000000" "01000000";  // slice: heads [0,1), layers [0,1)
+  std::string envelope_hex = "4b564b4559454e56";  // "KVKEYENV"
+  envelope_hex += "0200";                         // version 2, u16le
+  envelope_hex += "0004";                         // size 1024, u16le
+  envelope_hex += "4b000000";                     // identity length 75, u32le
+  envelope_hex += to_hex(block0);                 // block hash
+  envelope_hex += "0001000000000000";             // payload size 256, u64le
+  envelope_hex +=
+      "00000000"
+      "01000000"
+      "00000000"
+      "01000000";                                               // slice: heads [0,1), layers [0,1)
   envelope_hex += "01";                                         // namespace kind: plain
   envelope_hex += "01";                                         // integrity mode: xxh3_128
   envelope_hex += "000000000000";                               // reserved
   envelope_hex += std::string(32, '0');                         // nonce (keyed only)
   const ByteVec payload0 = golden_payload(0, c.payload_size);   // 256 bytes: 00 01 .. fa, then 00 .. 04
-  envelope_hex += to_hex(kvkey_test::ref::xxh3_128(payload0));   // payload digest
+  envelope_hex += to_hex(kvkey_test::ref::xxh3_128(payload0));  // payload digest
   envelope_hex += encoding_hex;                                 // at offset 112
   envelope_hex.resize(2 * 1024, '0');
   CHECK(to_hex(ns.seal(blocks[0], kvkey::Payload(payload0.data(), payload0.size()))) == envelope_hex);
@@ -350,7 +364,8 @@ kvkey::Identity identity_from_json(const json& j) {
     } else if constexpr (std::is_same_v<T, std::optional<kvkey::Digest>>) {
       if (!x.is_null()) v = kvkey::Digest::from_hex(x.get<std::string>());
     } else if constexpr (std::is_same_v<T, std::optional<kvkey::Adapter>>) {
-      if (!x.is_null()) v = kvkey::Adapter(x.at("name"), kvkey::Digest::from_hex(x.at("weights_fingerprint").get<std::string>()));
+      if (!x.is_null())
+        v = kvkey::Adapter(x.at("name"), kvkey::Digest::from_hex(x.at("weights_fingerprint").get<std::string>()));
     } else {
       v = x.get<T>();
     }
@@ -376,7 +391,8 @@ Entries entries_from_json(const json& j) {
   for (const char* name : {"encoding", "root", "first_parent"}) e.emplace_back(name, j.at(name).get<std::string>());
   for (const char* name : {"block", "object", "key", "envelope"}) {
     const json& list = j.at(std::string(name) + "s");
-    for (std::size_t i = 0; i < list.size(); ++i) e.emplace_back(name + ("." + std::to_string(i)), list[i].get<std::string>());
+    for (std::size_t i = 0; i < list.size(); ++i)
+      e.emplace_back(name + ("." + std::to_string(i)), list[i].get<std::string>());
   }
   return e;
 }
@@ -388,7 +404,6 @@ json read_vectors() {
   REQUIRE(file.good());
   return json::parse(file);
 }
-
 
 }  // namespace
 
@@ -405,7 +420,9 @@ TEST_CASE("Generate tests/vectors/format-v2.json", "[.golden-generate]") {
     jc["namespace"] = "plain";
     jc["tenant_policy"] = c.policy.tenant == kvkey::TenantPolicy::single_tenant ? "single_tenant" : "required";
     jc["identity"] = identity_json(c.id);
-    jc["shard"] = {{"tp_size", c.id.shard.tp_size}, {"tp_rank", c.id.shard.tp_rank}, {"pp_size", c.id.shard.pp_size},
+    jc["shard"] = {{"tp_size", c.id.shard.tp_size},
+                   {"tp_rank", c.id.shard.tp_rank},
+                   {"pp_size", c.id.shard.pp_size},
                    {"pp_rank", c.id.shard.pp_rank}};
     jc["slice"] = {c.slice.kv_head_begin, c.slice.kv_head_end, c.slice.layer_begin, c.slice.layer_end};
     jc["salt"] = c.options.salt;
@@ -483,7 +500,8 @@ TEST_CASE("tests/vectors/format-v2.json: kvkey and the reference reproduce it", 
   const auto toks = golden_tokens();
   for (std::size_t i = 0; i < 3; ++i) {
     CAPTURE(i);
-    parent = kvkey_test::ref::hmac_sha256(secret, kvkey_test::ref::block_message(parent, toks.data() + 64 * i, 64, i, {}));
+    parent =
+        kvkey_test::ref::hmac_sha256(secret, kvkey_test::ref::block_message(parent, toks.data() + 64 * i, 64, i, {}));
     CHECK(k.at("blocks")[i] == to_hex(parent));
     const auto block = kvkey::Digest::from_hex(k.at("blocks")[i].get<std::string>());
     CHECK(k.at("keys")[i] == ns.store_key(block));

@@ -47,8 +47,8 @@ kvkey::Digest padded(const kvkey::detail::HmacSha256Core& h, const Bytes& msg) {
 }
 
 const std::size_t key_sizes[] = {0, 1, 31, 32, 55, 56, 63, 64, 65, 127, 128, 200, 256};
-const std::size_t message_sizes[] = {0,  1,  31, 32,  54,  55,  56,  57,  63,  64,  65,   118,
-                                     119, 120, 127, 128, 129, 183, 184, 293, 1000, 4096 + 7};
+const std::size_t message_sizes[] = {0,   1,   31,  32,  54,  55,  56,  57,  63,  64,   65,
+                                     118, 119, 120, 127, 128, 129, 183, 184, 293, 1000, 4096 + 7};
 
 }  // namespace
 
@@ -79,8 +79,8 @@ TEST_CASE("HMAC-SHA-256 from midstates equals OpenSSL's HMAC", "[hmac][keyed]") 
 
 TEST_CASE("HmacSha256 under a TenantSecret equals OpenSSL's HMAC; copies are independent", "[hmac][keyed]") {
   std::mt19937 rng(7);
-  for (std::size_t key_size : {std::size_t{32}, std::size_t{63}, std::size_t{64}, std::size_t{65}, std::size_t{200},
-                               std::size_t{256}}) {
+  for (std::size_t key_size :
+       {std::size_t{32}, std::size_t{63}, std::size_t{64}, std::size_t{65}, std::size_t{200}, std::size_t{256}}) {
     const Bytes key = random_bytes(rng, key_size);
     const Bytes msg = random_bytes(rng, 300);
     kvkey::HmacSha256 h(kvkey::TenantSecret(key.data(), key.size()));

@@ -12,9 +12,9 @@
 
 namespace {
 
+using kvkey::Identity;
 using kvkey_test::base_identity;
 using kvkey_test::rich_identity;
-using kvkey::Identity;
 
 struct Invalid {
   const char* what;
@@ -73,8 +73,20 @@ TEST_CASE("Every validation rule raises identity_error naming its field", "[iden
       {"model name with DEL", [](Identity& i) { i.model.name = "qwen\x7f"; }, "model.name"},
       {"model name with NEL (U+0085)", [](Identity& i) { i.model.name = "qwen\xc2\x85"; }, "model.name"},
       {"model name with U+0080", [](Identity& i) { i.model.name = "\xc2\x80qwen"; }, "model.name"},
-      {"model name with U+009F", [](Identity& i) { i.model.name = "qw\xc2\x9f" "en"; }, "model.name"},
-      {"model name with RLO (U+202E)", [](Identity& i) { i.model.name = "qwen\xe2\x80\xae" "fp16"; }, "model.name"},
+      {"model name with U+009F",
+       [](Identity& i) {
+         i.model.name =
+             "qw\xc2\x9f"
+             "en";
+       },
+       "model.name"},
+      {"model name with RLO (U+202E)",
+       [](Identity& i) {
+         i.model.name =
+             "qwen\xe2\x80\xae"
+             "fp16";
+       },
+       "model.name"},
       {"model name with LRE (U+202A)", [](Identity& i) { i.model.name = "\xe2\x80\xaaqwen"; }, "model.name"},
       {"model name with LRI (U+2066)", [](Identity& i) { i.model.name = "q\xe2\x81\xa6"; }, "model.name"},
       {"model name with PDI (U+2069)", [](Identity& i) { i.model.name = "q\xe2\x81\xa9"; }, "model.name"},
@@ -98,14 +110,18 @@ TEST_CASE("Every validation rule raises identity_error naming its field", "[iden
       {"zero_point with scheme none", [](Identity& i) { i.kv.quant.zero_point = true; }, "kv.quant.zero_point"},
       {"scales_fingerprint with scheme none",
        [](Identity& i) { i.kv.quant.scales_fingerprint = kvkey::fingerprint("s"); }, "kv.quant.scales_fingerprint"},
-      {"unset scale_dtype", [](Identity& i) {
+      {"unset scale_dtype",
+       [](Identity& i) {
          i.kv.quant.scheme = "per_token";
          i.kv.quant.scale_dtype = kvkey::KvDtype::unset;
-       }, "kv.quant.scale_dtype"},
-      {"scale_dtype code 200", [](Identity& i) {
+       },
+       "kv.quant.scale_dtype"},
+      {"scale_dtype code 200",
+       [](Identity& i) {
          i.kv.quant.scheme = "per_token";
          i.kv.quant.scale_dtype = static_cast<kvkey::KvDtype>(200);
-       }, "kv.quant.scale_dtype"},
+       },
+       "kv.quant.scale_dtype"},
       // kv geometry and layout
       {"zero block_size", [](Identity& i) { i.kv.block_size = 0; }, "kv.block_size"},
       {"zero num_layers", [](Identity& i) { i.kv.num_layers = 0; }, "kv.num_layers"},
@@ -118,23 +134,26 @@ TEST_CASE("Every validation rule raises identity_error naming its field", "[iden
       {"tp that does not divide the heads", [](Identity& i) { i.shard.tp_size = 3; }, "shard.tp_size"},
       {"heads that do not divide tp", [](Identity& i) { i.shard.tp_size = 6; }, "shard.tp_size"},
       {"zero tp_size", [](Identity& i) { i.shard.tp_size = 0; }, "shard.tp_size"},
-      {"tp_rank == tp_size", [](Identity& i) {
+      {"tp_rank == tp_size",
+       [](Identity& i) {
          i.shard.tp_size = 2;
          i.shard.tp_rank = 2;
-       }, "shard.tp_rank"},
+       },
+       "shard.tp_rank"},
       {"tp_rank > tp_size", [](Identity& i) { i.shard.tp_rank = 5; }, "shard.tp_rank"},
       {"pp that does not divide the layers", [](Identity& i) { i.shard.pp_size = 3; }, "shard.pp_size"},
       {"zero pp_size", [](Identity& i) { i.shard.pp_size = 0; }, "shard.pp_size"},
-      {"pp_rank == pp_size", [](Identity& i) {
+      {"pp_rank == pp_size",
+       [](Identity& i) {
          i.shard.pp_size = 4;
          i.shard.pp_rank = 4;
-       }, "shard.pp_rank"},
+       },
+       "shard.pp_rank"},
       // adapter
       {"adapter with an empty name", [](Identity& i) { i.adapter = kvkey::Adapter("", kvkey::fingerprint("w")); },
        "adapter.name"},
       {"adapter name of 129 bytes",
-       [](Identity& i) { i.adapter = kvkey::Adapter(std::string(129, 'a'), kvkey::fingerprint("w")); },
-       "adapter.name"},
+       [](Identity& i) { i.adapter = kvkey::Adapter(std::string(129, 'a'), kvkey::fingerprint("w")); }, "adapter.name"},
       {"adapter name with a control byte",
        [](Identity& i) { i.adapter = kvkey::Adapter("lora\x01", kvkey::fingerprint("w")); }, "adapter.name"},
       {"adapter name with RLO (U+202E)",
@@ -162,22 +181,28 @@ TEST_CASE("Invisible formatting characters in names are refused with their offse
     }
     return std::string("accepted");
   };
-  CHECK(message("Qwen\xe2\x80\xae" "61pf") ==
+  CHECK(message("Qwen\xe2\x80\xae"
+                "61pf") ==
         "[kvkey.identity_error] model.name: byte 4 starts a bidirectional formatting character (U+202E)");
   CHECK(message("ab\xc2\x85") == "[kvkey.identity_error] model.name: byte 2 starts a C1 control character (U+0085)");
   CHECK(message("\xe2\x81\xa9") ==
         "[kvkey.identity_error] model.name: byte 0 starts a bidirectional formatting character (U+2069)");
   // The invisible ones of kvkey::is_unsafe_code_point too: a zero-width space, a paragraph separator, a BOM.
-  CHECK(message("a\xe2\x80\x8b") == "[kvkey.identity_error] model.name: byte 1 starts an invisible formatting "
-                                    "character (U+200B)");
-  CHECK(message("a\xe2\x80\xa9") == "[kvkey.identity_error] model.name: byte 1 starts an invisible formatting "
-                                    "character (U+2029)");
-  CHECK(message("a\xef\xbb\xbf") == "[kvkey.identity_error] model.name: byte 1 starts an invisible formatting "
-                                    "character (U+FEFF)");
+  CHECK(message("a\xe2\x80\x8b") ==
+        "[kvkey.identity_error] model.name: byte 1 starts an invisible formatting "
+        "character (U+200B)");
+  CHECK(message("a\xe2\x80\xa9") ==
+        "[kvkey.identity_error] model.name: byte 1 starts an invisible formatting "
+        "character (U+2029)");
+  CHECK(message("a\xef\xbb\xbf") ==
+        "[kvkey.identity_error] model.name: byte 1 starts an invisible formatting "
+        "character (U+FEFF)");
   // Their neighbours are ordinary text: U+00A0, U+00E9, U+200A, U+2027, U+202F, U+205F, U+2070, U+FFFC and
   // truncated sequences (bytes that are not UTF-8 are escaped when printed, not refused).
-  for (const char* ok : {"a\xc2\xa0" "b", "\xc3\xa9", "a\xe2\x80\x8a", "a\xe2\x80\xa7", "a\xe2\x80\xaf",
-                         "a\xe2\x81\x9f", "a\xe2\x81\xb0", "a\xef\xbf\xbc", "a\xe2\x80", "a\xc2"}) {
+  for (const char* ok : {"a\xc2\xa0"
+                         "b",
+                         "\xc3\xa9", "a\xe2\x80\x8a", "a\xe2\x80\xa7", "a\xe2\x80\xaf", "a\xe2\x81\x9f",
+                         "a\xe2\x81\xb0", "a\xef\xbf\xbc", "a\xe2\x80", "a\xc2"}) {
     CAPTURE(ok);
     CHECK(message(ok) == "accepted");
   }

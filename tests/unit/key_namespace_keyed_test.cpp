@@ -149,7 +149,8 @@ TEST_CASE("Keyed and unkeyed namespaces of one identity share no key or header",
   check_disjoint(p, k);
   for (std::size_t i = 0; i < p.hashes.size(); ++i) {
     // The header records which kind of namespace sealed it.
-    for (const auto& v : {keyed.verify(p.headers[i], k.hashes[i], payload), plain.verify(k.headers[i], p.hashes[i], payload)}) {
+    for (const auto& v :
+         {keyed.verify(p.headers[i], k.hashes[i], payload), plain.verify(k.headers[i], p.hashes[i], payload)}) {
       CHECK(v.reason == Reason::identity_mismatch);
       CHECK(v.field == "envelope.namespace_kind");
     }

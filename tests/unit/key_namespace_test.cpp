@@ -89,8 +89,12 @@ std::vector<Case> make_cases(std::size_t bs) {
   cases.push_back({"tenant-b", {}});
   cases.push_back({long_salt, {}});
   // Unsorted extras: a shared begin, an empty key, one spanning blocks, one past the prompt.
-  cases.push_back({"", {{bs + 1, 2 * bs + 1, "image-b"}, {0, 1, ""}, {bs + 1, 2 * bs + 1, "image-a"},
-                        {bs / 2, 4 * bs, std::string(70, 'k')}, {1000000, 1000001, "far"}}});
+  cases.push_back({"",
+                   {{bs + 1, 2 * bs + 1, "image-b"},
+                    {0, 1, ""},
+                    {bs + 1, 2 * bs + 1, "image-a"},
+                    {bs / 2, 4 * bs, std::string(70, 'k')},
+                    {1000000, 1000001, "far"}}});
   cases.push_back({"s", {{0, 3 * bs, "all"}}});
   return cases;
 }
@@ -167,8 +171,8 @@ TEST_CASE("Every optimized output equals the hand-built reference", "[key_namesp
         REQUIRE(obj == ref_sha256(ref::object_message(bytes_of(h), ns.slice())));
         REQUIRE(evp.object_hash(h) == obj);
         const std::string key = ns.store_key(h);
-        REQUIRE(key == ref::store_key(ns.identity().tenant, ns.identity().model.name,
-                                      ns.identity().model.weights_epoch, bytes_of(obj)));
+        REQUIRE(key == ref::store_key(ns.identity().tenant, ns.identity().model.name, ns.identity().model.weights_epoch,
+                                      bytes_of(obj)));
         REQUIRE(evp.store_key(h) == key);
         const std::uint64_t payload = i == 0 ? 0 : i == 1 ? 123456789 : ~std::uint64_t{0};
         const kvkey::Envelope env = ns.seal(h, payload);
@@ -210,7 +214,8 @@ TEST_CASE("A bad token fails the same way in every path", "[key_namespace][equiv
   REQUIRE_THROWS_WITH(ns.block_hashes(neg), Catch::Contains("token 15 is -7"));
 }
 
-TEST_CASE("KeyNamespace::verify's one-pass check gives verify_envelope's verdict for every byte changed", "[key_namespace][equivalence]") {
+TEST_CASE("KeyNamespace::verify's one-pass check gives verify_envelope's verdict for every byte changed",
+          "[key_namespace][equivalence]") {
   const kvkey::KeyNamespace<> ns(make_identity(1, 64));
   const auto blocks = ns.block_hashes(make_tokens(3 * 64, 3));
   const kvkey::Payload payload = kvkey_test::test_payload(917504);

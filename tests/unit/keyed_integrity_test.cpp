@@ -73,8 +73,8 @@ TEST_CASE("keyed: a header downgraded to integrity mode none never verifies, wha
                    "envelope.integrity_mode");
     // ... with another length, and with an empty payload.
     const Envelope none_long = downgraded(genuine, longer.size());
-    check_rejected(ns.verify(none_long, blocks[0], Payload(longer.data(), longer.size())),
-                   Reason::payload_mismatch, "envelope.integrity_mode");
+    check_rejected(ns.verify(none_long, blocks[0], Payload(longer.data(), longer.size())), Reason::payload_mismatch,
+                   "envelope.integrity_mode");
     const Envelope none_empty = downgraded(genuine, 0);
     check_rejected(ns.verify(none_empty, blocks[0], Payload(nullptr, 0)), Reason::payload_mismatch,
                    "envelope.integrity_mode");

@@ -227,8 +227,7 @@ TEST_CASE("model_dir: missing or inconsistent config values are errors naming th
 TEST_CASE("model_dir: malformed JSON names the line and column", "[model_dir]") {
   TempDir t;
   const fs::path d = model_dir(t, "{\n  \"num_hidden_layers\": 32,\n  \"hidden_size\": ,\n}\n");
-  CHECK_THROWS_WITH(kvkey::read_model_dir(d, with_revision()),
-                    Catch::Contains("config.json:3:18: invalid JSON"));
+  CHECK_THROWS_WITH(kvkey::read_model_dir(d, with_revision()), Catch::Contains("config.json:3:18: invalid JSON"));
 }
 
 TEST_CASE("model_dir: missing config.json and missing weights are errors", "[model_dir]") {
@@ -240,7 +239,7 @@ TEST_CASE("model_dir: missing config.json and missing weights are errors", "[mod
   CHECK_THROWS_AS(kvkey::read_model_dir(t.path() / "nope", with_revision()), kvkey::io_error);
   fs::remove(d / "model.safetensors");
   write(d / "config.json", llama3_8b);
-  fs::create_directories(d / "sub.safetensors");  // directories are not weight files
+  fs::create_directories(d / "sub.safetensors");   // directories are not weight files
   write(d / "nested" / "model.safetensors", "w");  // only the top level counts
   CHECK_THROWS_WITH(kvkey::read_model_dir(d, with_revision()), Catch::Contains("no weight files"));
 }
@@ -274,9 +273,9 @@ TEST_CASE("model_dir: weights fingerprint is the sorted sha256sum manifest of th
           manifest_of(d, {"model-00001-of-00002.safetensors", "model-00002-of-00002.safetensors", "Z.safetensors"}));
   }
   SECTION("no safetensors: *.bin, *.pt and *.pth") {
-    const fs::path d = model_dir(t, qwen2_7b,
-                                 {{"pytorch_model.bin", "bin"}, {"extra.pt", "pt"}, {"more.pth", "pth"},
-                                  {"notes.txt", "not weights"}});
+    const fs::path d = model_dir(
+        t, qwen2_7b,
+        {{"pytorch_model.bin", "bin"}, {"extra.pt", "pt"}, {"more.pth", "pth"}, {"notes.txt", "not weights"}});
     const auto m = kvkey::read_model_dir(d, with_revision());
     CHECK(m.weight_files.size() == 3);
     CHECK(m.model.weights_fingerprint == manifest_of(d, {"pytorch_model.bin", "extra.pt", "more.pth"}));
@@ -595,8 +594,8 @@ TEST_CASE("model_dir: a FIFO config.json or adapter_config.json is refused at on
   const fs::path a = t.path() / "lora";
   write(a / "adapter_model.safetensors", "lora");
   REQUIRE(kvkey_test::make_fifo((a / "adapter_config.json").string()));
-  const std::string adapter = kvkey_test::refusal_of_fifo((a / "adapter_config.json").string(),
-                                                          [&] { (void)kvkey::read_adapter_dir(a); });
+  const std::string adapter =
+      kvkey_test::refusal_of_fifo((a / "adapter_config.json").string(), [&] { (void)kvkey::read_adapter_dir(a); });
   CHECK_THAT(adapter, Catch::Contains("adapter_config.json: not a regular file (a FIFO)"));
 }
 
@@ -619,12 +618,11 @@ TEST_CASE("model_dir: config files must be regular files within the size limit",
           "io_error: [kvkey.io_error] " + (d / "config.json").string() + ": not a regular file (a character device)");
   }
   SECTION("larger than max_config_file_size (refused by its size, before it is read)") {
-    {
-      std::ofstream grow(d / "config.json", std::ios::binary | std::ios::app);
-    }
+    { std::ofstream grow(d / "config.json", std::ios::binary | std::ios::app); }
     fs::resize_file(d / "config.json", kvkey::max_config_file_size + 1);  // sparse: nothing to read quickly
-    CHECK_THAT(kvkey_error_of([&] { (void)kvkey::read_model_dir(d, with_revision()); }),
-               Catch::StartsWith("input_error: ") && Catch::Contains("config.json: larger than the 16777216-byte limit"));
+    CHECK_THAT(
+        kvkey_error_of([&] { (void)kvkey::read_model_dir(d, with_revision()); }),
+        Catch::StartsWith("input_error: ") && Catch::Contains("config.json: larger than the 16777216-byte limit"));
   }
   SECTION("an adapter config too") {
     const fs::path a = t.path() / "lora";
@@ -640,7 +638,8 @@ TEST_CASE("model_dir: nesting deeper than max_config_depth is refused before it 
   TempDir t;
   const std::string base = R"({"num_hidden_layers": 2, "num_attention_heads": 4, "hidden_size": 64, )";
   SECTION("one level too deep, in a positional key") {
-    const fs::path d = model_dir(t, base + R"("rope_scaling": {"factor": )" + nested_arrays(kvkey::max_config_depth - 1) + "}}");
+    const fs::path d =
+        model_dir(t, base + R"("rope_scaling": {"factor": )" + nested_arrays(kvkey::max_config_depth - 1) + "}}");
     CHECK_THAT(kvkey_error_of([&] { (void)kvkey::read_model_dir(d, with_revision()); }),
                Catch::StartsWith("input_error: ") && Catch::Contains("config.json: rope_scaling.factor[0][0]") &&
                    Catch::Contains("nested deeper than 64 levels"));
@@ -678,7 +677,8 @@ TEST_CASE("model_dir: a number beyond double is an input_error naming the file a
   TempDir t;
   const std::map<std::string, std::string> cases = {
       {R"({"rope_theta": 1e400})", "config.json: rope_theta: number out of range"},
-      {R"({"rope_scaling": {"type": "yarn", "factor": -2.5e999}})", "config.json: rope_scaling.factor: number out of range"},
+      {R"({"rope_scaling": {"type": "yarn", "factor": -2.5e999}})",
+       "config.json: rope_scaling.factor: number out of range"},
       {R"({"rope_scaling": {"mrope_section": [16, 24, 1e309]}})",
        "config.json: rope_scaling.mrope_section[2]: number out of range"},
       {R"({"text_config": {"num_hidden_layers": 123456789e300000}})",
@@ -703,9 +703,12 @@ TEST_CASE("model_dir: a number beyond double is an input_error naming the file a
   SECTION("parse_json_text names what it parses") {
     CHECK_THROWS_WITH(kvkey::parse_json_text(R"({"a": [1, {"b": 1E+999}]})", "overrides"),
                       Catch::EndsWith("overrides: a[1].b: number out of range"));
-    CHECK_THROWS_WITH(kvkey::parse_json_text("1e999", "x.json"), Catch::EndsWith("x.json: (top level): number out of range"));
-    CHECK_THROWS_WITH(kvkey::parse_json_text("{\n \"a\": tru\n}", "x.json"), Catch::Contains("x.json:2:10: invalid JSON"));
-    CHECK_THROWS_WITH(kvkey::parse_json_text("[[[]]]", "x.json", 2), Catch::EndsWith("x.json: [0][0]: nested deeper than 2 levels"));
+    CHECK_THROWS_WITH(kvkey::parse_json_text("1e999", "x.json"),
+                      Catch::EndsWith("x.json: (top level): number out of range"));
+    CHECK_THROWS_WITH(kvkey::parse_json_text("{\n \"a\": tru\n}", "x.json"),
+                      Catch::Contains("x.json:2:10: invalid JSON"));
+    CHECK_THROWS_WITH(kvkey::parse_json_text("[[[]]]", "x.json", 2),
+                      Catch::EndsWith("x.json: [0][0]: nested deeper than 2 levels"));
   }
 }
 
@@ -716,8 +719,8 @@ TEST_CASE("model_dir: model.safetensors.index.json names shards, subdirectories 
       "model.embed_tokens.weight": "model-00001-of-00002.safetensors",
       "model.norm.weight": "model-00002-of-00002.safetensors"}})";
   SECTION("an index naming only top-level files leaves the fingerprint as it was") {
-    const fs::path d = model_dir(t, qwen2_7b,
-                                 {{"model-00001-of-00002.safetensors", "one"}, {"model-00002-of-00002.safetensors", "two"}});
+    const fs::path d = model_dir(
+        t, qwen2_7b, {{"model-00001-of-00002.safetensors", "one"}, {"model-00002-of-00002.safetensors", "two"}});
     const auto without = kvkey::read_model_dir(d, with_revision());
     write(d / "model.safetensors.index.json", index_of_two);
     const auto with = kvkey::read_model_dir(d, with_revision());
@@ -726,8 +729,10 @@ TEST_CASE("model_dir: model.safetensors.index.json names shards, subdirectories 
           manifest_of(d, {"model-00001-of-00002.safetensors", "model-00002-of-00002.safetensors"}));
   }
   SECTION("shards in subdirectories are covered; a top-level decoy does not hide them") {
-    const fs::path d = model_dir(t, qwen2_7b, {{"decoy.safetensors", "decoy"}, {"weights/a.safetensors", "real a"},
-                                               {"weights/deep/b.safetensors", "real b"}});
+    const fs::path d = model_dir(t, qwen2_7b,
+                                 {{"decoy.safetensors", "decoy"},
+                                  {"weights/a.safetensors", "real a"},
+                                  {"weights/deep/b.safetensors", "real b"}});
     write(d / "model.safetensors.index.json",
           R"({"weight_map": {"x": "weights/a.safetensors", "y": "./weights/deep/b.safetensors",
                              "z": "weights//a.safetensors"}})");
@@ -761,9 +766,9 @@ TEST_CASE("model_dir: an index entry that leaves the model directory is an error
     return kvkey_error_of([&] { (void)kvkey::read_model_dir(d, with_revision()); });
   };
   const std::string where = index.string() + ": weight_map.model.layers.0.weight: ";
-  CHECK_THAT(error_for("../outside/evil.safetensors"),
-             Catch::StartsWith("input_error: ") && Catch::Contains(where + "'../outside/evil.safetensors'") &&
-                 Catch::Contains("leaves the model directory"));
+  CHECK_THAT(error_for("../outside/evil.safetensors"), Catch::StartsWith("input_error: ") &&
+                                                           Catch::Contains(where + "'../outside/evil.safetensors'") &&
+                                                           Catch::Contains("leaves the model directory"));
   CHECK_THAT(error_for("sub/../../outside/evil.safetensors"), Catch::Contains("'..' component"));
   CHECK_THAT(error_for((t.path() / "outside" / "evil.safetensors").string()),
              Catch::Contains(where) && Catch::Contains("absolute path"));
@@ -820,7 +825,8 @@ TEST_CASE("model_dir: revisions that are not refs inside refs/ are refused, nami
   repo.lfs("model.safetensors", "w");
   const std::string other = "fedcba9876543210fedcba9876543210fedcba98";
   fs::create_directories(repo.root / "snapshots" / other);
-  fs::copy(repo.snapshot(), repo.root / "snapshots" / other, fs::copy_options::copy_symlinks | fs::copy_options::recursive);
+  fs::copy(repo.snapshot(), repo.root / "snapshots" / other,
+           fs::copy_options::copy_symlinks | fs::copy_options::recursive);
   write(t.path() / "planted-ref", other);
   const auto error_for = [&](const fs::path& dir, const std::string& revision) {
     kvkey::ModelDirOptions o;
@@ -834,11 +840,12 @@ TEST_CASE("model_dir: revisions that are not refs inside refs/ are refused, nami
   CHECK_THAT(error_for(repo.root, "v1\x7f"), Catch::Contains("revision: byte 2 is a control character"));
   CHECK_THAT(error_for(repo.root, (t.path() / "planted-ref").string()),
              Catch::StartsWith("input_error: ") && Catch::Contains("revision: '") && Catch::Contains("absolute path"));
-  CHECK_THAT(error_for(repo.root, "../../../planted-ref"), Catch::Contains("revision: '../../../planted-ref' has a '..'"));
+  CHECK_THAT(error_for(repo.root, "../../../planted-ref"),
+             Catch::Contains("revision: '../../../planted-ref' has a '..'"));
   CHECK_THAT(error_for(repo.root, "pr/../../main"), Catch::Contains("has a '..' component"));
   fs::create_symlink(t.path() / "planted-ref", repo.root / "refs" / "escape");
-  CHECK_THAT(error_for(repo.root, "escape"), Catch::Contains("revision: refs/escape resolves to") &&
-                                                 Catch::Contains("outside"));
+  CHECK_THAT(error_for(repo.root, "escape"),
+             Catch::Contains("revision: refs/escape resolves to") && Catch::Contains("outside"));
   CHECK_THAT(error_for(model_dir(t, qwen2_7b), "\x1b[31m"), Catch::Contains("revision: byte 0 is a control"));
   SECTION("refs in subdirectories (refs/pr/1) still resolve") {
     write(repo.root / "refs" / "pr" / "1", other);

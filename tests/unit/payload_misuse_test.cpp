@@ -60,8 +60,7 @@ void check_streaming_misuse(const NS& ns) {
 
 }  // namespace
 
-TEST_CASE("streaming: a second finish() or an update() after finish() throws std::logic_error",
-          "[payload][misuse]") {
+TEST_CASE("streaming: a second finish() or an update() after finish() throws std::logic_error", "[payload][misuse]") {
   SECTION("plain") { check_streaming_misuse(kvkey::KeyNamespace<>{kvkey_test::base_identity()}); }
   SECTION("keyed") {
     check_streaming_misuse(kvkey::KeyNamespace<kvkey::HmacSha256>{kvkey_test::base_identity(), secret()});

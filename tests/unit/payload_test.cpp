@@ -14,10 +14,10 @@
 
 namespace {
 
-using kvkey_test::ByteVec;
 using kvkey::Envelope;
 using kvkey::Payload;
 using kvkey::Reason;
+using kvkey_test::ByteVec;
 namespace L = kvkey::envelope_layout;
 
 const kvkey::Policy size_only{kvkey::TenantPolicy::required, kvkey::PayloadCheck::size_only};
@@ -73,7 +73,8 @@ TEST_CASE("payload: the digest is XXH3-128 of the concatenated bytes, however sp
   const void* none = nullptr;
   const kvkey::ConstBuffer* no_parts = nullptr;
   CHECK(kvkey::xxh3_128_digest(Payload(none, 0)) == kvkey::xxh3_128_digest(Payload(no_parts, 0)));
-  CHECK(kvkey_test::to_hex(kvkey::xxh3_128_digest(Payload(none, 0))) == kvkey_test::to_hex(kvkey_test::ref::xxh3_128({})));
+  CHECK(kvkey_test::to_hex(kvkey::xxh3_128_digest(Payload(none, 0))) ==
+        kvkey_test::to_hex(kvkey_test::ref::xxh3_128({})));
 }
 
 TEST_CASE("payload: seal with the bytes verifies, split or whole, and records mode and digest", "[payload]") {
@@ -160,10 +161,11 @@ TEST_CASE("payload: keyed tags need the secret and bind the header", "[payload][
   }
   SECTION("the tag matches the independent reference") {
     const ByteVec header(e.begin(), e.end());
-    const ByteVec tag = kvkey_test::ref::keyed_tag(ByteVec(32, 'k'), kvkey_test::bytes_of(k.ns.root()),
-                                                  ByteVec(e.begin() + L::nonce, e.begin() + L::nonce + 16), k.bytes,
-                                                  header);
-    CHECK(kvkey_test::to_hex(tag) == kvkey_test::to_hex(ByteVec(e.begin() + L::payload_digest, e.begin() + L::identity)));
+    const ByteVec tag =
+        kvkey_test::ref::keyed_tag(ByteVec(32, 'k'), kvkey_test::bytes_of(k.ns.root()),
+                                   ByteVec(e.begin() + L::nonce, e.begin() + L::nonce + 16), k.bytes, header);
+    CHECK(kvkey_test::to_hex(tag) ==
+          kvkey_test::to_hex(ByteVec(e.begin() + L::payload_digest, e.begin() + L::identity)));
   }
   SECTION("a reader with another secret rejects it") {
     Keyed other{kvkey_test::base_identity(), secret('x')};
@@ -271,7 +273,8 @@ TEST_CASE("payload: version-1 headers are unsupported", "[payload][envelope]") {
 TEST_CASE("payload: streaming keyed sealer and verifier agree with the one-shot forms", "[payload][keyed]") {
   Keyed k{kvkey_test::rich_identity(), secret('s')};
   auto s = k.ns.sealer(k.blocks[1]);
-  for (std::size_t at = 0; at < k.bytes.size(); at += 1000) s.update(k.bytes.data() + at, std::min<std::size_t>(1000, k.bytes.size() - at));
+  for (std::size_t at = 0; at < k.bytes.size(); at += 1000)
+    s.update(k.bytes.data() + at, std::min<std::size_t>(1000, k.bytes.size() - at));
   const Envelope e = s.finish();
   CHECK(k.ns.verify(e, k.blocks[1], k.view()).ok());
   auto v = k.ns.verifier(e.data(), e.size(), k.blocks[1]);

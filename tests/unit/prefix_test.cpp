@@ -49,8 +49,8 @@ TEST_CASE("reusable_prefix with bool results", "[prefix]") {
 TEST_CASE("reusable_prefix with Verdict results counts only ok()", "[prefix]") {
   const std::vector<Verdict> all_ok(8, ok);
   CHECK(kvkey::reusable_prefix(all_ok, 4, 16) == rp(2, 32));
-  for (Reason bad : {Reason::malformed, Reason::unsupported_version, Reason::identity_mismatch,
-                     Reason::block_mismatch, Reason::size_mismatch}) {
+  for (Reason bad : {Reason::malformed, Reason::unsupported_version, Reason::identity_mismatch, Reason::block_mismatch,
+                     Reason::size_mismatch}) {
     CAPTURE(kvkey::to_string(bad));
     for (std::size_t at = 0; at < 12; ++at) {
       CAPTURE(at);
@@ -101,7 +101,8 @@ TEST_CASE("KeyNamespace::reusable_prefix uses the namespace's block size", "[pre
     for (int s = 0; s < 2; ++s) {
       // Shard 1's block 2 holds a header of another block: it must stop the count.
       const auto& sealed_for = (b == 2 && s == 1) ? blocks[3] : blocks[b];
-      results.push_back(ns.verify(ns.seal(sealed_for, kvkey_test::test_payload(100)), blocks[b], kvkey_test::test_payload(100)));
+      results.push_back(
+          ns.verify(ns.seal(sealed_for, kvkey_test::test_payload(100)), blocks[b], kvkey_test::test_payload(100)));
     }
   }
   CHECK(results[5].reason == Reason::block_mismatch);

@@ -143,13 +143,12 @@ bool same_identity(const Identity& a, const Identity& b) {
   const auto& qb = b.kv.quant;
   return a.tenant == b.tenant && a.model.name == b.model.name && a.model.revision == b.model.revision &&
          a.model.weights_epoch == b.model.weights_epoch && a.model.weights_fingerprint == b.model.weights_fingerprint &&
-         a.model.positional_fingerprint == b.model.positional_fingerprint &&
-         a.kv.dtype == b.kv.dtype && qa.scheme == qb.scheme && qa.group_size == qb.group_size &&
-         qa.scale_dtype == qb.scale_dtype && qa.zero_point == qb.zero_point &&
-         qa.scales_fingerprint == qb.scales_fingerprint && a.kv.block_size == b.kv.block_size &&
-         a.kv.num_layers == b.kv.num_layers && a.kv.num_kv_heads == b.kv.num_kv_heads &&
-         a.kv.head_dim == b.kv.head_dim && a.kv.layout == b.kv.layout && a.kv.mla == b.kv.mla &&
-         same_adapter(a.adapter, b.adapter);
+         a.model.positional_fingerprint == b.model.positional_fingerprint && a.kv.dtype == b.kv.dtype &&
+         qa.scheme == qb.scheme && qa.group_size == qb.group_size && qa.scale_dtype == qb.scale_dtype &&
+         qa.zero_point == qb.zero_point && qa.scales_fingerprint == qb.scales_fingerprint &&
+         a.kv.block_size == b.kv.block_size && a.kv.num_layers == b.kv.num_layers &&
+         a.kv.num_kv_heads == b.kv.num_kv_heads && a.kv.head_dim == b.kv.head_dim && a.kv.layout == b.kv.layout &&
+         a.kv.mla == b.kv.mla && same_adapter(a.adapter, b.adapter);
 }
 
 bool valid(const Identity& id) {
@@ -413,8 +412,8 @@ TEST_CASE("Property: verify of another identity's header fails and names a field
       const auto& writer = namespaces[i];
       const auto& reader = namespaces[j];
       const std::vector<std::uint32_t> tokens(std::max(writer.block_size(), reader.block_size()), 42);
-      const auto v = reader.verify(writer.seal(writer.block_hashes(tokens)[0], payload),
-                                   reader.block_hashes(tokens)[0], payload);
+      const auto v =
+          reader.verify(writer.seal(writer.block_hashes(tokens)[0], payload), reader.block_hashes(tokens)[0], payload);
       INFO("writer " << i << " reader " << j << " field " << v.field);
       REQUIRE(v.reason == kvkey::Reason::identity_mismatch);
       // The named field really differs: its encoded bytes differ, and it is the

@@ -10,8 +10,8 @@
 
 namespace {
 
-using kvkey_test::base_identity;
 using kvkey::Identity;
+using kvkey_test::base_identity;
 
 bool printable_ascii(const std::string& s) {
   for (unsigned char c : s) {
@@ -67,16 +67,15 @@ TEST_CASE("The object hash binds the block hash and the slice", "[store_key]") {
   id.shard = {2, 1, 2, 1};  // heads [2,4), layers [14,28)
   const kvkey::KeyNamespace<> ns(id);
   const auto block = ns.block_hashes(kvkey_test::tokens(16)).at(0);
-  const auto expected = kvkey_test::ref::sha256(kvkey_test::ref::object_message(kvkey_test::bytes_of(block),
-                                                                              kvkey::Slice{2, 4, 14, 28}));
+  const auto expected =
+      kvkey_test::ref::sha256(kvkey_test::ref::object_message(kvkey_test::bytes_of(block), kvkey::Slice{2, 4, 14, 28}));
   CHECK(ns.slice() == kvkey::Slice{2, 4, 14, 28});
   CHECK(kvkey_test::bytes_of(ns.object_hash(block)) == expected);
   CHECK(ns.object_hash(block) != block);
 }
 
 TEST_CASE("The epoch segment is the decimal epoch", "[store_key]") {
-  for (std::uint64_t epoch : {std::uint64_t{0}, std::uint64_t{1}, std::uint64_t{1000000007},
-                              ~std::uint64_t{0}}) {
+  for (std::uint64_t epoch : {std::uint64_t{0}, std::uint64_t{1}, std::uint64_t{1000000007}, ~std::uint64_t{0}}) {
     CAPTURE(epoch);
     Identity id = base_identity();
     id.model.weights_epoch = epoch;
@@ -103,7 +102,8 @@ TEST_CASE("The model segment percent-encodes and is cut to 96 characters", "[sto
       {std::string(95, 'm') + "/", std::string(95, 'm')},
       {std::string(94, 'm') + "/", std::string(94, 'm')},
       {std::string(93, 'm') + "/x", std::string(93, 'm') + "%2F"},
-      {std::string(40, '/'), [] {
+      {std::string(40, '/'),
+       [] {
          std::string s;
          for (int i = 0; i < 32; ++i) s += "%2F";
          return s;
@@ -124,11 +124,10 @@ TEST_CASE("Keys stay printable and within max_store_key_size at the limits", "[s
   Identity id = base_identity();
   id.tenant = std::string(kvkey::limits::tenant, 'T');
   id.model.weights_epoch = ~std::uint64_t{0};
-  for (const std::string& name : {std::string(kvkey::limits::model_name, '/'),
-                                  std::string(kvkey::limits::model_name, '\xff'),
-                                  std::string(kvkey::limits::model_name, ' '),
-                                  std::string(kvkey::limits::model_name, '@'),
-                                  std::string(kvkey::limits::model_name, 'x')}) {
+  for (const std::string& name :
+       {std::string(kvkey::limits::model_name, '/'), std::string(kvkey::limits::model_name, '\xff'),
+        std::string(kvkey::limits::model_name, ' '), std::string(kvkey::limits::model_name, '@'),
+        std::string(kvkey::limits::model_name, 'x')}) {
     CAPTURE(name);
     id.model.name = name;
     const std::string key = key_for(id);
@@ -153,7 +152,7 @@ TEST_CASE("Model names that differ only beyond the cut still get different keys"
   const std::string ka = key_for(a);
   const std::string kb = key_for(b);
   CHECK(ka.substr(0, ka.size() - 64) == kb.substr(0, kb.size() - 64));  // same readable prefix
-  CHECK(ka != kb);                                                       // the object hash differs
+  CHECK(ka != kb);                                                      // the object hash differs
 }
 
 TEST_CASE("tenant_key_prefix validates the tenant", "[store_key]") {

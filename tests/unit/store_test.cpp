@@ -77,11 +77,11 @@ TEST_CASE("check_store: MemoryStore passes every case", "[store]") {
   for (const std::string_view field : kvkey::identity_field_names()) {
     CHECK(r.find("foreign_object." + std::string(field)) != nullptr);
   }
-  for (const char* name : {"foreign_object.shard", "roundtrip", "roundtrip_keyed", "epoch_bump", "cross_tenant",
-                           "keyed_reads_plain", "plain_reads_keyed", "header_bit_flip", "payload_bit_flip",
-                           "torn_value", "truncated_value", "empty_value", "non_kvkey_value", "transplanted_header",
-                           "swapped_values", "other_format_version", "stale_writer_races_epoch_bump",
-                           "concurrent_writers"}) {
+  for (const char* name :
+       {"foreign_object.shard", "roundtrip", "roundtrip_keyed", "epoch_bump", "cross_tenant", "keyed_reads_plain",
+        "plain_reads_keyed", "header_bit_flip", "payload_bit_flip", "torn_value", "truncated_value", "empty_value",
+        "non_kvkey_value", "transplanted_header", "swapped_values", "other_format_version",
+        "stale_writer_races_epoch_bump", "concurrent_writers"}) {
     INFO(name);
     CHECK(r.find(name) != nullptr);
   }

@@ -132,7 +132,8 @@ TEST_CASE("from_file refuses unsafe or invalid files without quoting them", "[se
     CHECK(what.find(secret_text) == std::string::npos);
   }
   CHECK_THROWS_AS(TenantSecret::from_file(dir.path() + "/missing"), kvkey::io_error);
-  CHECK(error_of([&] { (void)TenantSecret::from_file(dir.path() + "/missing"); }).find("/missing") != std::string::npos);
+  CHECK(error_of([&] { (void)TenantSecret::from_file(dir.path() + "/missing"); }).find("/missing") !=
+        std::string::npos);
   CHECK_THROWS_AS(TenantSecret::from_file(dir.path()), kvkey::io_error);  // a directory
 
   // Content errors are identity_errors on "tenant_secret".
@@ -195,12 +196,12 @@ TEST_CASE("from_env refuses unset, empty and malformed values without quoting th
   CHECK(error_of([] { (void)TenantSecret::from_env("KVKEY_TEST_SECRET"); }).find("is not set") != std::string::npos);
   CHECK_THROWS_AS(TenantSecret::from_env(""), kvkey::identity_error);
   CHECK(refused(""));
-  CHECK(refused(hex32 + "0"));                            // odd number of hex digits
-  CHECK(refused(hex32.substr(0, 62)));                    // 31 bytes
-  CHECK(refused("zz" + hex32));                           // not hex, no prefix
-  CHECK(refused(b64_32));                                 // base64 without the prefix
-  CHECK(refused("base64:" + b64_32.substr(1)));           // length not a multiple of 4
-  CHECK(refused("base64:" + b64_32.substr(0, 40) + "=AAA"));  // '=' inside
+  CHECK(refused(hex32 + "0"));                                            // odd number of hex digits
+  CHECK(refused(hex32.substr(0, 62)));                                    // 31 bytes
+  CHECK(refused("zz" + hex32));                                           // not hex, no prefix
+  CHECK(refused(b64_32));                                                 // base64 without the prefix
+  CHECK(refused("base64:" + b64_32.substr(1)));                           // length not a multiple of 4
+  CHECK(refused("base64:" + b64_32.substr(0, 40) + "=AAA"));              // '=' inside
   CHECK(refused("base64:AAECAwQFBgcICQoLDA0ODxAREhMUFRYXGBkaGxwdHh9="));  // non-zero unused bits
   CHECK(refused("base64:AAECAwQFBgcICQoLDA0O xAREhMUFRYXGBkaGxwdHh8="));  // whitespace
   CHECK(refused("base64:"));

@@ -14,9 +14,9 @@
 
 namespace {
 
-using kvkey_test::ByteVec;
 using kvkey::Payload;
 using kvkey::Reason;
+using kvkey_test::ByteVec;
 
 ByteVec pattern(std::size_t n, std::uint32_t seed) {
   ByteVec b(n);
@@ -71,8 +71,8 @@ void check_value_framing(const Ns& ns) {
     CHECK(ns.open_value(longer, block_a).verdict.reason == Reason::size_mismatch);
   }
   SECTION("a flipped bit anywhere is a miss") {
-    for (const std::size_t at : {std::size_t{0}, std::size_t{20}, std::size_t{100}, kvkey::envelope_size,
-                                 value.size() - 1}) {
+    for (const std::size_t at :
+         {std::size_t{0}, std::size_t{20}, std::size_t{100}, kvkey::envelope_size, value.size() - 1}) {
       kvkey::Bytes bad = value;
       bad[at] ^= 0x10;
       const kvkey::OpenedValue o = ns.open_value(bad, block_a);
@@ -103,8 +103,8 @@ TEST_CASE("seal_value and open_value: plain namespace", "[value]") {
 }
 
 TEST_CASE("seal_value and open_value: keyed namespace", "[value]") {
-  const kvkey::KeyNamespace<kvkey::HmacSha256> ns(kvkey_test::base_identity(),
-                                                  kvkey::HmacSha256(kvkey::TenantSecret(kvkey_test::secret_bytes('a'))));
+  const kvkey::KeyNamespace<kvkey::HmacSha256> ns(
+      kvkey_test::base_identity(), kvkey::HmacSha256(kvkey::TenantSecret(kvkey_test::secret_bytes('a'))));
   check_value_framing(ns);
 }
 
@@ -127,8 +127,8 @@ TEST_CASE("seal_value into a caller's buffer", "[value]") {
     CHECK(ns.open_value(out.data(), n, block_a).ok());
   }
   SECTION("too small a buffer is input_error, and nothing is written") {
-    for (const std::size_t size : {std::size_t{0}, kvkey::envelope_size - 1, kvkey::envelope_size,
-                                   kvkey::envelope_size + kv.size() - 1}) {
+    for (const std::size_t size :
+         {std::size_t{0}, kvkey::envelope_size - 1, kvkey::envelope_size, kvkey::envelope_size + kv.size() - 1}) {
       ByteVec out(size + 1, 0xcd);
       CHECK_THROWS_AS(ns.seal_value(block_a, payload, out.data(), size), kvkey::input_error);
       CHECK(std::all_of(out.begin(), out.end(), [](std::uint8_t b) { return b == 0xcd; }));

@@ -24,14 +24,14 @@ struct Command {
 /// Adds a command (a command with subcommands gives one Command per leaf) to app.
 using AddCommand = std::vector<Command> (*)(CLI::App& app);
 
-std::vector<Command> add_identity_command(CLI::App& app);  // identity.cpp
-std::vector<Command> add_keys_command(CLI::App& app);      // keys.cpp
-std::vector<Command> add_seal_command(CLI::App& app);      // seal.cpp
-std::vector<Command> add_inspect_command(CLI::App& app);   // inspect.cpp
-std::vector<Command> add_verify_command(CLI::App& app);    // verify.cpp
-std::vector<Command> add_diff_command(CLI::App& app);      // diff.cpp
-std::vector<Command> add_legacy_command(CLI::App& app);    // legacy.cpp
-std::vector<Command> add_init_command(CLI::App& app);      // init.cpp
+std::vector<Command> add_identity_command(CLI::App& app);     // identity.cpp
+std::vector<Command> add_keys_command(CLI::App& app);         // keys.cpp
+std::vector<Command> add_seal_command(CLI::App& app);         // seal.cpp
+std::vector<Command> add_inspect_command(CLI::App& app);      // inspect.cpp
+std::vector<Command> add_verify_command(CLI::App& app);       // verify.cpp
+std::vector<Command> add_diff_command(CLI::App& app);         // diff.cpp
+std::vector<Command> add_legacy_command(CLI::App& app);       // legacy.cpp
+std::vector<Command> add_init_command(CLI::App& app);         // init.cpp
 std::vector<Command> add_conformance_command(CLI::App& app);  // conformance.cpp: conformance, conformance-testee
 
 }  // namespace kvkey_tool

@@ -77,8 +77,9 @@ int run_diff(const std::string& config_a, const std::string& config_b, std::stri
 
 std::vector<Command> add_diff_command(CLI::App& app) {
   auto configs = std::make_shared<std::pair<std::string, std::string>>();
-  auto* cmd = app.add_subcommand("diff", "List the salient fields two configurations differ in and say "
-                                         "whether they can share objects");
+  auto* cmd = app.add_subcommand("diff",
+                                 "List the salient fields two configurations differ in and say "
+                                 "whether they can share objects");
   cmd->add_option("CONFIG_A", configs->first, "identity file (JSON)")->required();
   cmd->add_option("CONFIG_B", configs->second, "identity file (JSON)")->required();
   return {{cmd, [configs](std::string& out) { return run_diff(configs->first, configs->second, out); }}};

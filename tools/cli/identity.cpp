@@ -21,8 +21,7 @@ namespace kvkey_tool {
 namespace {
 
 std::string shard_text(const kvkey::Shard& s) {
-  return fmt::format("tp_rank {} of tp_size {}, pp_rank {} of pp_size {}", s.tp_rank, s.tp_size, s.pp_rank,
-                     s.pp_size);
+  return fmt::format("tp_rank {} of tp_size {}, pp_rank {} of pp_size {}", s.tp_rank, s.tp_size, s.pp_rank, s.pp_size);
 }
 
 int run_identity(const std::string& config_path, std::string& out) {
@@ -33,11 +32,12 @@ int run_identity(const std::string& config_path, std::string& out) {
   append_fields(out, field_values(ns.identity()));
   if (!config.fingerprinted_files.empty()) {
     print(out, "fingerprinted files (SHA-256 of the contents):\n");
-    for (const auto& [field, file] : config.fingerprinted_files) append_row(out, field, display_name(file), label_width);
+    for (const auto& [field, file] : config.fingerprinted_files)
+      append_row(out, field, display_name(file), label_width);
   }
   print(out, "namespace:\n");
-  append_row(out, "policy",
-             ns.policy().tenant == kvkey::TenantPolicy::single_tenant ? "single_tenant" : "required", label_width);
+  append_row(out, "policy", ns.policy().tenant == kvkey::TenantPolicy::single_tenant ? "single_tenant" : "required",
+             label_width);
   append_row(out, "shard", shard_text(ns.identity().shard), label_width);
   append_row(out, "slice", fmt::format("{}", ns.slice()), label_width);
   append_row(out, "encoding", fmt::format("{} bytes", ns.encoding().size()), label_width);
@@ -52,8 +52,9 @@ int run_identity(const std::string& config_path, std::string& out) {
 
 std::vector<Command> add_identity_command(CLI::App& app) {
   auto config = std::make_shared<std::string>();
-  auto* cmd = app.add_subcommand("identity", "Print a configuration's validated identity, encoding, root, "
-                                             "slice and key prefixes");
+  auto* cmd = app.add_subcommand("identity",
+                                 "Print a configuration's validated identity, encoding, root, "
+                                 "slice and key prefixes");
   cmd->add_option("CONFIG", *config, "identity file (JSON)")->required();
   return {{cmd, [config](std::string& out) { return run_identity(*config, out); }}};
 }

@@ -90,12 +90,15 @@ class Section {
       std::string known;
       for (std::string_view candidate : keys) known += (known.empty() ? "" : ", ") + std::string(candidate);
       const std::string unknown = field(escape(k, quote_limit));
-      if (const auto best = suggestion(k, keys)) fail("{}: {}: unknown key (did you mean {}?)", file_, unknown, field(*best));
+      if (const auto best = suggestion(k, keys))
+        fail("{}: {}: unknown key (did you mean {}?)", file_, unknown, field(*best));
       fail("{}: {}: unknown key ({} takes: {})", file_, unknown, where(), known);
     }
   }
 
-  std::string field(std::string_view key) const { return path_.empty() ? std::string(key) : path_ + "." + std::string(key); }
+  std::string field(std::string_view key) const {
+    return path_.empty() ? std::string(key) : path_ + "." + std::string(key);
+  }
   const std::string& file() const { return file_; }
 
   /// The member, or nullptr when absent or null.

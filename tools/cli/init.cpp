@@ -153,8 +153,6 @@ std::string_view option_of(std::string_view field) {
   return "--model";
 }
 
-
-
 int run_init(const InitOptions& o, std::string& out) {
   // The options as the library's deployment parameters; kvkey::identity_from_model_dir does the rest.
   kvkey::DeploymentParams p;
@@ -207,11 +205,13 @@ int run_init(const InitOptions& o, std::string& out) {
 std::vector<Command> add_init_command(CLI::App& app) {
   auto options = std::make_shared<InitOptions>();
   InitOptions& o = *options;
-  auto* cmd = app.add_subcommand("init", "Write an identity file from the model (and adapter) directory an engine "
-                                         "loads: geometry from config.json, name and revision from the Hugging Face "
-                                         "cache, weights fingerprints");
-  cmd->add_option("--model", o.model, "model directory: plain, a Hugging Face cache repo (models--ORG--NAME) or one "
-                                      "of its snapshots")
+  auto* cmd = app.add_subcommand("init",
+                                 "Write an identity file from the model (and adapter) directory an engine "
+                                 "loads: geometry from config.json, name and revision from the Hugging Face "
+                                 "cache, weights fingerprints");
+  cmd->add_option("--model", o.model,
+                  "model directory: plain, a Hugging Face cache repo (models--ORG--NAME) or one "
+                  "of its snapshots")
       ->required();
   cmd->add_option("--adapter", o.adapter, "PEFT adapter directory (adapter_config.json + adapter_model.*)");
   cmd->add_option("--adapter-name", o.adapter_name, "adapter name (default: the adapter directory's name)");
@@ -225,13 +225,16 @@ std::vector<Command> add_init_command(CLI::App& app) {
   cmd->add_option("--pp-rank", o.pp_rank, "this pipeline stage (default 0)");
   cmd->add_option("--weights-epoch", o.weights_epoch, "weights epoch (default 0)");
   cmd->add_option("--name", o.name, "model name (default: ORG/NAME in the cache, else the directory's name)");
-  cmd->add_option("--revision", o.revision, "immutable checkpoint id; in a cache repo: the ref or commit "
-                                            "(default main); required for a plain directory");
-  cmd->add_option("--override", o.overrides, "JSON object merged into config.json first (the engine's "
-                                             "--hf-overrides), or @FILE");
+  cmd->add_option("--revision", o.revision,
+                  "immutable checkpoint id; in a cache repo: the ref or commit "
+                  "(default main); required for a plain directory");
+  cmd->add_option("--override", o.overrides,
+                  "JSON object merged into config.json first (the engine's "
+                  "--hf-overrides), or @FILE");
   cmd->add_flag("--verify", o.verify, "rehash Hugging Face cache blobs and fail on any that does not match its name");
-  cmd->add_flag("--progress", o.progress, "always show the hashing progress bar on stderr (default: on a "
-                                          "terminal, for 1 GiB or more)");
+  cmd->add_flag("--progress", o.progress,
+                "always show the hashing progress bar on stderr (default: on a "
+                "terminal, for 1 GiB or more)");
   cmd->add_flag("--sources", o.sources, "print where each value came from on stderr");
   cmd->add_option("-o,--output", o.output, "write the file atomically (default: stdout)");
   return {{cmd, [options](std::string& out) { return run_init(*options, out); }}};

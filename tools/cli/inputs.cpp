@@ -111,7 +111,8 @@ kvkey::KvDtype parse_dtype(const std::string& name, std::string_view where) {
 }
 
 std::uint64_t parse_uint_option(std::string_view text, int bits, std::string_view what) {
-  const std::uint64_t max = bits == 32 ? std::numeric_limits<std::uint32_t>::max() : std::numeric_limits<std::uint64_t>::max();
+  const std::uint64_t max =
+      bits == 32 ? std::numeric_limits<std::uint32_t>::max() : std::numeric_limits<std::uint64_t>::max();
   const auto v = parse_unsigned(text, max);
   if (!v) fail("{}: expected an integer in [0, 2^{}), got {}", what, bits, quote(text));
   return *v;

@@ -20,7 +20,7 @@ namespace kvkey_tool {
 using Json = nlohmann::ordered_json;
 
 /// Limits on what the tool reads (docs/cli.md, "Limits").
-inline constexpr std::size_t max_config_size = std::size_t{1} << 20;      ///< identity files: 1 MiB
+inline constexpr std::size_t max_config_size = std::size_t{1} << 20;       ///< identity files: 1 MiB
 inline constexpr std::size_t max_token_file_size = std::size_t{32} << 20;  ///< token files: 32 MiB
 inline constexpr std::size_t max_payload_size = std::size_t{1} << 30;  ///< payload files (one object's KV bytes): 1 GiB
 inline constexpr std::size_t max_json_depth = 32;  ///< nesting of arrays and objects in an identity file

@@ -91,8 +91,7 @@ int run_inspect(const std::string& header_path, std::string& out) {
     append_row(out, "root", ns.root().hex(), label_width);
     append_row(out, "store key", shard ? ns.store_key(c->block_hash) : "(the slice fits no shard)", label_width);
   } catch (const kvkey::identity_error& e) {
-    append_row(out, "root", fmt::format("(the identity does not validate: {})", e.message()),
-               label_width);
+    append_row(out, "root", fmt::format("(the identity does not validate: {})", e.message()), label_width);
   }
   return exit_ok;
 }
@@ -101,8 +100,9 @@ int run_inspect(const std::string& header_path, std::string& out) {
 
 std::vector<Command> add_inspect_command(CLI::App& app) {
   auto header = std::make_shared<std::string>();
-  auto* cmd = app.add_subcommand("inspect", "Decode an envelope: the producer's identity, slice, block "
-                                            "hash, payload size and digest");
+  auto* cmd = app.add_subcommand("inspect",
+                                 "Decode an envelope: the producer's identity, slice, block "
+                                 "hash, payload size and digest");
   cmd->add_option("HEADER_FILE", *header, "envelope file (1024 bytes)")->required();
   return {{cmd, [header](std::string& out) { return run_inspect(*header, out); }}};
 }

@@ -38,7 +38,8 @@ Json slice_json(const kvkey::Slice& s) {
 
 Json extras_json(const std::vector<kvkey::ExtraKey>& extras) {
   Json j = Json::array();
-  for (const auto& e : extras) j.push_back(Json{{"token_begin", e.token_begin}, {"token_end", e.token_end}, {"key", e.key}});
+  for (const auto& e : extras)
+    j.push_back(Json{{"token_begin", e.token_begin}, {"token_end", e.token_end}, {"key", e.key}});
   return j;
 }
 
@@ -99,7 +100,8 @@ int run_keys(const KeysOptions& o, std::string& out) {
   append_row(out, "root", ns.root().hex(), 14);
   append_row(out, "salt", o.salt.empty() ? std::string("none") : quote(o.salt, no_limit), 14);
   for (const auto& e : opt.extras) {
-    append_row(out, "extra", fmt::format("tokens [{}, {}) key {}", e.token_begin, e.token_end, quote(e.key, no_limit)), 14);
+    append_row(out, "extra", fmt::format("tokens [{}, {}) key {}", e.token_begin, e.token_end, quote(e.key, no_limit)),
+               14);
   }
   append_row(out, "first parent", ns.first_parent(o.salt).hex(), 14);
   append_row(out, "tokens",

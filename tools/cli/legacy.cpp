@@ -85,28 +85,27 @@ int run_legacy_keys(const LegacyOptions& o, std::string& out) {
     Json blocks = Json::array();
     for (std::size_t i = 0; i < hashes.size(); ++i) {
       Json keys = Json::array();
-      for (std::uint32_t k = 0; k < shards; ++k) keys.push_back(lmdeploy::store_key(o.cache_prefix, o.model_name, k, hashes[i]));
+      for (std::uint32_t k = 0; k < shards; ++k)
+        keys.push_back(lmdeploy::store_key(o.cache_prefix, o.model_name, k, hashes[i]));
       blocks.push_back(Json{{"index", i},
                             {"token_begin", i * bs},
                             {"token_end", (i + 1) * bs},
                             {"block_hash", hashes[i].hex()},
                             {"keys", std::move(keys)}});
     }
-    const Json j{{"cache_prefix", o.cache_prefix},
-                 {"model_name", o.model_name},
-                 {"extra_identity", o.adapter},
-                 {"block_size", block_size},
-                 {"token_count", tokens.size()},
-                 {"keys_per_block", shards},
+    const Json j{{"cache_prefix", o.cache_prefix}, {"model_name", o.model_name},   {"extra_identity", o.adapter},
+                 {"block_size", block_size},       {"token_count", tokens.size()}, {"keys_per_block", shards},
                  {"blocks", std::move(blocks)}};
     append_json(out, j);
     return exit_ok;
   }
 
   fmt::format_to(std::back_inserter(out), "lmdeploy legacy keys (no tenant, dtype, revision or epoch in them)\n");
-  append_row(out, "cache prefix", o.cache_prefix.empty() ? std::string("none") : quote(o.cache_prefix, no_limit), width);
+  append_row(out, "cache prefix", o.cache_prefix.empty() ? std::string("none") : quote(o.cache_prefix, no_limit),
+             width);
   append_row(out, "model name", quote(o.model_name, no_limit), width);
-  append_row(out, "extra identity", o.adapter.empty() ? std::string("none (adapter name)") : quote(o.adapter, no_limit), width);
+  append_row(out, "extra identity", o.adapter.empty() ? std::string("none (adapter name)") : quote(o.adapter, no_limit),
+             width);
   append_row(out, "tokens",
              fmt::format("{} ({} full blocks of {}; {} trailing tokens not hashed)", tokens.size(), hashes.size(), bs,
                          tokens.size() - hashes.size() * bs),
@@ -127,16 +126,19 @@ int run_legacy_pattern(const LegacyOptions& o, std::string& out) {
   const std::string regex = lmdeploy::purge_pattern(o.cache_prefix, o.model_name);
   const std::string glob = lmdeploy::purge_glob(o.cache_prefix, o.model_name);
   if (o.json) {
-    append_json(out, Json{{"cache_prefix", o.cache_prefix}, {"model_name", o.model_name}, {"regex", regex}, {"glob", glob}});
+    append_json(out,
+                Json{{"cache_prefix", o.cache_prefix}, {"model_name", o.model_name}, {"regex", regex}, {"glob", glob}});
     return exit_ok;
   }
   fmt::format_to(std::back_inserter(out), "every legacy key of cache prefix {} and model name {}:\n",
-                 o.cache_prefix.empty() ? std::string("none") : quote(o.cache_prefix, no_limit), quote(o.model_name, no_limit));
+                 o.cache_prefix.empty() ? std::string("none") : quote(o.cache_prefix, no_limit),
+                 quote(o.model_name, no_limit));
   append_row(out, "regex", escape(regex), 7);
   append_row(out, "glob", escape(glob), 7);
-  fmt::format_to(std::back_inserter(out),
-                 "the regex matches exactly these keys (ECMAScript and POSIX ERE: Mooncake remove_by_regex, "
-                 "grep -E);\nthe glob (Redis SCAN MATCH) also matches some non-keys: check each match with the regex\n");
+  fmt::format_to(
+      std::back_inserter(out),
+      "the regex matches exactly these keys (ECMAScript and POSIX ERE: Mooncake remove_by_regex, "
+      "grep -E);\nthe glob (Redis SCAN MATCH) also matches some non-keys: check each match with the regex\n");
   return exit_ok;
 }
 
@@ -145,7 +147,9 @@ int run_legacy_parse(const LegacyOptions& o, std::string& out) {
   std::vector<lmdeploy::LegacyKey> parsed;
   for (const std::string& key : o.keys) {
     auto k = lmdeploy::parse_key(key);
-    if (!k) fail("{}: not an lmdeploy legacy key ([<cache_prefix>@]<model_name>@tp_rank:<K>@group:0@<64 hex>)", quote(key, 4 * quote_limit));
+    if (!k)
+      fail("{}: not an lmdeploy legacy key ([<cache_prefix>@]<model_name>@tp_rank:<K>@group:0@<64 hex>)",
+           quote(key, 4 * quote_limit));
     parsed.push_back(std::move(*k));
   }
   Json all = Json::array();
@@ -161,7 +165,8 @@ int run_legacy_parse(const LegacyOptions& o, std::string& out) {
       continue;
     }
     fmt::format_to(std::back_inserter(out), "{}\n", quote(o.keys[i], no_limit));
-    append_row(out, "cache prefix", k.cache_prefix.empty() ? std::string("none") : quote(k.cache_prefix, no_limit), width);
+    append_row(out, "cache prefix", k.cache_prefix.empty() ? std::string("none") : quote(k.cache_prefix, no_limit),
+               width);
     append_row(out, "model name", quote(k.model_name, no_limit), width);
     append_row(out, "kv head rank", std::to_string(k.kv_head_rank), width);
     append_row(out, "block hash", k.block_hash.hex(), width);
@@ -183,8 +188,9 @@ std::vector<Command> add_legacy_command(CLI::App& app) {
   auto* legacy = app.add_subcommand("legacy", "lmdeploy's legacy Mooncake store keys: list, match and split them");
   legacy->require_subcommand(1);
   const auto head = [&o](CLI::App* cmd) {
-    cmd->add_option("--model-name", o->model_name, "lmdeploy's model_name (default there: the model "
-                                                   "directory's basename)")
+    cmd->add_option("--model-name", o->model_name,
+                    "lmdeploy's model_name (default there: the model "
+                    "directory's basename)")
         ->required();
     cmd->add_option("--cache-prefix", o->cache_prefix, "lmdeploy's cache_prefix (default: none)");
   };
@@ -196,8 +202,9 @@ std::vector<Command> add_legacy_command(CLI::App& app) {
   keys->add_option("--tp-size", o->tp_size, "tensor-parallel size (default 1)");
   keys->add_option("--num-kv-heads", o->num_kv_heads, "KV heads of the model (needed when --tp-size > 1)");
   keys->add_flag("--json", o->json, "machine-readable output");
-  auto* pattern = legacy->add_subcommand("pattern", "Print the regex and the Redis glob that match "
-                                                    "every legacy key of a model (for purging)");
+  auto* pattern = legacy->add_subcommand("pattern",
+                                         "Print the regex and the Redis glob that match "
+                                         "every legacy key of a model (for purging)");
   head(pattern);
   pattern->add_flag("--json", o->json, "machine-readable output");
   auto* parse = legacy->add_subcommand("parse", "Split legacy keys into their parts");

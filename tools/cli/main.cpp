@@ -35,9 +35,10 @@ int report_error(std::string message) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  CLI::App app{"Inspect kvkey identities, store keys and envelopes (docs/cli.md).\n"
-               "Exit status: 0 ok; 1 verify rejected / diff cannot share; 2 usage or input error.",
-               "kvkey"};
+  CLI::App app{
+      "Inspect kvkey identities, store keys and envelopes (docs/cli.md).\n"
+      "Exit status: 0 ok; 1 verify rejected / diff cannot share; 2 usage or input error.",
+      "kvkey"};
   app.set_version_flag("--version", fmt::format("kvkey {}.{}.{} (byte format version {})", KVKEY_VERSION_MAJOR,
                                                 KVKEY_VERSION_MINOR, KVKEY_VERSION_PATCH, kvkey::format_version));
   app.require_subcommand(1);
@@ -66,7 +67,8 @@ int main(int argc, char** argv) {
     }
     const std::string parent = level == &app ? "" : level->get_name() + " ";
     if (next == nullptr) {
-      return report_error(fmt::format("unknown subcommand '{}{}' (known: {})", parent, escape(name, quote_limit), known));
+      return report_error(
+          fmt::format("unknown subcommand '{}{}' (known: {})", parent, escape(name, quote_limit), known));
     }
     level = next;
   }
@@ -75,7 +77,7 @@ int main(int argc, char** argv) {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
     if (e.get_exit_code() == 0) return app.exit(e);  // --help, --version
-    std::string where;  // "legacy keys", the innermost subcommand given
+    std::string where;                               // "legacy keys", the innermost subcommand given
     for (const CLI::App* sub = &app; !sub->get_subcommands().empty(); sub = sub->get_subcommands().front()) {
       where += (where.empty() ? "" : " ") + sub->get_subcommands().front()->get_name();
     }

@@ -38,10 +38,12 @@ struct SealOptions {
 void write_file(const std::string& path, const std::uint8_t* data, std::size_t size) {
   errno = 0;
   std::FILE* f = std::fopen(path.c_str(), "wb");
-  if (f == nullptr) fail("cannot write {}: {}", display_name(path), errno != 0 ? std::strerror(errno) : "unknown error");
+  if (f == nullptr)
+    fail("cannot write {}: {}", display_name(path), errno != 0 ? std::strerror(errno) : "unknown error");
   const bool ok = std::fwrite(data, 1, size, f) == size;
   const int err = errno;
-  if (std::fclose(f) != 0 || !ok) fail("cannot write {}: {}", display_name(path), std::strerror(err != 0 ? err : errno));
+  if (std::fclose(f) != 0 || !ok)
+    fail("cannot write {}: {}", display_name(path), std::strerror(err != 0 ? err : errno));
 }
 
 int run_seal(const SealOptions& o, std::string& out) {

@@ -21,8 +21,8 @@ struct Converter {
   Json node(const toml::node& n, const std::string& path, std::size_t depth) const {
     if (n.is_table() || n.is_array()) {
       if (depth >= max_json_depth) {
-        fail("{}:{}:{}: {}: nested deeper than {} levels", file, n.source().begin.line, n.source().begin.column,
-             path, max_json_depth);
+        fail("{}:{}:{}: {}: nested deeper than {} levels", file, n.source().begin.line, n.source().begin.column, path,
+             max_json_depth);
       }
     }
     switch (n.type()) {
@@ -43,8 +43,8 @@ struct Converter {
       case toml::node_type::floating_point: return Json(n.as_floating_point()->get());
       case toml::node_type::boolean: return Json(n.as_boolean()->get());
       default:
-        fail("{}:{}:{}: {}: TOML dates and times are not identity values (quote the value to make it a string)",
-             file, n.source().begin.line, n.source().begin.column, path);
+        fail("{}:{}:{}: {}: TOML dates and times are not identity values (quote the value to make it a string)", file,
+             n.source().begin.line, n.source().begin.column, path);
     }
   }
 

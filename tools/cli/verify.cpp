@@ -74,8 +74,9 @@ int run_verify(const VerifyOptions& o, std::string& out) {
     append_row(out, "header size", std::to_string(theirs->payload_size), 14);
     append_row(out, "reader size", std::to_string(size), 14);
   } else if (theirs && v.reason == kvkey::Reason::payload_mismatch) {
-    append_row(out, "header has", fmt::format("{} {}", kvkey::to_string(theirs->integrity),
-                                              to_hex({theirs->payload_digest.begin(), theirs->payload_digest.end()})),
+    append_row(out, "header has",
+               fmt::format("{} {}", kvkey::to_string(theirs->integrity),
+                           to_hex({theirs->payload_digest.begin(), theirs->payload_digest.end()})),
                14);
   } else if (!theirs) {
     append_row(out, "header", fmt::format("not a kvkey envelope: {}", not_envelope_reason(file, parsed.verdict)), 14);

@@ -79,12 +79,19 @@ inline bool is_lower_hex(char c) noexcept { return (c >= '0' && c <= '9') || (c 
 inline void append_regex_literal(std::string& out, std::string_view s) {
   for (char c : s) {
     switch (c) {
-      case '.': case '[': case '\\': case '(': case ')': case '*':
-      case '+': case '?': case '{': case '|': case '^': case '$':
-        out.push_back('\\');
-        break;
-      default:
-        break;
+      case '.':
+      case '[':
+      case '\\':
+      case '(':
+      case ')':
+      case '*':
+      case '+':
+      case '?':
+      case '{':
+      case '|':
+      case '^':
+      case '$': out.push_back('\\'); break;
+      default: break;
     }
     out.push_back(c);
   }
@@ -102,8 +109,10 @@ inline std::string key_head(std::string_view cache_prefix, std::string_view mode
 // basename, then to default_model_name), and parse_key cannot split such a key.
 inline void check_model_name(std::string_view model_name, std::string_view what) {
   if (model_name.empty()) {
-    throw input_error(std::string(what) + ": model_name must not be empty (lmdeploy never writes one: it uses the "
-                      "model path's basename, or \"" + std::string(default_model_name) + "\")");
+    throw input_error(std::string(what) +
+                      ": model_name must not be empty (lmdeploy never writes one: it uses the "
+                      "model path's basename, or \"" +
+                      std::string(default_model_name) + "\")");
   }
 }
 
@@ -150,7 +159,8 @@ void extend_block_hashes(std::vector<Digest>& hashes, const T* tokens, std::size
     const T* block = tokens + b * bs;
     for (std::size_t i = 0; i < bs;) {
       const std::size_t n = std::min(chunk_tokens, bs - i);
-      for (std::size_t j = 0; j < n; ++j) detail::store_u64_be(buf + 8 * j, detail::token_value(block[i + j], b * bs + i + j));
+      for (std::size_t j = 0; j < n; ++j)
+        detail::store_u64_be(buf + 8 * j, detail::token_value(block[i + j], b * bs + i + j));
       h.update(buf, 8 * n);
       i += n;
     }
@@ -163,9 +173,9 @@ void extend_block_hashes(std::vector<Digest>& hashes, const T* tokens, std::size
 /// The legacy hashes of every full block of tokens[0, count), continuing from
 /// `previous` (lmdeploy's previous_hashes; empty for a fresh request).
 template <class T>
-[[nodiscard]]
-std::vector<Digest> block_hashes(const T* tokens, std::size_t count, std::uint32_t block_size,
-                                 std::string_view extra_identity, const std::vector<Digest>& previous = {}) {
+[[nodiscard]] std::vector<Digest> block_hashes(const T* tokens, std::size_t count, std::uint32_t block_size,
+                                               std::string_view extra_identity,
+                                               const std::vector<Digest>& previous = {}) {
   std::vector<Digest> out = previous;
   extend_block_hashes(out, tokens, count, block_size, extra_identity);
   return out;
@@ -174,17 +184,16 @@ std::vector<Digest> block_hashes(const T* tokens, std::size_t count, std::uint32
 /// lmdeploy's build_prefix_block_hashes(tokens, block_size, extra_identity=...):
 /// one hash per full block. The scheduler passes the request's adapter name
 /// (or "") as extra_identity.
-[[nodiscard]]
-inline std::vector<Digest> block_hashes(const std::vector<std::int64_t>& tokens, std::uint32_t block_size,
-                                        std::string_view extra_identity = {}) {
+[[nodiscard]] inline std::vector<Digest> block_hashes(const std::vector<std::int64_t>& tokens, std::uint32_t block_size,
+                                                      std::string_view extra_identity = {}) {
   return block_hashes(tokens.data(), tokens.size(), block_size, extra_identity);
 }
 
 /// As above, continuing from the hashes of the first previous.size() blocks
 /// (lmdeploy's previous_hashes). Equals the full recompute.
-[[nodiscard]]
-inline std::vector<Digest> block_hashes(const std::vector<std::int64_t>& tokens, std::uint32_t block_size,
-                                        std::string_view extra_identity, const std::vector<Digest>& previous) {
+[[nodiscard]] inline std::vector<Digest> block_hashes(const std::vector<std::int64_t>& tokens, std::uint32_t block_size,
+                                                      std::string_view extra_identity,
+                                                      const std::vector<Digest>& previous) {
   return block_hashes(tokens.data(), tokens.size(), block_size, extra_identity, previous);
 }
 
@@ -229,9 +238,8 @@ inline std::uint32_t shard_key_count(std::uint32_t tp_size, std::uint32_t num_kv
 /// exactly as lmdeploy's build_store_key writes it ('@' is not escaped).
 /// Throws input_error for an empty model_name, which lmdeploy never writes and
 /// parse_key, is_legacy_key and purge_pattern refuse.
-[[nodiscard]]
-inline std::string store_key(std::string_view cache_prefix, std::string_view model_name, std::uint32_t kv_head_rank,
-                             const Digest& block_hash) {
+[[nodiscard]] inline std::string store_key(std::string_view cache_prefix, std::string_view model_name,
+                                           std::uint32_t kv_head_rank, const Digest& block_hash) {
   detail::check_model_name(model_name, "store_key");
   std::string key = detail::key_head(cache_prefix, model_name);
   key.append("@tp_rank:").append(std::to_string(kv_head_rank)).append("@group:0@");
@@ -242,9 +250,8 @@ inline std::string store_key(std::string_view cache_prefix, std::string_view mod
 /// The keys lmdeploy's worker lookup asks batch_is_exist about, block-major:
 /// for each hash, kv_head_rank 0 .. shard_keys - 1. Throws input_error for an
 /// empty model_name.
-[[nodiscard]]
-inline std::vector<std::string> lookup_keys(std::string_view cache_prefix, std::string_view model_name,
-                                            std::uint32_t shard_keys, const std::vector<Digest>& hashes) {
+[[nodiscard]] inline std::vector<std::string> lookup_keys(std::string_view cache_prefix, std::string_view model_name,
+                                                          std::uint32_t shard_keys, const std::vector<Digest>& hashes) {
   detail::check_model_name(model_name, "lookup_keys");
   std::vector<std::string> keys;
   keys.reserve(hashes.size() * shard_keys);
@@ -326,8 +333,8 @@ inline std::optional<KeyTail> split_tail(std::string_view key) {
 /// model_name): its head is exactly "[<cache_prefix>@]<model_name>". Because
 /// '@' is not escaped, another pair that joins to the same head matches too
 /// (lmdeploy wrote the same bytes for it). The same set purge_pattern matches.
-[[nodiscard]]
-inline bool is_legacy_key_of(std::string_view key, std::string_view cache_prefix, std::string_view model_name) {
+[[nodiscard]] inline bool is_legacy_key_of(std::string_view key, std::string_view cache_prefix,
+                                           std::string_view model_name) {
   const auto tail = detail::split_tail(key);
   return tail && !model_name.empty() && tail->head == detail::key_head(cache_prefix, model_name);
 }

@@ -52,8 +52,9 @@ struct resets_after_result<Hash, std::void_t<decltype(Hash::resets_after_result)
 template <class H, class = void>
 struct pads_in_place : std::false_type {};
 template <class H>
-struct pads_in_place<H, std::void_t<decltype(std::declval<const H&>().hash_padded(
-                            std::declval<std::uint8_t*>(), std::size_t{}))>> : std::true_type {};
+struct pads_in_place<
+    H, std::void_t<decltype(std::declval<const H&>().hash_padded(std::declval<std::uint8_t*>(), std::size_t{}))>>
+    : std::true_type {};
 
 template <class Hash>
 Digest to_digest(Hash& h) {
@@ -162,9 +163,9 @@ class Chain {
   /// KeyNamespace::extend_block_hashes.
   template <class T>
   void extend(std::vector<Digest>& hashes, const T* tokens, std::size_t count, const HashOptions& opt) const {
-    static_assert(std::is_same_v<T, std::int32_t> || std::is_same_v<T, std::int64_t> ||
-                      std::is_same_v<T, std::uint32_t>,
-                  "token ids must be int32_t, int64_t or uint32_t");
+    static_assert(
+        std::is_same_v<T, std::int32_t> || std::is_same_v<T, std::int64_t> || std::is_same_v<T, std::uint32_t>,
+        "token ids must be int32_t, int64_t or uint32_t");
     const std::size_t bs = block_size_;
     const std::size_t full = count / bs;
     if (hashes.size() > full) {
@@ -239,14 +240,12 @@ class Chain {
   static constexpr std::size_t buffered_tokens = 256;
   static constexpr std::size_t message_head = 1 + Digest::size_bytes;  // 'B', parent
   // A block message without extras, padded (Sha256Native::hash_padded).
-  static constexpr std::size_t message_capacity =
-      Sha256Native::padded_size(message_head + 4 * buffered_tokens + 4);
+  static constexpr std::size_t message_capacity = Sha256Native::padded_size(message_head + 4 * buffered_tokens + 4);
 
   // The message of a block no extra overlaps: 'B', parent, the tokens as
   // u32le, u32le 0. Returns its length; msg holds message_capacity bytes.
   template <class T>
-  std::size_t block_message(std::uint8_t* msg, const Digest& parent, const T* tokens,
-                            std::size_t first_token) const {
+  std::size_t block_message(std::uint8_t* msg, const Digest& parent, const T* tokens, std::size_t first_token) const {
     const std::size_t bs = block_size_;
     msg[0] = domain_block;
     std::memcpy(msg + 1, parent.data(), Digest::size_bytes);

@@ -34,7 +34,8 @@ inline constexpr std::uint32_t sha256_iv[8] = {0x6a09e667, 0xbb67ae85, 0x3c6ef37
 #if KVKEY_SHA256_X86
 
 // pshufb mask: big-endian message words.
-alignas(16) inline constexpr std::uint8_t sha256_bswap_mask[16] = {3, 2, 1, 0, 7, 6, 5, 4, 11, 10, 9, 8, 15, 14, 13, 12};
+alignas(16) inline constexpr std::uint8_t sha256_bswap_mask[16] = {3,  2,  1, 0, 7,  6,  5,  4,
+                                                                   11, 10, 9, 8, 15, 14, 13, 12};
 
 #define KVKEY_SHA_TARGET __attribute__((target("sha,sse4.1,ssse3")))
 
@@ -43,9 +44,8 @@ alignas(16) inline constexpr std::uint8_t sha256_bswap_mask[16] = {3, 2, 1, 0, 7
 // (sha256msg1), the usual interleaving for the SHA extensions.
 template <int I>
 KVKEY_SHA_TARGET __attribute__((always_inline)) inline void sha256_x86_group(__m128i& abef, __m128i& cdgh,
-                                                                              __m128i (&x)[4],
-                                                                              const std::uint8_t* block,
-                                                                              __m128i bswap) {
+                                                                             __m128i (&x)[4], const std::uint8_t* block,
+                                                                             __m128i bswap) {
   if constexpr (I < 4) {
     x[I] = _mm_shuffle_epi8(_mm_loadu_si128(reinterpret_cast<const __m128i*>(block + 16 * I)), bswap);
   }
@@ -65,9 +65,8 @@ KVKEY_SHA_TARGET __attribute__((always_inline)) inline void sha256_x86_group(__m
 
 template <int... I>
 KVKEY_SHA_TARGET __attribute__((always_inline)) inline void sha256_x86_rounds(__m128i& abef, __m128i& cdgh,
-                                                                               const std::uint8_t* block,
-                                                                               __m128i bswap,
-                                                                               std::integer_sequence<int, I...>) {
+                                                                              const std::uint8_t* block, __m128i bswap,
+                                                                              std::integer_sequence<int, I...>) {
   __m128i x[4];
   (sha256_x86_group<I>(abef, cdgh, x, block, bswap), ...);
 }
@@ -80,13 +79,12 @@ KVKEY_SHA_TARGET __attribute__((always_inline)) inline void sha256_x86_rounds2(
     const std::uint8_t* block2, __m128i bswap, std::integer_sequence<int, I...>) {
   __m128i x1[4];
   __m128i x2[4];
-  ((sha256_x86_group<I>(abef1, cdgh1, x1, block1, bswap), sha256_x86_group<I>(abef2, cdgh2, x2, block2, bswap)),
-   ...);
+  ((sha256_x86_group<I>(abef1, cdgh1, x1, block1, bswap), sha256_x86_group<I>(abef2, cdgh2, x2, block2, bswap)), ...);
 }
 
 // (a, b, c, d), (e, f, g, h) <-> (a, b, e, f), (c, d, g, h) as the instructions want them.
-KVKEY_SHA_TARGET __attribute__((always_inline)) inline void sha256_x86_load(const std::uint32_t* state,
-                                                                             __m128i& abef, __m128i& cdgh) {
+KVKEY_SHA_TARGET __attribute__((always_inline)) inline void sha256_x86_load(const std::uint32_t* state, __m128i& abef,
+                                                                            __m128i& cdgh) {
   const __m128i dcba = _mm_loadu_si128(reinterpret_cast<const __m128i*>(state));
   const __m128i hgfe = _mm_loadu_si128(reinterpret_cast<const __m128i*>(state + 4));
   const __m128i cdab = _mm_shuffle_epi32(dcba, 0xb1);
@@ -97,8 +95,8 @@ KVKEY_SHA_TARGET __attribute__((always_inline)) inline void sha256_x86_load(cons
 
 // Stores the state back as (a, ..., h) and, with `digest`, the big-endian digest.
 KVKEY_SHA_TARGET __attribute__((always_inline)) inline void sha256_x86_store(__m128i abef, __m128i cdgh,
-                                                                              std::uint32_t* state,
-                                                                              std::uint8_t* digest, __m128i bswap) {
+                                                                             std::uint32_t* state, std::uint8_t* digest,
+                                                                             __m128i bswap) {
   const __m128i feba = _mm_shuffle_epi32(abef, 0x1b);
   const __m128i dchg = _mm_shuffle_epi32(cdgh, 0xb1);
   const __m128i dcba = _mm_blend_epi16(feba, dchg, 0xf0);
