@@ -8,7 +8,7 @@ import (
 )
 
 // FormatVersion is the byte format this package reads and writes.
-const FormatVersion = 2
+const FormatVersion = 3
 
 const identityTag = "kvkey.id"
 
