@@ -63,11 +63,19 @@ type Namespace struct {
 // invalid field; "tenant_secret" for a secret of the wrong size) and
 // precomputes the root and the key prefix.
 func NewNamespace(id Identity, opts ...Option) (*Namespace, error) {
+	return newNamespace(id, false, opts...)
+}
+
+// newNamespace is NewNamespace; strict: without the zero-value defaults.
+func newNamespace(id Identity, strict bool, opts ...Option) (*Namespace, error) {
 	var o options
 	for _, opt := range opts {
 		opt(&o)
 	}
-	v, err := Validated(id, o.singleTenant)
+	if !strict {
+		id = withDefaults(id)
+	}
+	v, err := validated(id, o.singleTenant)
 	if err != nil {
 		return nil, err
 	}

@@ -7,11 +7,13 @@
 // bad bytes into U+FFFD and keeps the last of two keys), which would let an
 // identity or a request mean something its bytes do not say.
 //
-// Values are nil (null), bool, Number, string, []any and *Object.
+// A number beyond the range of a double (1e400, a 400-digit integer) is
+// refused too. Values are nil (null), bool, Number, string, []any and *Object.
 package strictjson
 
 import (
 	"fmt"
+	"math"
 	"strconv"
 	"strings"
 	"unicode/utf16"
@@ -245,6 +247,12 @@ func (p *parser) number() (any, error) {
 		if p.digits() == 0 {
 			return nil, p.fail("invalid number")
 		}
+	}
+	// Beyond a double: no parser the ports use represents it (nlohmann's
+	// refuses it, Python's is inf), so the text does not say one number.
+	if f, _ := strconv.ParseFloat(string(p.s[start:p.i]), 64); math.IsInf(f, 0) {
+		p.i = start
+		return nil, p.fail("number beyond the range of a double")
 	}
 	return Number(p.s[start:p.i]), nil
 }

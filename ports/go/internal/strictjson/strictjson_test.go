@@ -34,6 +34,8 @@ func TestRefuses(t *testing.T) {
 		{"short unicode escape", `"\u41"`},
 		{"signed unicode escape", `"\u+041"`},
 		{"non-ASCII outside strings", "[1\xc2\xa0]"},
+		{"beyond a double", `[1e400]`},
+		{"a 400-digit integer", "[" + strings.Repeat("9", 400) + "]"},
 		{"too deep", strings.Repeat("[", 5) + strings.Repeat("]", 5)},
 	} {
 		if v, err := Parse([]byte(c.text), 4); err == nil {

@@ -1,0 +1,523 @@
+// SPDX-License-Identifier: Apache-2.0
+
+package kvkey
+
+import (
+	"bytes"
+	"crypto/sha256"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"reflect"
+	"strconv"
+	"strings"
+
+	"github.com/kvkey/kvkey/ports/go/internal/hook"
+	"github.com/kvkey/kvkey/ports/go/internal/strictjson"
+)
+
+// Limits on an identity file, as the kvkey tool's (docs/cli.md, "Limits and
+// untrusted input").
+const (
+	MaxIdentityFileSize  = 1 << 20 // bytes
+	MaxIdentityFileDepth = 32      // nested arrays and objects
+)
+
+// IdentityFile is an identity file as `kvkey init` writes it (docs/cli.md,
+// "Identity files"): the identity and the namespace's tenant policy.
+type IdentityFile struct {
+	Identity     Identity // as the file gives it; Tenant is empty under the single-tenant policy
+	SingleTenant bool     // "policy": "single_tenant"
+}
+
+// NewNamespace builds the file's namespace (with SingleTenant() when the file
+// says so), validating the identity exactly as the file gives it: an explicit
+// empty kv.quant.scheme or zero shard size is refused as by the C++ library.
+// Pass WithSecret for a keyed namespace.
+func (f *IdentityFile) NewNamespace(opts ...Option) (*Namespace, error) {
+	if f.SingleTenant {
+		opts = append([]Option{SingleTenant()}, opts...)
+	}
+	return newNamespace(f.Identity, true, opts...)
+}
+
+// ParseIdentity reads an identity file's bytes (JSON). Errors are *Error
+// values of kind input_error naming the member, as the kvkey tool's reader:
+// a syntax error, a duplicate key (Field: its dotted path), an unknown key
+// ("kv.blocksize"), a missing required key, a wrong type or an integer out of
+// range. Field is empty when the text is not a JSON object (bad UTF-8, a lone
+// surrogate, data after the object, nesting deeper than MaxIdentityFileDepth,
+// more than MaxIdentityFileSize bytes). The identity is not validated here:
+// IdentityFile.NewNamespace does it. A "*_file" key names a file whose SHA-256
+// is the fingerprint, relative to the working directory.
+func ParseIdentity(data []byte) (*IdentityFile, error) { return parseIdentityFile(data, "") }
+
+// LoadIdentity reads and parses the identity file at path (a regular file of
+// at most MaxIdentityFileSize bytes); "*_file" keys are relative to its
+// directory.
+func LoadIdentity(path string) (*IdentityFile, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return nil, inputError("", err.Error())
+	}
+	defer f.Close()
+	if st, err := f.Stat(); err != nil || !st.Mode().IsRegular() {
+		return nil, inputError("", path+": not a regular file")
+	}
+	data, err := io.ReadAll(io.LimitReader(f, MaxIdentityFileSize+1))
+	if err != nil {
+		return nil, inputError("", path+": "+err.Error())
+	}
+	return parseIdentityFile(data, filepath.Dir(path))
+}
+
+// UnmarshalJSON reads an identity file (json.Unmarshal(file, &id)) by
+// ParseIdentity's rules and validates it; a single_tenant file needs
+// ParseIdentity, which keeps the policy.
+func (id *Identity) UnmarshalJSON(data []byte) error {
+	f, err := ParseIdentity(data)
+	if err != nil {
+		return err
+	}
+	if f.SingleTenant {
+		return inputError("policy", `"single_tenant" is not part of an Identity: read the file with ParseIdentity`)
+	}
+	if _, err := validated(f.Identity, false); err != nil {
+		return err
+	}
+	*id = f.Identity
+	return nil
+}
+
+// MarshalJSON writes the identity as an identity file: every member, absent
+// optional ones (fingerprints, scale dtype, adapter) left out.
+func (id Identity) MarshalJSON() ([]byte, error) {
+	return strictjson.Append(nil, partJSON(reflect.ValueOf(id), identityFields)), nil
+}
+
+func partJSON(part reflect.Value, table []fieldInfo) *strictjson.Object {
+	o := &strictjson.Object{}
+	for i := range table {
+		f := &table[i]
+		v := f.member(part)
+		var out any
+		switch f.typ {
+		case typePart:
+			out = partJSON(v, f.part)
+		case typeOptPart, typeOptDType, typeOptDigest:
+			if v.IsNil() {
+				continue
+			}
+			if f.typ == typeOptPart {
+				out = partJSON(v.Elem(), f.part)
+			} else {
+				out = v.Elem().Interface().(fmt.Stringer).String()
+			}
+		case typeString:
+			out = v.String()
+		case typeU32, typeU64:
+			out = strictjson.Number(strconv.FormatUint(v.Uint(), 10))
+		case typeBool:
+			out = v.Bool()
+		case typeDType, typeDigest:
+			out = v.Interface().(fmt.Stringer).String()
+		}
+		o.Keys, o.Values = append(o.Keys, f.key), append(o.Values, out)
+	}
+	return o
+}
+
+// MarshalJSON writes the dtype's name ("fp16").
+func (d DType) MarshalJSON() ([]byte, error) { return strictjson.Append(nil, d.String()), nil }
+
+// UnmarshalJSON reads a dtype name ("fp16"), as identity files spell it.
+func (d *DType) UnmarshalJSON(b []byte) error {
+	v, err := strictjson.Parse(b, 1)
+	s, isString := v.(string)
+	if err != nil || !isString {
+		return inputError("", "a dtype is a JSON string such as \"fp16\"")
+	}
+	parsed, err := ParseDType(s)
+	if err != nil {
+		return err
+	}
+	*d = parsed
+	return nil
+}
+
+// MarshalJSON writes the digest as 64 lowercase hex digits.
+func (d Digest) MarshalJSON() ([]byte, error) { return strictjson.Append(nil, d.String()), nil }
+
+// UnmarshalJSON reads 64 hex digits.
+func (d *Digest) UnmarshalJSON(b []byte) error {
+	v, err := strictjson.Parse(b, 1)
+	s, isString := v.(string)
+	if err != nil || !isString {
+		return inputError("", "a digest is a JSON string of 64 hex digits")
+	}
+	parsed, err := ParseDigest(s)
+	if err != nil {
+		return err
+	}
+	*d = parsed
+	return nil
+}
+
+// jsonDefaults is the C++ kvkey::Identity's default: what an absent member means.
+func jsonDefaults() Identity {
+	return Identity{KV: KV{Quant: Quant{Scheme: "none"}}, Shard: Shard{TPSize: 1, PPSize: 1}}
+}
+
+// parseJSONText parses an identity file's or request's JSON text; errors are
+// input errors, a duplicate key's naming its path.
+func parseJSONText(data []byte, maxDepth int) (any, error) {
+	v, err := strictjson.Parse(data, maxDepth)
+	var e *strictjson.Error
+	if errors.As(err, &e) {
+		if e.Duplicate != "" {
+			return nil, inputError(e.Duplicate, "duplicate key")
+		}
+		return nil, inputError("", "invalid JSON: "+e.Error())
+	}
+	return v, err
+}
+
+func parseIdentityFile(data []byte, dir string) (*IdentityFile, error) {
+	if len(data) > MaxIdentityFileSize {
+		return nil, inputError("", fmt.Sprintf("an identity file holds at most %d bytes", MaxIdentityFileSize))
+	}
+	data = bytes.TrimPrefix(data, []byte("\xef\xbb\xbf"))
+	if i := bytes.IndexByte(data, 0); i >= 0 {
+		return nil, inputError("", fmt.Sprintf("NUL byte (byte %d): not a text file", i))
+	}
+	v, err := parseJSONText(data, MaxIdentityFileDepth)
+	if err != nil {
+		return nil, err
+	}
+	top, ok := v.(*strictjson.Object)
+	if !ok {
+		return nil, inputError("", "expected an object at the top level")
+	}
+	keys := append([]string{"tenant", "policy"}, keysOf(identityFields)[1:]...)
+	if err := checkUnknownKeys(top, "", keys); err != nil {
+		return nil, err
+	}
+	f := &IdentityFile{Identity: jsonDefaults()}
+	if err := readPolicy(top, f); err != nil {
+		return nil, err
+	}
+	r := fileReader{dir: dir}
+	return f, r.part(top, reflect.ValueOf(&f.Identity).Elem(), identityFields)
+}
+
+func readPolicy(top *strictjson.Object, f *IdentityFile) error {
+	p, ok := present(top, "policy")
+	if !ok {
+		return nil
+	}
+	s, isString := p.(string)
+	switch {
+	case !isString:
+		return inputError("policy", "expected a string")
+	case s == "single_tenant":
+		f.SingleTenant = true
+	case s != "required":
+		return inputError("policy", `expected "required" or "single_tenant"`)
+	}
+	return nil
+}
+
+// keysOf lists the keys an object of the part takes, each "*_file"
+// alternative after its digest.
+func keysOf(table []fieldInfo) []string {
+	var keys []string
+	for _, f := range table {
+		keys = append(keys, f.key)
+		if f.fileAlt {
+			keys = append(keys, fileKeyOf(f.key))
+		}
+	}
+	return keys
+}
+
+// fileKeyOf: "weights_fingerprint" -> "weights_file".
+func fileKeyOf(key string) string { return strings.TrimSuffix(key, "_fingerprint") + "_file" }
+
+func join(path, key string) string {
+	if path == "" {
+		return key
+	}
+	return path + "." + key
+}
+
+// checkUnknownKeys names the first key of o (in the order of the text) that is not one of keys.
+func checkUnknownKeys(o *strictjson.Object, path string, keys []string) error {
+	for _, k := range o.Keys {
+		known := false
+		for _, want := range keys {
+			known = known || k == want
+		}
+		if !known {
+			return inputError(join(path, k), "unknown key")
+		}
+	}
+	return nil
+}
+
+// present returns the member unless it is absent or null.
+func present(o *strictjson.Object, key string) (any, bool) {
+	v, ok := o.Get(key)
+	return v, ok && v != nil
+}
+
+// readLeaf sets out (a member of type t) from the JSON value v; errors name path.
+func readLeaf(path string, t fieldType, v any, out reflect.Value) error {
+	switch t {
+	case typeString:
+		s, ok := v.(string)
+		if !ok {
+			return inputError(path, "expected a string")
+		}
+		out.SetString(s)
+	case typeU32, typeU64:
+		bits := 32
+		if t == typeU64 {
+			bits = 64
+		}
+		n, ok := v.(strictjson.Number)
+		u, err := strconv.ParseUint(string(n), 10, bits)
+		if !ok || err != nil {
+			return inputError(path, fmt.Sprintf("expected an integer in [0, 2^%d)", bits))
+		}
+		out.SetUint(u)
+	case typeBool:
+		b, ok := v.(bool)
+		if !ok {
+			return inputError(path, "expected true or false")
+		}
+		out.SetBool(b)
+	case typeDType, typeOptDType:
+		s, _ := v.(string)
+		d, err := ParseDType(s)
+		if _, ok := v.(string); !ok || err != nil {
+			return inputError(path, "expected a dtype name ("+strings.Join(dtypeNames[1:], ", ")+")")
+		}
+		if t == typeOptDType {
+			out.Set(reflect.ValueOf(&d))
+		} else {
+			out.Set(reflect.ValueOf(d))
+		}
+	case typeDigest, typeOptDigest:
+		s, _ := v.(string)
+		d, err := ParseDigest(s)
+		if _, ok := v.(string); !ok || err != nil {
+			return inputError(path, "expected 64 hex digits")
+		}
+		if t == typeOptDigest {
+			out.Set(reflect.ValueOf(&d))
+		} else {
+			out.Set(reflect.ValueOf(d))
+		}
+	default:
+		panic("kvkey: not a leaf")
+	}
+	return nil
+}
+
+// fileReader reads an identity file's parts in table order, as the kvkey
+// tool's reader (tools/cli/identity_config.cpp).
+type fileReader struct{ dir string }
+
+func (r fileReader) part(o *strictjson.Object, part reflect.Value, table []fieldInfo) error {
+	for i := range table {
+		if err := r.member(o, &table[i], part); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func (r fileReader) member(o *strictjson.Object, f *fieldInfo, part reflect.Value) error {
+	out := f.member(part)
+	if f.fileAlt {
+		return r.fingerprint(o, f, out)
+	}
+	v, ok := present(o, f.key)
+	if !ok {
+		if f.required {
+			return inputError(f.path, "required key is missing")
+		}
+		return nil // the C++ default
+	}
+	if f.typ != typePart && f.typ != typeOptPart {
+		return readLeaf(f.path, f.typ, v, out)
+	}
+	sub, isObject := v.(*strictjson.Object)
+	if !isObject {
+		return inputError(f.path, "expected an object")
+	}
+	if err := checkUnknownKeys(sub, f.path, keysOf(f.part)); err != nil {
+		return err
+	}
+	if f.typ == typeOptPart {
+		out.Set(reflect.New(out.Type().Elem()))
+		out = out.Elem()
+	}
+	return r.part(sub, out, f.part)
+}
+
+// fingerprint reads a digest given inline or as "<name>_file", a file to hash.
+func (r fileReader) fingerprint(o *strictjson.Object, f *fieldInfo, out reflect.Value) error {
+	fileKey := fileKeyOf(f.key)
+	filePath := strings.TrimSuffix(f.path, f.key) + fileKey
+	hex, hasHex := present(o, f.key)
+	file, hasFile := present(o, fileKey)
+	switch {
+	case hasHex && hasFile:
+		return inputError(filePath, fmt.Sprintf("give %s or %s, not both", f.path, filePath))
+	case hasHex:
+		return readLeaf(f.path, f.typ, hex, out)
+	case !hasFile:
+		if f.required {
+			return inputError(f.path, "required key is missing (or give "+filePath+")")
+		}
+		return nil
+	}
+	name, isString := file.(string)
+	if !isString {
+		return inputError(filePath, "expected a string")
+	}
+	if strings.IndexByte(name, 0) >= 0 {
+		return inputError(filePath, "a path cannot hold a NUL byte")
+	}
+	if !filepath.IsAbs(name) && r.dir != "" {
+		name = filepath.Join(r.dir, name)
+	}
+	d, err := fingerprintFile(name)
+	if err != nil {
+		return inputError(filePath, err.Error())
+	}
+	if f.typ == typeOptDigest {
+		out.Set(reflect.ValueOf(&d))
+	} else {
+		out.Set(reflect.ValueOf(d))
+	}
+	return nil
+}
+
+// fingerprintFile is the SHA-256 of a regular file (what sha256sum prints).
+func fingerprintFile(name string) (d Digest, err error) {
+	file, err := os.Open(name)
+	if err != nil {
+		return d, err
+	}
+	defer file.Close()
+	if st, err := file.Stat(); err != nil || !st.Mode().IsRegular() {
+		return d, fmt.Errorf("%s: not a regular file", name)
+	}
+	h := sha256.New()
+	if _, err := io.Copy(h, file); err != nil {
+		return d, err
+	}
+	h.Sum(d[:0])
+	return d, nil
+}
+
+// ---- the conformance request's "identity" member (docs/conformance.md) ----
+
+func init() { hook.DecodeRequestIdentity = decodeRequestIdentity }
+
+// decodeRequestIdentity reads a request's identity as the C++ testee does:
+// every key of the whole object checked first (in the order of the text),
+// then the policy, then the salient fields in encoding order and the shard;
+// absent and null members keep the C++ defaults.
+func decodeRequestIdentity(member any) (any, error) {
+	top, ok := member.(*strictjson.Object)
+	if !ok {
+		return nil, inputError("identity", "expected an object")
+	}
+	if err := checkRequestKeys(top, "", identityFields); err != nil {
+		return nil, err
+	}
+	f := &IdentityFile{Identity: jsonDefaults()}
+	if err := readPolicy(top, f); err != nil {
+		return nil, err
+	}
+	if err := readRequestPart(top, reflect.ValueOf(&f.Identity).Elem(), identityFields); err != nil {
+		return nil, err
+	}
+	if shard, ok := present(top, "shard"); ok {
+		out := reflect.ValueOf(&f.Identity.Shard).Elem()
+		for i := range shardFields {
+			m := &shardFields[i]
+			if v, ok := present(shard.(*strictjson.Object), m.key); ok {
+				if err := readLeaf(m.path, m.typ, v, m.member(out)); err != nil {
+					return nil, err
+				}
+			}
+		}
+	}
+	return f, nil
+}
+
+// checkRequestKeys: every key is a member (or "policy" at the top), every part an object (or null).
+func checkRequestKeys(o *strictjson.Object, path string, table []fieldInfo) error {
+	for i, k := range o.Keys {
+		if path == "" && k == "policy" {
+			continue
+		}
+		f := lookup(table, k)
+		if f == nil {
+			return inputError(join(path, k), "unknown key")
+		}
+		if (f.typ == typePart || f.typ == typeOptPart) && o.Values[i] != nil {
+			sub, isObject := o.Values[i].(*strictjson.Object)
+			if !isObject {
+				return inputError(f.path, "expected an object")
+			}
+			if err := checkRequestKeys(sub, f.path, f.part); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
+}
+
+func lookup(table []fieldInfo, key string) *fieldInfo {
+	for i := range table {
+		if table[i].key == key {
+			return &table[i]
+		}
+	}
+	return nil
+}
+
+// readRequestPart reads the salient members of a part whose keys
+// checkRequestKeys has checked, in encoding order (the shard is skipped).
+func readRequestPart(o *strictjson.Object, part reflect.Value, table []fieldInfo) error {
+	for i := range table {
+		f := &table[i]
+		v, ok := present(o, f.key)
+		if f.notSalient || !ok {
+			continue
+		}
+		out := f.member(part)
+		switch f.typ {
+		case typeOptPart:
+			out.Set(reflect.New(out.Type().Elem()))
+			out = out.Elem()
+			fallthrough
+		case typePart:
+			if err := readRequestPart(v.(*strictjson.Object), out, f.part); err != nil {
+				return err
+			}
+		default:
+			if err := readLeaf(f.path, f.typ, v, out); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
+}
