@@ -1,0 +1,107 @@
+// SPDX-License-Identifier: Apache-2.0
+
+package main
+
+import (
+	"bytes"
+	"encoding/json"
+	"os/exec"
+	"strings"
+	"testing"
+
+	"github.com/kvkey/kvkey/ports/go/internal/strictjson"
+)
+
+const valid = `{"id":1,"identity":{"tenant":"t","model":{"name":"m","revision":"r"},` +
+	`"kv":{"dtype":"fp16","block_size":2,"num_layers":2,"num_kv_heads":2,"head_dim":8,"layout":"l"}},"tokens":[1,2,3]}`
+
+type answer struct {
+	ID    any `json:"id"`
+	Error *struct {
+		Kind, Field string
+	} `json:"error"`
+	Keys []string `json:"keys"`
+}
+
+func ask(t *testing.T, line string) answer {
+	t.Helper()
+	out := strictjson.Append(nil, respond([]byte(line)))
+	var a answer
+	if !json.Valid(out) || json.Unmarshal(out, &a) != nil {
+		t.Fatalf("%.60q: answer is not JSON: %s", line, out)
+	}
+	return a
+}
+
+func TestHostileLinesAreRequestErrors(t *testing.T) {
+	for _, line := range []string{
+		strings.Replace(valid, `"m"`, "\"m\xff\"", 1),
+		strings.Replace(valid, `"m"`, `"m\ud800"`, 1),
+		strings.Replace(valid, `"m"`, `"m\udfff\ud800"`, 1),
+		valid + ` {"id":2}`,
+		valid + `x`,
+		strings.Replace(valid, `"id":1`, `"id":1e400`, 1),
+		strings.Replace(valid, `"id":1`, `"id":`+strings.Repeat("7", 400), 1),
+		strings.Replace(valid, `"id":1`, `"id":NaN`, 1),
+		strings.Replace(valid, `"id":1`, `"id":Infinity`, 1),
+		strings.Replace(valid, `"id":1`, `"id":-Infinity`, 1),
+		strings.Replace(valid, `"id":1`, `"id":`+strings.Repeat("[", 100000)+strings.Repeat("]", 100000), 1),
+		strings.Replace(valid, `"tokens"`, `"id":2,"tokens"`, 1),
+		`[1,2]`, `"text"`, `null`, `{`, "\xff",
+	} {
+		a := ask(t, line)
+		if a.Error == nil || a.Error.Kind != "input_error" || a.Error.Field != "request" || a.ID != nil {
+			t.Errorf("%.60q: %+v", line, a)
+		}
+	}
+}
+
+func TestBadMembersNameTheMember(t *testing.T) {
+	for _, c := range []struct{ line, field string }{
+		{strings.Replace(valid, `"tenant":"t"`, `"zz":1,"tenant":"t","aa":2`, 1), "zz"},
+		{strings.Replace(valid, `"layout":"l"`, `"layout":"l","x2":1,"x1":1`, 1), "kv.x2"},
+		{strings.Replace(valid, `[1,2,3]`, `[1,`+strings.Repeat("9", 30)+`]`, 1), "tokens"},
+		{strings.Replace(valid, `[1,2,3]`, `[1,-0]`, 1), "tokens"},
+		{strings.Replace(valid, `"head_dim":8`, `"head_dim":1e3`, 1), "kv.head_dim"},
+		{strings.Replace(valid, `"head_dim":8`, `"head_dim":18446744073709551616`, 1), "kv.head_dim"},
+		{`{"id":1,"identity_file":"{\"tenant\":\"t\"} x"}`, "identity_file"},
+		{`{"id":1,"identity_file":7}`, "identity_file"},
+		{`{"id":1}`, "identity"},
+	} {
+		a := ask(t, c.line)
+		if a.Error == nil || a.Error.Kind != "input_error" || a.Error.Field != c.field {
+			t.Errorf("%.60q: %+v, want %s", c.line, a, c.field)
+		}
+	}
+}
+
+// An identity file and the same identity as a request member give the same keys.
+func TestIdentityFileMember(t *testing.T) {
+	file, _ := json.Marshal(`{"tenant":"t","model":{"name":"m","revision":"r"},` +
+		`"kv":{"dtype":"fp16","block_size":2,"num_layers":2,"num_kv_heads":2,"head_dim":8,"layout":"l"}}`)
+	a := ask(t, `{"id":1,"identity_file":`+string(file)+`,"tokens":[1,2,3]}`)
+	b := ask(t, valid)
+	if a.Error != nil || len(a.Keys) != 1 || a.Keys[0] != b.Keys[0] {
+		t.Errorf("identity_file: %+v, identity: %+v", a, b)
+	}
+}
+
+// The program answers every line, one line each, and keeps going.
+func TestEveryLineGetsOneAnswer(t *testing.T) {
+	lines := []string{valid, "\xff\xfe", `{"id":"\ud800"}`, valid + "}", "{}", valid}
+	cmd := exec.Command("go", "run", ".")
+	cmd.Stdin = strings.NewReader(strings.Join(lines, "\n") + "\n")
+	out, err := cmd.Output()
+	if err != nil {
+		t.Fatal(err)
+	}
+	answers := bytes.Split(bytes.TrimSuffix(out, []byte("\n")), []byte("\n"))
+	if len(answers) != len(lines) {
+		t.Fatalf("%d answers to %d lines:\n%s", len(answers), len(lines), out)
+	}
+	for i, a := range answers {
+		if !json.Valid(a) {
+			t.Errorf("answer %d is not JSON: %s", i, a)
+		}
+	}
+}
