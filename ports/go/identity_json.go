@@ -134,17 +134,7 @@ func (d DType) MarshalJSON() ([]byte, error) { return strictjson.Append(nil, d.S
 
 // UnmarshalJSON reads a dtype name ("fp16"), as identity files spell it.
 func (d *DType) UnmarshalJSON(b []byte) error {
-	v, err := strictjson.Parse(b, 1)
-	s, isString := v.(string)
-	if err != nil || !isString {
-		return inputError("", "a dtype is a JSON string such as \"fp16\"")
-	}
-	parsed, err := ParseDType(s)
-	if err != nil {
-		return err
-	}
-	*d = parsed
-	return nil
+	return unmarshalString(b, "a dtype is a JSON string such as \"fp16\"", ParseDType, d)
 }
 
 // MarshalJSON writes the digest as 64 lowercase hex digits.
@@ -152,16 +142,21 @@ func (d Digest) MarshalJSON() ([]byte, error) { return strictjson.Append(nil, d.
 
 // UnmarshalJSON reads 64 hex digits.
 func (d *Digest) UnmarshalJSON(b []byte) error {
+	return unmarshalString(b, "a digest is a JSON string of 64 hex digits", ParseDigest, d)
+}
+
+// unmarshalString sets *out to parse(the JSON string b).
+func unmarshalString[T any](b []byte, what string, parse func(string) (T, error), out *T) error {
 	v, err := strictjson.Parse(b, 1)
 	s, isString := v.(string)
 	if err != nil || !isString {
-		return inputError("", "a digest is a JSON string of 64 hex digits")
+		return inputError("", what)
 	}
-	parsed, err := ParseDigest(s)
+	parsed, err := parse(s)
 	if err != nil {
 		return err
 	}
-	*d = parsed
+	*out = parsed
 	return nil
 }
 

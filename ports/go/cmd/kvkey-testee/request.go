@@ -5,6 +5,7 @@ package main
 import (
 	"encoding/hex"
 	"strconv"
+	"strings"
 
 	kvkey "github.com/kvkey/kvkey/ports/go"
 	"github.com/kvkey/kvkey/ports/go/internal/hook"
@@ -39,6 +40,23 @@ func unsigned(v any, bits int) (uint64, bool) {
 	}
 	u, err := strconv.ParseUint(string(n), 10, bits)
 	return u, err == nil
+}
+
+// readU64s reads the unsigned members keys[i] of o into outs[i]; an error
+// names field, or field+key when field ends in a dot.
+func readU64s(o *strictjson.Object, field string, keys []string, outs ...*uint64) error {
+	for i, key := range keys {
+		v, _ := o.Get(key)
+		u, ok := unsigned(v, 64)
+		if !ok {
+			if strings.HasSuffix(field, ".") {
+				return bad(field+key, "expected an unsigned integer")
+			}
+			return bad(field, key+": expected an unsigned integer")
+		}
+		*outs[i] = u
+	}
+	return nil
 }
 
 // member returns the member unless it is absent or null.
@@ -134,16 +152,8 @@ func decodeRequest(raw *strictjson.Object) (*request, error) {
 				return nil, bad("extras", "expected objects")
 			}
 			var k kvkey.ExtraKey
-			for _, n := range []struct {
-				key string
-				out *uint64
-			}{{"token_begin", &k.TokenBegin}, {"token_end", &k.TokenEnd}} {
-				v, _ := m.Get(n.key)
-				u, ok := unsigned(v, 64)
-				if !ok {
-					return nil, bad("extras", n.key+": expected an unsigned integer")
-				}
-				*n.out = u
+			if err := readU64s(m, "extras", []string{"token_begin", "token_end"}, &k.TokenBegin, &k.TokenEnd); err != nil {
+				return nil, err
 			}
 			if k.Key, err = hexMember(m, "key_hex", "extras"); err != nil {
 				return nil, err
@@ -160,16 +170,9 @@ func decodeRequest(raw *strictjson.Object) (*request, error) {
 		if ver.header, err = hexMember(m, "header_hex", "verify.header_hex"); err != nil {
 			return nil, err
 		}
-		for _, n := range []struct {
-			key string
-			out *uint64
-		}{{"block_index", &ver.blockIndex}, {"payload_size", &ver.payloadSize}} {
-			v, _ := m.Get(n.key)
-			u, ok := unsigned(v, 64)
-			if !ok {
-				return nil, bad("verify."+n.key, "expected an unsigned integer")
-			}
-			*n.out = u
+		err := readU64s(m, "verify.", []string{"block_index", "payload_size"}, &ver.blockIndex, &ver.payloadSize)
+		if err != nil {
+			return nil, err
 		}
 		r.verify = ver
 	}
