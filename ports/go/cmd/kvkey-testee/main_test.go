@@ -105,3 +105,18 @@ func TestEveryLineGetsOneAnswer(t *testing.T) {
 		}
 	}
 }
+
+// Any line gets one JSON answer and no panic (go test -fuzz FuzzRespond).
+func FuzzRespond(f *testing.F) {
+	for _, seed := range []string{valid, `{"id":1,"identity":{"adapter":{},"shard":{"tp_size":2},"policy":"single_tenant"}}`,
+		`{"identity_file":"{\"model\":{\"weights_file\":\"/dev/null\"}}"}`, `{"verify":{},"extras":[{}],"identity":{}}`,
+		`{"id":[{"a":"\u00e9"}],"identity":{"kv":{"quant":null}},"secret_hex":"00"}`} {
+		f.Add([]byte(seed))
+	}
+	f.Fuzz(func(t *testing.T, line []byte) {
+		out := strictjson.Append(nil, respond(line))
+		if !json.Valid(out) || bytes.IndexByte(out, '\n') >= 0 {
+			t.Fatalf("%q: answer %s", line, out)
+		}
+	})
+}
