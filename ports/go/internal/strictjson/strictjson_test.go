@@ -94,3 +94,25 @@ func TestRoundTrip(t *testing.T) {
 		t.Errorf("numbers are written as given: %s", out)
 	}
 }
+
+// What Parse accepts is JSON, and what Append writes parses back to the same
+// text (go test -fuzz FuzzParse).
+func FuzzParse(f *testing.F) {
+	for _, seed := range []string{`{"a":[1,-2.5e3,"\u00e9\ud83d\ude00"],"b":{"c":null}}`, `"\ud800"`, `[1e400]`, `{"a":1,"a":2}`} {
+		f.Add([]byte(seed))
+	}
+	f.Fuzz(func(t *testing.T, data []byte) {
+		v, err := Parse(data, 64)
+		if err != nil {
+			return
+		}
+		if !json.Valid(data) {
+			t.Fatalf("accepted what encoding/json refuses: %q", data)
+		}
+		out := Append(nil, v)
+		back, err := Parse(out, 64)
+		if err != nil || string(Append(nil, back)) != string(out) {
+			t.Fatalf("%q: wrote %q, %v", data, out, err)
+		}
+	})
+}
