@@ -58,14 +58,18 @@ func ParseIdentity(data []byte) (*IdentityFile, error) { return parseIdentityFil
 // at most MaxIdentityFileSize bytes); "*_file" keys are relative to its
 // directory.
 func LoadIdentity(path string) (*IdentityFile, error) {
+	// Checked before opening: opening a FIFO would wait for a writer.
+	if st, err := os.Stat(path); err != nil || !st.Mode().IsRegular() {
+		if err != nil {
+			return nil, inputError("", err.Error())
+		}
+		return nil, inputError("", path+": not a regular file")
+	}
 	f, err := os.Open(path)
 	if err != nil {
 		return nil, inputError("", err.Error())
 	}
 	defer f.Close()
-	if st, err := f.Stat(); err != nil || !st.Mode().IsRegular() {
-		return nil, inputError("", path+": not a regular file")
-	}
 	data, err := io.ReadAll(io.LimitReader(f, MaxIdentityFileSize+1))
 	if err != nil {
 		return nil, inputError("", path+": "+err.Error())
@@ -404,14 +408,17 @@ func (r fileReader) fingerprint(o *strictjson.Object, f *fieldInfo, out reflect.
 
 // fingerprintFile is the SHA-256 of a regular file (what sha256sum prints).
 func fingerprintFile(name string) (d Digest, err error) {
+	if st, err := os.Stat(name); err != nil || !st.Mode().IsRegular() {
+		if err != nil {
+			return d, err
+		}
+		return d, fmt.Errorf("%s: not a regular file", name)
+	}
 	file, err := os.Open(name)
 	if err != nil {
 		return d, err
 	}
 	defer file.Close()
-	if st, err := file.Stat(); err != nil || !st.Mode().IsRegular() {
-		return d, fmt.Errorf("%s: not a regular file", name)
-	}
 	h := sha256.New()
 	if _, err := io.Copy(h, file); err != nil {
 		return d, err

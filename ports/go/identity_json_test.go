@@ -9,6 +9,7 @@ import (
 	"path/filepath"
 	"reflect"
 	"strings"
+	"syscall"
 	"testing"
 )
 
@@ -144,5 +145,29 @@ func TestJSONUnmarshalIdentity(t *testing.T) {
 	}
 	if err := json.Unmarshal([]byte(`"fp17"`), &d); err == nil {
 		t.Errorf("DType fp17 accepted")
+	}
+}
+
+func TestLoadIdentityRefusesWhatIsNotAFile(t *testing.T) {
+	dir := t.TempDir()
+	fifo := filepath.Join(dir, "fifo")
+	if err := syscall.Mkfifo(fifo, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	for _, path := range []string{dir, fifo, filepath.Join(dir, "absent.json")} {
+		if _, err := LoadIdentity(path); !hasField(err, InputErrorKind, "") {
+			t.Errorf("%s: %v", path, err)
+		}
+	}
+	big := filepath.Join(dir, "big.json")
+	os.WriteFile(big, []byte(minimalFile+strings.Repeat(" ", MaxIdentityFileSize)), 0o600)
+	if _, err := LoadIdentity(big); !hasField(err, InputErrorKind, "") {
+		t.Errorf("a file over 1 MiB: %v", err)
+	}
+	withFifo := filepath.Join(dir, "with-fifo.json")
+	os.WriteFile(withFifo, []byte(strings.Replace(minimalFile, `"revision":"r"`,
+		`"revision":"r","weights_file":"fifo"`, 1)), 0o600)
+	if _, err := LoadIdentity(withFifo); !hasField(err, InputErrorKind, "model.weights_file") {
+		t.Errorf("weights_file naming a FIFO: %v", err)
 	}
 }
