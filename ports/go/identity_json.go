@@ -44,12 +44,15 @@ func (f *IdentityFile) NewNamespace(opts ...Option) (*Namespace, error) {
 }
 
 // ParseIdentity reads an identity file's bytes (JSON). Errors are *Error
-// values of kind input_error naming the member, as the kvkey tool's reader:
-// a syntax error, a duplicate key (Field: its dotted path), an unknown key
-// ("kv.blocksize"), a missing required key, a wrong type or an integer out of
-// range. Field is empty when the text is not a JSON object (bad UTF-8, a lone
-// surrogate, data after the object, nesting deeper than MaxIdentityFileDepth,
-// more than MaxIdentityFileSize bytes). The identity is not validated here:
+// values of kind input_error naming the member as every kvkey reader does
+// (docs/conformance.md, "Identity files"): a duplicate key (Field: its dotted
+// path, the first in the file), an unknown key ("kv.blocksize"; with several
+// the first in byte order), a missing required key, a wrong type or an
+// integer out of range. Field is "identity_file" when the text is not an
+// identity file's JSON (a syntax error, bad UTF-8, a lone surrogate, data
+// after the object, a number beyond a double, nesting deeper than
+// MaxIdentityFileDepth, more than MaxIdentityFileSize bytes, a top level that
+// is not an object). The identity is not validated here:
 // IdentityFile.NewNamespace does it. A "*_file" key names a file whose SHA-256
 // is the fingerprint, relative to the working directory.
 func ParseIdentity(data []byte) (*IdentityFile, error) { return parseIdentityFile(data, "") }
@@ -61,18 +64,18 @@ func LoadIdentity(path string) (*IdentityFile, error) {
 	// Checked before opening: opening a FIFO would wait for a writer.
 	if st, err := os.Stat(path); err != nil || !st.Mode().IsRegular() {
 		if err != nil {
-			return nil, inputError("", err.Error())
+			return nil, inputError("identity_file", err.Error())
 		}
-		return nil, inputError("", path+": not a regular file")
+		return nil, inputError("identity_file", path+": not a regular file")
 	}
 	f, err := os.Open(path)
 	if err != nil {
-		return nil, inputError("", err.Error())
+		return nil, inputError("identity_file", err.Error())
 	}
 	defer f.Close()
 	data, err := io.ReadAll(io.LimitReader(f, MaxIdentityFileSize+1))
 	if err != nil {
-		return nil, inputError("", path+": "+err.Error())
+		return nil, inputError("identity_file", path+": "+err.Error())
 	}
 	return parseIdentityFile(data, filepath.Dir(path))
 }
@@ -169,37 +172,37 @@ func jsonDefaults() Identity {
 	return Identity{KV: KV{Quant: Quant{Scheme: "none"}}, Shard: Shard{TPSize: 1, PPSize: 1}}
 }
 
-// parseJSONText parses an identity file's or request's JSON text; errors are
-// input errors, a duplicate key's naming its path.
-func parseJSONText(data []byte, maxDepth int) (any, error) {
-	v, err := strictjson.Parse(data, maxDepth)
+func parseIdentityFile(data []byte, dir string) (*IdentityFile, error) {
+	if len(data) > MaxIdentityFileSize {
+		return nil, inputError("identity_file", fmt.Sprintf("an identity file holds at most %d bytes",
+			MaxIdentityFileSize))
+	}
+	data = bytes.TrimPrefix(data, []byte("\xef\xbb\xbf"))
+	if i := bytes.IndexByte(data, 0); i >= 0 {
+		return nil, inputError("identity_file", fmt.Sprintf("NUL byte (byte %d): not a text file", i))
+	}
+	v, err := strictjson.Parse(data, MaxIdentityFileDepth)
 	var e *strictjson.Error
 	if errors.As(err, &e) {
 		if e.Duplicate != "" {
 			return nil, inputError(e.Duplicate, "duplicate key")
 		}
-		return nil, inputError("", "invalid JSON: "+e.Error())
+		return nil, inputError("identity_file", "invalid JSON: "+e.Error())
 	}
-	return v, err
+	return decodeIdentityObject(v, "identity_file", identityReader{file: true, dir: dir})
 }
 
-func parseIdentityFile(data []byte, dir string) (*IdentityFile, error) {
-	if len(data) > MaxIdentityFileSize {
-		return nil, inputError("", fmt.Sprintf("an identity file holds at most %d bytes", MaxIdentityFileSize))
-	}
-	data = bytes.TrimPrefix(data, []byte("\xef\xbb\xbf"))
-	if i := bytes.IndexByte(data, 0); i >= 0 {
-		return nil, inputError("", fmt.Sprintf("NUL byte (byte %d): not a text file", i))
-	}
-	v, err := parseJSONText(data, MaxIdentityFileDepth)
-	if err != nil {
-		return nil, err
-	}
+// decodeIdentityObject decodes an identity object (docs/conformance.md,
+// "Decoding an identity"): each object's type, then its keys (the first
+// unknown one in byte order is named), then at the top level the policy,
+// then its members in table order, each nested object entirely when it is
+// reached. field names the whole object in an error.
+func decodeIdentityObject(v any, field string, r identityReader) (*IdentityFile, error) {
 	top, ok := v.(*strictjson.Object)
 	if !ok {
-		return nil, inputError("", "expected an object at the top level")
+		return nil, inputError(field, "expected an object")
 	}
-	keys := append([]string{"tenant", "policy"}, keysOf(identityFields)[1:]...)
+	keys := append([]string{"tenant", "policy"}, r.keysOf(identityFields)[1:]...)
 	if err := checkUnknownKeys(top, "", keys); err != nil {
 		return nil, err
 	}
@@ -207,7 +210,6 @@ func parseIdentityFile(data []byte, dir string) (*IdentityFile, error) {
 	if err := readPolicy(top, f); err != nil {
 		return nil, err
 	}
-	r := fileReader{dir: dir}
 	return f, r.part(top, reflect.ValueOf(&f.Identity).Elem(), identityFields)
 }
 
@@ -228,13 +230,13 @@ func readPolicy(top *strictjson.Object, f *IdentityFile) error {
 	return nil
 }
 
-// keysOf lists the keys an object of the part takes, each "*_file"
+// keysOf lists the keys an object of the part takes, in a file each "*_file"
 // alternative after its digest.
-func keysOf(table []fieldInfo) []string {
+func (r identityReader) keysOf(table []fieldInfo) []string {
 	var keys []string
 	for _, f := range table {
 		keys = append(keys, f.key)
-		if f.fileAlt {
+		if f.fileAlt && r.file {
 			keys = append(keys, fileKeyOf(f.key))
 		}
 	}
@@ -251,16 +253,21 @@ func join(path, key string) string {
 	return path + "." + key
 }
 
-// checkUnknownKeys names the first key of o (in the order of the text) that is not one of keys.
+// checkUnknownKeys names the key of o that is not one of keys, the first in
+// byte order when there are several (whatever order a map keeps).
 func checkUnknownKeys(o *strictjson.Object, path string, keys []string) error {
+	unknown := ""
 	for _, k := range o.Keys {
 		known := false
 		for _, want := range keys {
 			known = known || k == want
 		}
-		if !known {
-			return inputError(join(path, k), "unknown key")
+		if !known && (unknown == "" || k < unknown) {
+			unknown = k
 		}
+	}
+	if unknown != "" {
+		return inputError(join(path, unknown), "unknown key")
 	}
 	return nil
 }
@@ -325,11 +332,16 @@ func readLeaf(path string, t fieldType, v any, out reflect.Value) error {
 	return nil
 }
 
-// fileReader reads an identity file's parts in table order, as the kvkey
-// tool's reader (tools/cli/identity_config.cpp).
-type fileReader struct{ dir string }
+// identityReader reads an identity's parts in table order. In an identity
+// file (file true: the kvkey tool's reader, tools/cli/identity_config.cpp)
+// required members must be given and digests may be given as files to hash,
+// relative to dir; in a conformance request every member may be absent.
+type identityReader struct {
+	file bool
+	dir  string
+}
 
-func (r fileReader) part(o *strictjson.Object, part reflect.Value, table []fieldInfo) error {
+func (r identityReader) part(o *strictjson.Object, part reflect.Value, table []fieldInfo) error {
 	for i := range table {
 		if err := r.member(o, &table[i], part); err != nil {
 			return err
@@ -338,14 +350,14 @@ func (r fileReader) part(o *strictjson.Object, part reflect.Value, table []field
 	return nil
 }
 
-func (r fileReader) member(o *strictjson.Object, f *fieldInfo, part reflect.Value) error {
+func (r identityReader) member(o *strictjson.Object, f *fieldInfo, part reflect.Value) error {
 	out := f.member(part)
-	if f.fileAlt {
+	if f.fileAlt && r.file {
 		return r.fingerprint(o, f, out)
 	}
 	v, ok := present(o, f.key)
 	if !ok {
-		if f.required {
+		if f.required && r.file {
 			return inputError(f.path, "required key is missing")
 		}
 		return nil // the C++ default
@@ -357,7 +369,7 @@ func (r fileReader) member(o *strictjson.Object, f *fieldInfo, part reflect.Valu
 	if !isObject {
 		return inputError(f.path, "expected an object")
 	}
-	if err := checkUnknownKeys(sub, f.path, keysOf(f.part)); err != nil {
+	if err := checkUnknownKeys(sub, f.path, r.keysOf(f.part)); err != nil {
 		return err
 	}
 	if f.typ == typeOptPart {
@@ -368,7 +380,7 @@ func (r fileReader) member(o *strictjson.Object, f *fieldInfo, part reflect.Valu
 }
 
 // fingerprint reads a digest given inline or as "<name>_file", a file to hash.
-func (r fileReader) fingerprint(o *strictjson.Object, f *fieldInfo, out reflect.Value) error {
+func (r identityReader) fingerprint(o *strictjson.Object, f *fieldInfo, out reflect.Value) error {
 	fileKey := fileKeyOf(f.key)
 	filePath := strings.TrimSuffix(f.path, f.key) + fileKey
 	hex, hasHex := present(o, f.key)
@@ -431,95 +443,9 @@ func fingerprintFile(name string) (d Digest, err error) {
 
 func init() { hook.DecodeRequestIdentity = decodeRequestIdentity }
 
-// decodeRequestIdentity reads a request's identity as the C++ testee does:
-// every key of the whole object checked first (in the order of the text),
-// then the policy, then the salient fields in encoding order and the shard;
-// absent and null members keep the C++ defaults.
+// decodeRequestIdentity reads a request's identity as an identity file
+// (docs/conformance.md, "Decoding an identity"), except that every member may
+// be absent (it keeps the C++ default) and there are no "*_file" keys.
 func decodeRequestIdentity(member any) (any, error) {
-	top, ok := member.(*strictjson.Object)
-	if !ok {
-		return nil, inputError("identity", "expected an object")
-	}
-	if err := checkRequestKeys(top, "", identityFields); err != nil {
-		return nil, err
-	}
-	f := &IdentityFile{Identity: jsonDefaults()}
-	if err := readPolicy(top, f); err != nil {
-		return nil, err
-	}
-	if err := readRequestPart(top, reflect.ValueOf(&f.Identity).Elem(), identityFields); err != nil {
-		return nil, err
-	}
-	if shard, ok := present(top, "shard"); ok {
-		out := reflect.ValueOf(&f.Identity.Shard).Elem()
-		for i := range shardFields {
-			m := &shardFields[i]
-			if v, ok := present(shard.(*strictjson.Object), m.key); ok {
-				if err := readLeaf(m.path, m.typ, v, m.member(out)); err != nil {
-					return nil, err
-				}
-			}
-		}
-	}
-	return f, nil
-}
-
-// checkRequestKeys: every key is a member (or "policy" at the top), every part an object (or null).
-func checkRequestKeys(o *strictjson.Object, path string, table []fieldInfo) error {
-	for i, k := range o.Keys {
-		if path == "" && k == "policy" {
-			continue
-		}
-		f := lookup(table, k)
-		if f == nil {
-			return inputError(join(path, k), "unknown key")
-		}
-		if (f.typ == typePart || f.typ == typeOptPart) && o.Values[i] != nil {
-			sub, isObject := o.Values[i].(*strictjson.Object)
-			if !isObject {
-				return inputError(f.path, "expected an object")
-			}
-			if err := checkRequestKeys(sub, f.path, f.part); err != nil {
-				return err
-			}
-		}
-	}
-	return nil
-}
-
-func lookup(table []fieldInfo, key string) *fieldInfo {
-	for i := range table {
-		if table[i].key == key {
-			return &table[i]
-		}
-	}
-	return nil
-}
-
-// readRequestPart reads the salient members of a part whose keys
-// checkRequestKeys has checked, in encoding order (the shard is skipped).
-func readRequestPart(o *strictjson.Object, part reflect.Value, table []fieldInfo) error {
-	for i := range table {
-		f := &table[i]
-		v, ok := present(o, f.key)
-		if f.notSalient || !ok {
-			continue
-		}
-		out := f.member(part)
-		switch f.typ {
-		case typeOptPart:
-			out.Set(reflect.New(out.Type().Elem()))
-			out = out.Elem()
-			fallthrough
-		case typePart:
-			if err := readRequestPart(v.(*strictjson.Object), out, f.part); err != nil {
-				return err
-			}
-		default:
-			if err := readLeaf(f.path, f.typ, v, out); err != nil {
-				return err
-			}
-		}
-	}
-	return nil
+	return decodeIdentityObject(member, "identity", identityReader{})
 }

@@ -25,7 +25,7 @@ func TestLoadIdentityErrorsNameTheField(t *testing.T) {
 		kind  ErrorKind
 		field string
 	}{
-		"bad-syntax.json":           {InputErrorKind, ""},
+		"bad-syntax.json":           {InputErrorKind, "identity_file"},
 		"unknown-key.json":          {InputErrorKind, "kv.blocksize"},
 		"unknown-top-key.json":      {InputErrorKind, "colour"},
 		"unknown-dtype.json":        {InputErrorKind, "kv.dtype"},
@@ -95,20 +95,20 @@ const minimalFile = `{"tenant":"t","model":{"name":"m","revision":"r"},` +
 
 func TestParseIdentityRefusesWhatJSONDoesNotSay(t *testing.T) {
 	for _, c := range []struct{ text, field string }{
-		{strings.Replace(minimalFile, `"m"`, "\"m\xff\"", 1), ""},
-		{strings.Replace(minimalFile, `"m"`, `"m\ud800"`, 1), ""},
-		{minimalFile + ` {}`, ""},
-		{strings.Replace(minimalFile, `"head_dim":8`, `"head_dim":1e400`, 1), ""},
+		{strings.Replace(minimalFile, `"m"`, "\"m\xff\"", 1), "identity_file"},
+		{strings.Replace(minimalFile, `"m"`, `"m\ud800"`, 1), "identity_file"},
+		{minimalFile + ` {}`, "identity_file"},
+		{strings.Replace(minimalFile, `"head_dim":8`, `"head_dim":1e400`, 1), "identity_file"},
 		{strings.Replace(minimalFile, `"head_dim":8`, `"head_dim":8.0`, 1), "kv.head_dim"},
 		{strings.Replace(minimalFile, `"head_dim":8`, `"head_dim":4294967296`, 1), "kv.head_dim"},
 		{strings.Replace(minimalFile, `"head_dim":8`, `"head_dim":-0`, 1), "kv.head_dim"},
 		{strings.Replace(minimalFile, `"head_dim":8`, `"head_dim":8,"head_dim":8`, 1), "kv.head_dim"},
-		{strings.Replace(minimalFile, `{"tenant"`, `{"zz":1,"aa":2,"tenant"`, 1), "zz"},
-		{strings.Replace(minimalFile, `"head_dim"`, `"zz":1,"aa":2,"head_dim"`, 1), "kv.zz"},
+		{strings.Replace(minimalFile, `{"tenant"`, `{"zz":1,"aa":2,"tenant"`, 1), "aa"},
+		{strings.Replace(minimalFile, `"head_dim"`, `"zz":1,"aa":2,"head_dim"`, 1), "kv.aa"},
 		{strings.Replace(minimalFile, `"tenant":"t"`, `"tenant":"t","policy":"shared"`, 1), "policy"},
 		{strings.Replace(minimalFile, `"layout":"l"`, `"layout":"l","quant":[]`, 1), "kv.quant"},
-		{strings.Repeat("[", 40) + strings.Repeat("]", 40), ""},
-		{`[]`, ""},
+		{strings.Repeat("[", 40) + strings.Repeat("]", 40), "identity_file"},
+		{`[]`, "identity_file"},
 	} {
 		_, err := ParseIdentity([]byte(c.text))
 		if !hasField(err, InputErrorKind, c.field) {
@@ -155,13 +155,13 @@ func TestLoadIdentityRefusesWhatIsNotAFile(t *testing.T) {
 		t.Fatal(err)
 	}
 	for _, path := range []string{dir, fifo, filepath.Join(dir, "absent.json")} {
-		if _, err := LoadIdentity(path); !hasField(err, InputErrorKind, "") {
+		if _, err := LoadIdentity(path); !hasField(err, InputErrorKind, "identity_file") {
 			t.Errorf("%s: %v", path, err)
 		}
 	}
 	big := filepath.Join(dir, "big.json")
 	os.WriteFile(big, []byte(minimalFile+strings.Repeat(" ", MaxIdentityFileSize)), 0o600)
-	if _, err := LoadIdentity(big); !hasField(err, InputErrorKind, "") {
+	if _, err := LoadIdentity(big); !hasField(err, InputErrorKind, "identity_file") {
 		t.Errorf("a file over 1 MiB: %v", err)
 	}
 	withFifo := filepath.Join(dir, "with-fifo.json")

@@ -7,9 +7,10 @@
 //	kvkey conformance --testee 'go run ./ports/go/cmd/kvkey-testee'
 //
 // Every line gets exactly one answer, whatever its bytes: a line that is not
-// one strict JSON object (bad UTF-8, a lone surrogate, trailing data, a
-// duplicate key, a number beyond a double, NaN, nesting deeper than
-// maxRequestDepth) is an input_error on "request".
+// one strict JSON object (empty, bad UTF-8, a byte order mark, a lone
+// surrogate, trailing data, a duplicate key, a number beyond a double, NaN,
+// nesting deeper than maxRequestDepth) is an input_error on "request"
+// (docs/conformance.md, "Lines that are not requests").
 package main
 
 import (
@@ -23,19 +24,20 @@ import (
 	"github.com/kvkey/kvkey/ports/go/internal/strictjson"
 )
 
-// maxRequestDepth bounds the nesting of a request line (the id may be any
-// JSON value).
-const maxRequestDepth = 512
+// maxRequestDepth bounds the nesting of a request line, the request object
+// being level 1 (docs/conformance.md).
+const maxRequestDepth = 32
 
 func main() {
 	in := bufio.NewReaderSize(os.Stdin, 1<<16)
 	out := bufio.NewWriter(os.Stdout)
 	for {
 		line, err := in.ReadBytes('\n')
-		if len(line) > 0 && line[len(line)-1] == '\n' {
-			line = line[:len(line)-1]
-		}
-		if len(line) > 0 {
+		// A line ends in a newline, or at the end of input when it has bytes.
+		if complete := len(line) > 0 && line[len(line)-1] == '\n'; complete || len(line) > 0 {
+			if complete {
+				line = line[:len(line)-1]
+			}
 			out.Write(append(strictjson.Append(nil, respond(line)), '\n'))
 			if ferr := out.Flush(); ferr != nil {
 				fmt.Fprintln(os.Stderr, "kvkey-testee:", ferr)

@@ -47,7 +47,8 @@ func TestHostileLinesAreRequestErrors(t *testing.T) {
 		strings.Replace(valid, `"id":1`, `"id":-Infinity`, 1),
 		strings.Replace(valid, `"id":1`, `"id":`+strings.Repeat("[", 100000)+strings.Repeat("]", 100000), 1),
 		strings.Replace(valid, `"tokens"`, `"id":2,"tokens"`, 1),
-		`[1,2]`, `"text"`, `null`, `{`, "\xff",
+		`[1,2]`, `"text"`, `null`, `{`, "\xff", "", " \r", "\xef\xbb\xbf" + valid,
+		strings.Replace(valid, `"id":1`, `"id":`+strings.Repeat("[", 32)+strings.Repeat("]", 32), 1), // level 33
 	} {
 		a := ask(t, line)
 		if a.Error == nil || a.Error.Kind != "input_error" || a.Error.Field != "request" || a.ID != nil {
@@ -58,8 +59,8 @@ func TestHostileLinesAreRequestErrors(t *testing.T) {
 
 func TestBadMembersNameTheMember(t *testing.T) {
 	for _, c := range []struct{ line, field string }{
-		{strings.Replace(valid, `"tenant":"t"`, `"zz":1,"tenant":"t","aa":2`, 1), "zz"},
-		{strings.Replace(valid, `"layout":"l"`, `"layout":"l","x2":1,"x1":1`, 1), "kv.x2"},
+		{strings.Replace(valid, `"tenant":"t"`, `"zz":1,"tenant":"t","aa":2`, 1), "aa"},
+		{strings.Replace(valid, `"layout":"l"`, `"layout":"l","x2":1,"x1":1`, 1), "kv.x1"},
 		{strings.Replace(valid, `[1,2,3]`, `[1,`+strings.Repeat("9", 30)+`]`, 1), "tokens"},
 		{strings.Replace(valid, `[1,2,3]`, `[1,-0]`, 1), "tokens"},
 		{strings.Replace(valid, `"head_dim":8`, `"head_dim":1e3`, 1), "kv.head_dim"},
@@ -67,11 +68,27 @@ func TestBadMembersNameTheMember(t *testing.T) {
 		{`{"id":1,"identity_file":"{\"tenant\":\"t\"} x"}`, "identity_file"},
 		{`{"id":1,"identity_file":7}`, "identity_file"},
 		{`{"id":1}`, "identity"},
+		{`{"id":1,"identity":{},"identity_file":"{}"}`, "identity"},
+		{`{"id":1,"identity":[]}`, "identity"},
+		{`{"id":1,"identity_file":"[]"}`, "identity_file"},
+		{`{"id":1,"identity_file":"{\"model\":{\"weights_file\":\"x\"}}","zz":1,"identities":2}`, "identities"},
+		{`{"id":1,"identity":{"model":{"weights_file":"x"}}}`, "model.weights_file"},
+		{`{"id":1,"identity":{"kv":{"quant":{"scheme":5}},"zz":1},"tokens":[-1]}`, "zz"},
+		{`{"id":1,"identity":{"kv":{"quant":{"scheme":5}},"shard":{"tp_size":-1}},"tokens":[-1]}`, "kv.quant.scheme"},
+		{`{"id":1,"identity":{"shard":{"tp_size":-1},"adapter":{"name":5}},"tokens":[-1]}`, "shard.tp_size"},
+		{`{"id":1,"identity":{"tenant":"t"},"tokens":[-1]}`, "tokens"},
 	} {
 		a := ask(t, c.line)
 		if a.Error == nil || a.Error.Kind != "input_error" || a.Error.Field != c.field {
 			t.Errorf("%.60q: %+v, want %s", c.line, a, c.field)
 		}
+	}
+}
+
+// The request object is level 1: an id of 31 nested arrays is level 32, the deepest allowed.
+func TestDeepestAllowedId(t *testing.T) {
+	if a := ask(t, strings.Replace(valid, `"id":1`, `"id":`+strings.Repeat("[", 31)+strings.Repeat("]", 31), 1)); a.Error != nil {
+		t.Errorf("level 32: %+v", a.Error)
 	}
 }
 
@@ -88,9 +105,9 @@ func TestIdentityFileMember(t *testing.T) {
 
 // The program answers every line, one line each, and keeps going.
 func TestEveryLineGetsOneAnswer(t *testing.T) {
-	lines := []string{valid, "\xff\xfe", `{"id":"\ud800"}`, valid + "}", "{}", valid}
+	lines := []string{valid, "\xff\xfe", "", `{"id":"\ud800"}`, valid + "}", "", "{}", valid}
 	cmd := exec.Command("go", "run", ".")
-	cmd.Stdin = strings.NewReader(strings.Join(lines, "\n") + "\n")
+	cmd.Stdin = strings.NewReader(strings.Join(lines, "\n")) // the last line without a newline
 	out, err := cmd.Output()
 	if err != nil {
 		t.Fatal(err)

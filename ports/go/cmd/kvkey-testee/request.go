@@ -78,22 +78,26 @@ func hexMember(o *strictjson.Object, key, field string) ([]byte, error) {
 	return b, nil
 }
 
+// requestMembers are the members the protocol defines.
+var requestMembers = []string{"id", "identity", "identity_file", "single_tenant", "secret_hex", "tokens", "salt_hex",
+	"extras", "verify"}
+
 // decodeIdentity reads "identity_file" (the text of an identity file, read
-// with kvkey.ParseIdentity) when present, else "identity" (the protocol's
-// identity object).
+// with kvkey.ParseIdentity) or "identity" (the protocol's identity object):
+// exactly one of them.
 func decodeIdentity(raw *strictjson.Object) (*kvkey.IdentityFile, error) {
-	if v, ok := member(raw, "identity_file"); ok {
-		text, isString := v.(string)
+	v, hasIdentity := member(raw, "identity")
+	file, hasFile := member(raw, "identity_file")
+	if hasIdentity == hasFile {
+		return nil, bad("identity", "give identity or identity_file (one of them)")
+	}
+	if hasFile {
+		text, isString := file.(string)
 		if !isString {
 			return nil, bad("identity_file", "expected the text of an identity file (a string)")
 		}
-		f, err := kvkey.ParseIdentity([]byte(text))
-		if e, isError := err.(*kvkey.Error); isError && e.Field == "" {
-			e.Field = "identity_file"
-		}
-		return f, err
+		return kvkey.ParseIdentity([]byte(text))
 	}
-	v, _ := raw.Get("identity")
 	f, err := hook.DecodeRequestIdentity(v)
 	if err != nil {
 		return nil, err
@@ -101,9 +105,23 @@ func decodeIdentity(raw *strictjson.Object) (*kvkey.IdentityFile, error) {
 	return f.(*kvkey.IdentityFile), nil
 }
 
-// decodeRequest reads the members in the C++ testee's order: the identity,
-// single_tenant, secret_hex, tokens, salt_hex, extras, verify.
+// decodeRequest reads the members in the protocol's order: unknown members
+// (the first in byte order is named), the identity, single_tenant,
+// secret_hex, tokens, salt_hex, extras, verify.
 func decodeRequest(raw *strictjson.Object) (*request, error) {
+	unknown := ""
+	for _, k := range raw.Keys {
+		known := false
+		for _, m := range requestMembers {
+			known = known || k == m
+		}
+		if !known && (unknown == "" || k < unknown) {
+			unknown = k
+		}
+	}
+	if unknown != "" {
+		return nil, bad(unknown, "not a member of a request (docs/conformance.md)")
+	}
 	r := &request{}
 	var err error
 	if r.identity, err = decodeIdentity(raw); err != nil {
