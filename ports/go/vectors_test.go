@@ -3,11 +3,14 @@
 package kvkey
 
 import (
+	"bytes"
 	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"os"
 	"testing"
+
+	"github.com/kvkey/kvkey/ports/go/internal/xxh3"
 )
 
 // The committed vectors (tests/vectors/), read from the repository.
@@ -25,24 +28,30 @@ type vectorCase struct {
 		TokenEnd   uint64 `json:"token_end"`
 		Key        string `json:"key"`
 	} `json:"extras"`
-	PayloadSize uint64   `json:"payload_size"`
-	Encoding    string   `json:"encoding"`
-	Root        string   `json:"root"`
-	FirstParent string   `json:"first_parent"`
-	Blocks      []string `json:"blocks"`
-	Objects     []string `json:"objects"`
-	Keys        []string `json:"keys"`
-	Envelopes   []string `json:"envelopes"`
+	PayloadSize    uint64   `json:"payload_size"`
+	PayloadDigests []string `json:"payload_digests"`
+	Encoding       string   `json:"encoding"`
+	Root           string   `json:"root"`
+	FirstParent    string   `json:"first_parent"`
+	Blocks         []string `json:"blocks"`
+	Objects        []string `json:"objects"`
+	Keys           []string `json:"keys"`
+	Envelopes      []string `json:"envelopes"`
 }
 
 type vectorFile struct {
 	Tokens struct {
 		Values []uint32 `json:"values"`
 	} `json:"tokens"`
-	Cases []vectorCase `json:"cases"`
+	Cases    []vectorCase `json:"cases"`
+	Payloads []struct {
+		Hex     string `json:"hex"`
+		XXH3128 string `json:"xxh3_128"`
+	} `json:"payloads"`
 	Keyed struct {
 		Case      string   `json:"case"`
 		SecretHex string   `json:"secret_hex"`
+		SecretID  string   `json:"secret_id"`
 		Root      string   `json:"root"`
 		Blocks    []string `json:"blocks"`
 		Keys      []string `json:"keys"`
@@ -135,9 +144,45 @@ func hexes(ds []Digest) []string {
 	return out
 }
 
-func TestFormatV2Vectors(t *testing.T) {
+// vectorsFile is the one source of golden vectors (CONTRIBUTING.md).
+const vectorsFile = "format-v3.json"
+
+// payload is block i's payload by the vectors' payload_rule: size bytes,
+// byte j = (j + 31 * i) mod 251.
+func payload(i int, size uint64) []byte {
+	p := make([]byte, size)
+	for j := range p {
+		p[j] = byte((j + 31*i) % 251)
+	}
+	return p
+}
+
+// plainDigest is the digest a plain header carries in format v3 (mode
+// xxh3_128): XXH3-128(payload || header'), header' the header with the 16
+// digest bytes zero.
+func plainDigest(header, payload []byte) [16]byte {
+	zeroed := append(append([]byte(nil), payload...), header...)
+	copy(zeroed[len(payload)+offPayloadDigest:len(payload)+offSecretID], make([]byte, 16))
+	return xxh3.Sum128(zeroed)
+}
+
+func TestPayloadDigestVectors(t *testing.T) {
 	var v vectorFile
-	readJSON(t, "format-v2.json", &v)
+	readJSON(t, vectorsFile, &v)
+	if len(v.Payloads) == 0 {
+		t.Fatal("no payloads")
+	}
+	for _, p := range v.Payloads {
+		d := xxh3.Sum128(unhex(t, p.Hex))
+		if hex.EncodeToString(d[:]) != p.XXH3128 {
+			t.Errorf("XXH3-128 of %.20s...: %x, want %s", p.Hex, d, p.XXH3128)
+		}
+	}
+}
+
+func TestFormatV3Vectors(t *testing.T) {
+	var v vectorFile
+	readJSON(t, vectorsFile, &v)
 	if len(v.Cases) == 0 {
 		t.Fatal("no cases")
 	}
@@ -186,6 +231,11 @@ func TestFormatV2Vectors(t *testing.T) {
 				if v := ns.VerifyHeader(h, blocks[i], c.PayloadSize); !v.OK() {
 					t.Errorf("envelope %d: %v %s", i, v.Reason, v.Field)
 				}
+				// The digest covers the payload and the header (format v3).
+				if d := plainDigest(h, payload(i, c.PayloadSize)); !bytes.Equal(d[:], h[offPayloadDigest:offSecretID]) {
+					t.Errorf("envelope %d: digest %x, XXH3-128(payload || header') %x", i,
+						h[offPayloadDigest:offSecretID], d)
+				}
 				other := blocks[(i+1)%len(blocks)]
 				if v := ns.VerifyHeader(h, other, c.PayloadSize); v != (Verdict{ReasonBlockMismatch, "block_hash"}) {
 					t.Errorf("envelope %d for another block: %v %s", i, v.Reason, v.Field)
@@ -200,7 +250,7 @@ func TestFormatV2Vectors(t *testing.T) {
 
 func TestKeyedVectors(t *testing.T) {
 	var v vectorFile
-	readJSON(t, "format-v2.json", &v)
+	readJSON(t, vectorsFile, &v)
 	var c vectorCase
 	for _, x := range v.Cases {
 		if x.Name == v.Keyed.Case {
@@ -214,6 +264,9 @@ func TestKeyedVectors(t *testing.T) {
 	}
 	if ns.Root().String() != v.Keyed.Root {
 		t.Errorf("root = %s, want %s", ns.Root(), v.Keyed.Root)
+	}
+	if sid, _ := ns.SecretID(); hex.EncodeToString(sid[:]) != v.Keyed.SecretID {
+		t.Errorf("secret id = %x, want %s", sid, v.Keyed.SecretID)
 	}
 	blocks, err := ns.BlockHashes(v.Tokens.Values, nil)
 	if err != nil {
