@@ -256,17 +256,7 @@ func join(path, key string) string {
 // checkUnknownKeys names the key of o that is not one of keys, the first in
 // byte order when there are several (whatever order a map keeps).
 func checkUnknownKeys(o *strictjson.Object, path string, keys []string) error {
-	unknown := ""
-	for _, k := range o.Keys {
-		known := false
-		for _, want := range keys {
-			known = known || k == want
-		}
-		if !known && (unknown == "" || k < unknown) {
-			unknown = k
-		}
-	}
-	if unknown != "" {
+	if unknown := o.FirstUnknown(keys); unknown != "" {
 		return inputError(join(path, unknown), "unknown key")
 	}
 	return nil

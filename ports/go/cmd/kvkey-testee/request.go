@@ -109,17 +109,7 @@ func decodeIdentity(raw *strictjson.Object) (*kvkey.IdentityFile, error) {
 // (the first in byte order is named), the identity, single_tenant,
 // secret_hex, tokens, salt_hex, extras, verify.
 func decodeRequest(raw *strictjson.Object) (*request, error) {
-	unknown := ""
-	for _, k := range raw.Keys {
-		known := false
-		for _, m := range requestMembers {
-			known = known || k == m
-		}
-		if !known && (unknown == "" || k < unknown) {
-			unknown = k
-		}
-	}
-	if unknown != "" {
+	if unknown := raw.FirstUnknown(requestMembers); unknown != "" {
 		return nil, bad(unknown, "not a member of a request (docs/conformance.md)")
 	}
 	r := &request{}

@@ -39,6 +39,22 @@ func (o *Object) Get(key string) (any, bool) {
 	return nil, false
 }
 
+// FirstUnknown returns the key of o that is not one of known, the first in
+// byte order when there are several (whatever order the text has), or "".
+func (o *Object) FirstUnknown(known []string) string {
+	unknown := ""
+	for _, k := range o.Keys {
+		isKnown := false
+		for _, want := range known {
+			isKnown = isKnown || k == want
+		}
+		if !isKnown && (unknown == "" || k < unknown) {
+			unknown = k
+		}
+	}
+	return unknown
+}
+
 // Error says what is wrong with the text and where (Offset: the byte).
 type Error struct {
 	Offset    int
