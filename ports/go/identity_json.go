@@ -104,6 +104,26 @@ func (id Identity) MarshalJSON() ([]byte, error) {
 	return strictjson.Append(nil, partJSON(reflect.ValueOf(id), identityFields)), nil
 }
 
+// MarshalJSON writes the identity file that ParseIdentity reads back as f:
+// the identity, and "policy": "single_tenant" after the tenant when f says so.
+func (f IdentityFile) MarshalJSON() ([]byte, error) {
+	o := partJSON(reflect.ValueOf(f.Identity), identityFields)
+	if f.SingleTenant {
+		o.Keys = append([]string{"tenant", "policy"}, o.Keys[1:]...)
+		o.Values = append([]any{o.Values[0], "single_tenant"}, o.Values[1:]...)
+	}
+	return strictjson.Append(nil, o), nil
+}
+
+// UnmarshalJSON reads an identity file as ParseIdentity does.
+func (f *IdentityFile) UnmarshalJSON(data []byte) error {
+	parsed, err := ParseIdentity(data)
+	if err == nil {
+		*f = *parsed
+	}
+	return err
+}
+
 func partJSON(part reflect.Value, table []fieldInfo) *strictjson.Object {
 	o := &strictjson.Object{}
 	for i := range table {

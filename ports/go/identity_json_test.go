@@ -61,11 +61,15 @@ func TestExampleIdentityFiles(t *testing.T) {
 		if _, err := f.NewNamespace(); err != nil {
 			t.Errorf("%s: %v", name, err)
 		}
-		// The writer's output reads back as the same identity.
-		text, _ := json.Marshal(f.Identity)
+		// The writer's output reads back as the same identity and policy.
+		text, _ := json.Marshal(f)
 		back, err := ParseIdentity(text)
-		if err != nil || !reflect.DeepEqual(back.Identity, f.Identity) {
+		if err != nil || !reflect.DeepEqual(back, f) {
 			t.Errorf("%s: %s read back as %+v, %v", name, text, back, err)
+		}
+		var viaJSON IdentityFile
+		if err := json.Unmarshal(text, &viaJSON); err != nil || !reflect.DeepEqual(&viaJSON, f) {
+			t.Errorf("%s: json.Unmarshal: %+v, %v", name, viaJSON, err)
 		}
 	}
 	// The base example is the README's identity; lora.json's adapter
