@@ -59,7 +59,7 @@ func (o *Object) FirstUnknown(known []string) string {
 type Error struct {
 	Offset    int
 	Msg       string
-	Duplicate string // for a duplicate key: its dotted path ("model.name")
+	Duplicate string // for a duplicate key: its dotted path ("model.name"; "." for "" at the top level)
 }
 
 func (e *Error) Error() string { return fmt.Sprintf("byte %d: %s", e.Offset, e.Msg) }
@@ -171,6 +171,9 @@ func (p *parser) object(depth int) (any, error) {
 		for _, k := range o.Keys {
 			if k == key && p.dup == nil {
 				dup := strings.Join(append(append([]string(nil), p.path...), key), ".")
+				if dup == "" {
+					dup = "." // an empty key at the top level, as the C++ reader names it
+				}
 				p.dup = &Error{Offset: at, Msg: "duplicate key " + strconv.Quote(key), Duplicate: dup}
 			}
 		}

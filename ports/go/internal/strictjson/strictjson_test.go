@@ -50,6 +50,12 @@ func TestDuplicateKeysNameTheirPath(t *testing.T) {
 	if !errors.As(err, &e) || e.Duplicate != "model.name" {
 		t.Fatalf("got %v", err)
 	}
+	for text, want := range map[string]string{`{"":1,"":2}`: ".", `{"a":{"":1,"":2}}`: "a.",
+		`{"a":[{"b":{"c":1,"c":2}}]}`: "a.b.c", `[{"k":1},{"k":1,"k":2}]`: "k"} {
+		if _, err := Parse([]byte(text), 32); !errors.As(err, &e) || e.Duplicate != want {
+			t.Errorf("%s: %v, want the duplicate %q", text, err, want)
+		}
+	}
 	// A syntax error later in the text is named before a duplicate key.
 	_, err = Parse([]byte(`{"a":1,"a":2,}`), 32)
 	if !errors.As(err, &e) || e.Duplicate != "" {
