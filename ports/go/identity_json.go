@@ -276,7 +276,7 @@ func join(path, key string) string {
 // checkUnknownKeys names the key of o that is not one of keys, the first in
 // byte order when there are several (whatever order a map keeps).
 func checkUnknownKeys(o *strictjson.Object, path string, keys []string) error {
-	if unknown := o.FirstUnknown(keys); unknown != "" {
+	if unknown, found := o.FirstUnknown(keys); found {
 		return inputError(join(path, unknown), "unknown key")
 	}
 	return nil

@@ -109,7 +109,7 @@ func decodeIdentity(raw *strictjson.Object) (*kvkey.IdentityFile, error) {
 // (the first in byte order is named), the identity, single_tenant,
 // secret_hex, tokens, salt_hex, extras, verify.
 func decodeRequest(raw *strictjson.Object) (*request, error) {
-	if unknown := raw.FirstUnknown(requestMembers); unknown != "" {
+	if unknown, found := raw.FirstUnknown(requestMembers); found {
 		return nil, bad(unknown, "not a member of a request (docs/conformance.md)")
 	}
 	r := &request{}

@@ -40,19 +40,20 @@ func (o *Object) Get(key string) (any, bool) {
 }
 
 // FirstUnknown returns the key of o that is not one of known, the first in
-// byte order when there are several (whatever order the text has), or "".
-func (o *Object) FirstUnknown(known []string) string {
-	unknown := ""
+// byte order when there are several (whatever order the text has), and
+// whether there is one (the empty key is a key).
+func (o *Object) FirstUnknown(known []string) (string, bool) {
+	unknown, found := "", false
 	for _, k := range o.Keys {
 		isKnown := false
 		for _, want := range known {
 			isKnown = isKnown || k == want
 		}
-		if !isKnown && (unknown == "" || k < unknown) {
-			unknown = k
+		if !isKnown && (!found || k < unknown) {
+			unknown, found = k, true
 		}
 	}
-	return unknown
+	return unknown, found
 }
 
 // Error says what is wrong with the text and where (Offset: the byte).

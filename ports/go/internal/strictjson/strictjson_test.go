@@ -122,3 +122,16 @@ func FuzzParse(f *testing.F) {
 		}
 	})
 }
+
+func TestFirstUnknownInByteOrder(t *testing.T) {
+	v, _ := Parse([]byte(`{"zz":1,"b":2,"aa":3,"":4}`), 2)
+	for _, c := range []struct {
+		known []string
+		want  string
+		found bool
+	}{{[]string{"b"}, "", true}, {[]string{"", "b"}, "aa", true}, {[]string{"", "aa", "b", "zz"}, "", false}} {
+		if got, found := v.(*Object).FirstUnknown(c.known); got != c.want || found != c.found {
+			t.Errorf("known %q: %q %v", c.known, got, found)
+		}
+	}
+}
