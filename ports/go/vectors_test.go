@@ -49,14 +49,42 @@ type vectorFile struct {
 		XXH3128 string `json:"xxh3_128"`
 	} `json:"payloads"`
 	Keyed struct {
-		Case      string   `json:"case"`
-		SecretHex string   `json:"secret_hex"`
-		SecretID  string   `json:"secret_id"`
-		Root      string   `json:"root"`
-		Blocks    []string `json:"blocks"`
-		Keys      []string `json:"keys"`
-		Envelopes []string `json:"envelopes"`
+		Case         string   `json:"case"`
+		SecretHex    string   `json:"secret_hex"`
+		SecretID     string   `json:"secret_id"`
+		KeyPrefix    string   `json:"key_prefix"`
+		SecretPrefix string   `json:"secret_prefix"`
+		Root         string   `json:"root"`
+		Blocks       []string `json:"blocks"`
+		Keys         []string `json:"keys"`
+		Envelopes    []string `json:"envelopes"`
+		Rotated      struct {
+			SecretHex string `json:"secret_hex"`
+			SecretID  string `json:"secret_id"`
+			KeyPrefix string `json:"key_prefix"`
+		} `json:"rotated"`
 	} `json:"keyed"`
+	Splice struct {
+		Case         string `json:"case"`
+		HeaderHex    string `json:"header_hex"`
+		PayloadBlock int    `json:"payload_block"`
+		ReadAsBlock  int    `json:"read_as_block"`
+		Verdict      struct {
+			OK     bool   `json:"ok"`
+			Reason string `json:"reason"`
+			Field  string `json:"field"`
+		} `json:"verdict"`
+	} `json:"splice"`
+}
+
+func caseNamed(t *testing.T, v *vectorFile, name string) vectorCase {
+	for _, c := range v.Cases {
+		if c.Name == name {
+			return c
+		}
+	}
+	t.Fatalf("no case %q", name)
+	return vectorCase{}
 }
 
 func readJSON(t *testing.T, name string, v any) {
@@ -231,6 +259,10 @@ func TestFormatV3Vectors(t *testing.T) {
 				if v := ns.VerifyHeader(h, blocks[i], c.PayloadSize); !v.OK() {
 					t.Errorf("envelope %d: %v %s", i, v.Reason, v.Field)
 				}
+				if c.PayloadDigests[i] != hex.EncodeToString(h[offPayloadDigest:offSecretID]) {
+					t.Errorf("envelope %d: digest %x, payload_digests %s", i, h[offPayloadDigest:offSecretID],
+						c.PayloadDigests[i])
+				}
 				// The digest covers the payload and the header (format v3).
 				if d := plainDigest(h, payload(i, c.PayloadSize)); !bytes.Equal(d[:], h[offPayloadDigest:offSecretID]) {
 					t.Errorf("envelope %d: digest %x, XXH3-128(payload || header') %x", i,
@@ -251,12 +283,7 @@ func TestFormatV3Vectors(t *testing.T) {
 func TestKeyedVectors(t *testing.T) {
 	var v vectorFile
 	readJSON(t, vectorsFile, &v)
-	var c vectorCase
-	for _, x := range v.Cases {
-		if x.Name == v.Keyed.Case {
-			c = x
-		}
-	}
+	c := caseNamed(t, &v, v.Keyed.Case)
 	id := identityOf(t, c)
 	ns, err := NewNamespace(id, WithSecret(unhex(t, v.Keyed.SecretHex)))
 	if err != nil {
@@ -265,8 +292,21 @@ func TestKeyedVectors(t *testing.T) {
 	if ns.Root().String() != v.Keyed.Root {
 		t.Errorf("root = %s, want %s", ns.Root(), v.Keyed.Root)
 	}
-	if sid, _ := ns.SecretID(); hex.EncodeToString(sid[:]) != v.Keyed.SecretID {
-		t.Errorf("secret id = %x, want %s", sid, v.Keyed.SecretID)
+	if sid, _ := ns.SecretID(); hex.EncodeToString(sid[:]) != v.Keyed.SecretID ||
+		ns.KeyPrefix() != v.Keyed.KeyPrefix || ns.SecretPrefix() != v.Keyed.SecretPrefix {
+		t.Errorf("secret id %x, prefixes %s %s; want %s %s %s", sid, ns.KeyPrefix(), ns.SecretPrefix(),
+			v.Keyed.SecretID, v.Keyed.KeyPrefix, v.Keyed.SecretPrefix)
+	}
+	// After a rotation: another secret id and prefix, and the old values are
+	// a miss that names the secret.
+	rotated, err := NewNamespace(id, WithSecret(unhex(t, v.Keyed.Rotated.SecretHex)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if sid, _ := rotated.SecretID(); hex.EncodeToString(sid[:]) != v.Keyed.Rotated.SecretID ||
+		rotated.KeyPrefix() != v.Keyed.Rotated.KeyPrefix {
+		t.Errorf("rotated: secret id %x, prefix %s; want %s %s", sid, rotated.KeyPrefix(), v.Keyed.Rotated.SecretID,
+			v.Keyed.Rotated.KeyPrefix)
 	}
 	blocks, err := ns.BlockHashes(v.Tokens.Values, nil)
 	if err != nil {
@@ -291,10 +331,47 @@ func TestKeyedVectors(t *testing.T) {
 		if v := plain.VerifyHeader(h, blocks[i], c.PayloadSize); v != want {
 			t.Errorf("keyed envelope %d read by a plain namespace: %v %s", i, v.Reason, v.Field)
 		}
+		if v := rotated.VerifyHeader(h, blocks[i], c.PayloadSize); v != (Verdict{ReasonIdentityMismatch,
+			"tenant.secret_id"}) {
+			t.Errorf("keyed envelope %d read under the rotated secret: %v %s", i, v.Reason, v.Field)
+		}
 	}
 	_, err = NewNamespace(id, WithSecret(make([]byte, MinSecretSize-1)))
 	if !hasField(err, IdentityErrorKind, "tenant_secret") {
 		t.Errorf("a 31-byte secret: %v", err)
+	}
+}
+
+// The splice: object B's header with object A's block hash, then B's
+// payload, read as block A. Every byte but the digest is what A's header
+// would hold (the size-only check accepts it, as it must: it sees no bytes),
+// and the digest, which covers the header in format v3, is not the one of
+// this header and payload: a full verify refuses it, on the payload.
+func TestSpliceVector(t *testing.T) {
+	var v vectorFile
+	readJSON(t, vectorsFile, &v)
+	s := v.Splice
+	c := caseNamed(t, &v, s.Case)
+	ns, err := NewNamespace(identityOf(t, c))
+	if err != nil {
+		t.Fatal(err)
+	}
+	blocks, _ := ns.BlockHashes(v.Tokens.Values, &HashOptions{Salt: []byte(c.Salt)})
+	h, a, b := unhex(t, s.HeaderHex), blocks[s.ReadAsBlock], s.PayloadBlock
+	if s.Verdict.OK || s.Verdict.Reason != "payload_mismatch" || s.Verdict.Field != "payload" || a == blocks[b] {
+		t.Fatalf("splice vector: %+v", s)
+	}
+	if verdict := ns.VerifyHeader(h, a, c.PayloadSize); !verdict.OK() {
+		t.Errorf("size-only check of the splice: %v %s", verdict.Reason, verdict.Field)
+	}
+	if d := plainDigest(h, payload(b, c.PayloadSize)); bytes.Equal(d[:], h[offPayloadDigest:offSecretID]) {
+		t.Errorf("the splice's digest verifies")
+	}
+	// B's own header (its block hash back at offset 16) verifies with B's payload.
+	own := append([]byte(nil), h...)
+	copy(own[offBlockHash:], blocks[b][:])
+	if d := plainDigest(own, payload(b, c.PayloadSize)); !bytes.Equal(d[:], h[offPayloadDigest:offSecretID]) {
+		t.Errorf("object B's digest does not verify in its own header")
 	}
 }
 
