@@ -9,7 +9,17 @@ import pytest
 import kvkey
 from kvkey.stores import MemoryStore, StoreError
 
-from conftest import make_identity
+from conftest import make_identity as _make_identity
+
+# A quantized cache with scales: the identity leaves the payload size open, so these tests
+# save payloads of any size (a connector checks the size whenever the identity fixes it:
+# test_payload_size_is_enforced_when_given, tests/test_connector_core.py).
+UNSIZED = dict(kv__dtype="int8", kv__quant__scheme="per_token_head", kv__quant__group_size=64,
+               kv__quant__scale_dtype="fp16")
+
+
+def make_identity(**changes):
+    return _make_identity(**{**UNSIZED, **changes})
 
 H = kvkey.envelope_size
 
@@ -112,7 +122,7 @@ def test_load_into_refuses_unusable_buffers(setup):
 def test_lookup_verifies_headers_and_existence_only_does_not(setup):
     ns, store, conn, hashes = setup
     conn.save(hashes, payloads(hashes))
-    foreign = kvkey.KeyNamespace(make_identity(kv__dtype="bf16"))
+    foreign = kvkey.KeyNamespace(make_identity(kv__dtype="uint8"))
     store.values[ns.store_key(hashes[2])] = foreign.seal_value(hashes[2], payloads(hashes)[2])
     assert conn.lookup(hashes) == 2
     assert conn.lookup_existing(hashes) == 4  # counts what a load will reject
@@ -353,7 +363,7 @@ def test_kvkey_metrics_records_what_the_connector_saw(setup):
     m = kvkey.Metrics()
     conn = kvkey.Connector(store, ns, metrics=m)
     conn.save(hashes, payloads(hashes))
-    foreign = kvkey.KeyNamespace(make_identity(kv__dtype="bf16"))
+    foreign = kvkey.KeyNamespace(make_identity(kv__dtype="uint8"))
     store.values[ns.store_key(hashes[2])] = foreign.seal_value(hashes[2], payloads(hashes)[2])
     assert conn.lookup_existing(hashes) == 4
     conn.load(hashes)
