@@ -201,6 +201,12 @@ class Connector {
     return state_->last_error;
   }
 
+  /// Forgets the latest store failure (last_error() is nullptr until the next one).
+  void clear_last_error() const {
+    const std::lock_guard<std::mutex> lock(state_->mu);
+    state_->last_error = nullptr;
+  }
+
   // ---- save ---------------------------------------------------------------------
 
   /// Stores seal_value(block, payload) of rank under store_key(block), one
@@ -209,7 +215,7 @@ class Connector {
                    std::size_t rank = 0) const {
     const Namespace& ns = at(rank);
     if (blocks.size() != payloads.size()) {
-      throw input_error("payloads", "save: " + std::to_string(blocks.size()) + " blocks but " +
+      throw input_error("payloads", "save: " + std::to_string(blocks.size()) + " block hashes but " +
                                         std::to_string(payloads.size()) + " payloads");
     }
     const std::optional<std::uint64_t> want = payload_size(rank);

@@ -134,6 +134,12 @@ class Connector:
         """The latest store failure (a call's, or one key's), or None."""
         return self._core.last_error()
 
+    @last_error.setter
+    def last_error(self, value: None) -> None:
+        if value is not None:
+            raise TypeError("last_error can only be reset, to None")
+        self._core.clear_last_error()
+
     def with_epoch(self, epoch: int) -> "Connector":
         """A connector on the same store for weights epoch ``epoch``: every rank's
         namespace rotated with ``ns.with_epoch`` (secret and policy kept)."""

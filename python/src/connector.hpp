@@ -547,6 +547,7 @@ class PyConnector {
       return store_error_class()(std::string(f.kind()), std::string(f.what()));
     }
   }
+  void clear_last_error() const { core_->clear_last_error(); }
   std::optional<std::uint64_t> payload_size(std::size_t rank) const { return core_->payload_size(rank); }
 
  private:
@@ -605,6 +606,7 @@ void bind_connector(py::module_& m) {
       .def("load", &C::load)
       .def("load_into", &C::load_into)
       .def("last_error", &C::last_error)
+      .def("clear_last_error", &C::clear_last_error)
       .def("payload_size", &C::payload_size);
 }
 
