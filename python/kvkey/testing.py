@@ -16,10 +16,12 @@ block that does not load, or a lookup that stops before it). See docs/python.md.
 
 from __future__ import annotations
 
+import asyncio
 import collections
 import dataclasses
 import functools
 import hashlib
+import inspect
 import os
 import secrets
 import threading
@@ -625,6 +627,69 @@ def _baseline(case: _Case, keyed: bool) -> None:
     case.check(conn, d, hashes)
 
 
+class _Loop:
+    """An event loop in a thread of its own, for the async stores and connectors."""
+
+    def __init__(self) -> None:
+        self.loop = asyncio.new_event_loop()
+        self._thread = threading.Thread(target=self.loop.run_forever, daemon=True)
+        self._thread.start()
+
+    def run(self, awaitable: Any) -> Any:
+        async def wrapped() -> Any:
+            return await awaitable
+
+        return asyncio.run_coroutine_threadsafe(wrapped(), self.loop).result()
+
+    def close(self) -> None:
+        self.loop.call_soon_threadsafe(self.loop.stop)
+        self._thread.join()
+        self.loop.close()
+
+
+def _is_async(store: Any) -> bool:
+    return any(inspect.iscoroutinefunction(getattr(store, m, None)) for m in ("get", "put"))
+
+
+class _SyncStore:
+    """An async store's methods run to completion on the kit's loop (the kit's own reads
+    and damaging writes); ``inner`` is the async store the connector under test uses."""
+
+    def __init__(self, inner: Any, loop: _Loop) -> None:
+        self.inner, self._loop = inner, loop
+        for name in ("get", "get_prefix", "put", "exists", "delete"):
+            method = getattr(inner, name, None)
+            if method is not None:
+                setattr(self, name, functools.partial(self._call, method))
+        if hasattr(inner, "scan_prefix"):
+            self.scan_prefix = self._scan
+
+    def _call(self, method: Callable[..., Any], *args: Any) -> Any:
+        result = method(*args)
+        return self._loop.run(result) if inspect.isawaitable(result) else result
+
+    def _scan(self, prefix: str) -> Any:
+        async def collect() -> List[str]:
+            return [k async for k in self.inner.scan_prefix(prefix)]
+
+        return iter(self._loop.run(collect()))
+
+
+class _SyncAio:
+    """A kvkey.aio.Connector driven from the kit's threads: each call awaited on the loop."""
+
+    def __init__(self, conn: Any, loop: _Loop) -> None:
+        self._conn, self._loop = conn, loop
+
+    def __getattr__(self, name: str) -> Any:
+        method = getattr(self._conn, name)
+        if name == "with_epoch":
+            return lambda epoch: _SyncAio(method(epoch), self._loop)
+        if not inspect.iscoroutinefunction(method):
+            return method
+        return lambda *a, **k: self._loop.run(method(*a, **k))
+
+
 def check_store(make_store: Callable[[], Store], *, make_connector: Optional[_MakeConnector] = None,
                 cases: Optional[Sequence[str]] = None) -> Report:
     """Runs the fault matrix against stores from ``make_store()`` (called once per case;
@@ -632,8 +697,41 @@ def check_store(make_store: Callable[[], Store], *, make_connector: Optional[_Ma
     its keys at the end). ``make_connector(store, namespaces)`` builds the connector
     under test (default ``kvkey.Connector``). ``cases``: run only the cases whose name
     contains one of these strings. Returns a ``Report``; never raises for what a case
-    finds (an exception inside a case is one of its errors)."""
+    finds (an exception inside a case is one of its errors).
+
+    An async store (coroutine ``get`` / ``put``, e.g. ``kvkey.stores.aio.RedisStore``) is
+    run on an event loop of the kit's own, made inside it (make_store is called on
+    that loop's thread), and the connector under test is ``kvkey.aio.Connector`` (or
+    ``make_connector(store, namespaces)`` returning one), driven from the kit's threads."""
+    if _is_async(make_store()):
+        return _check_async_store(make_store, make_connector, cases)
     connect = make_connector or (lambda store, ranks: Connector(store, ranks))
+    return _check(make_store, connect, cases)
+
+
+def _check_async_store(make_store: Callable[[], Any], make_connector: Optional[_MakeConnector],
+                       cases: Optional[Sequence[str]]) -> Report:
+    from . import aio  # noqa: PLC0415 - asyncio only where an async store is checked
+
+    loop = _Loop()
+    try:
+        async def made() -> Any:
+            return make_store()
+
+        def make() -> Any:
+            return _SyncStore(loop.run(made()), loop)
+
+        def connect(store: Any, ranks: Any) -> Any:
+            inner = store.inner if isinstance(store, _SyncStore) else store
+            conn = make_connector(inner, ranks) if make_connector else aio.Connector(inner, ranks)
+            return _SyncAio(conn, loop)
+
+        return _check(make, connect, cases)
+    finally:
+        loop.close()
+
+
+def _check(make_store: Callable[[], Any], connect: _MakeConnector, cases: Optional[Sequence[str]]) -> Report:
     run = secrets.token_hex(3)
     plan: List[Tuple[str, Callable[[_Case], None]]] = [
         ("baseline", lambda c: _baseline(c, False)),

@@ -157,3 +157,32 @@ def test_aio_redis_store_with_redis_asyncio():
         await client.close()
 
     asyncio.run(run())
+
+
+class AsyncMemoryStoreFull(AsyncMemoryStore):
+    async def delete(self, keys):
+        return self.inner.delete(keys)
+
+    async def scan_prefix(self, prefix):
+        for k in self.inner.scan_prefix(prefix):
+            yield k
+
+
+def test_check_store_runs_the_aio_connector_over_an_async_store():
+    from kvkey.testing import check_store
+
+    report = check_store(AsyncMemoryStoreFull)
+    assert report.ok, str(report)
+    assert len(report.cases) >= 60
+
+
+@pytest.mark.redis
+def test_check_store_on_the_async_redis_store():
+    import redis.asyncio
+
+    from kvkey.stores.aio import RedisStore
+    from kvkey.testing import check_store
+
+    port = int(server_env("KVKEY_REDIS_PORT", "40-redis", "redis"))
+    report = check_store(lambda: RedisStore(redis.asyncio.Redis(host="127.0.0.1", port=port)))
+    assert report.ok, str(report)
