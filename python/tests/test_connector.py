@@ -9,17 +9,9 @@ import pytest
 import kvkey
 from kvkey.stores import MemoryStore, StoreError
 
-from conftest import make_identity as _make_identity
-
-# A quantized cache with scales: the identity leaves the payload size open, so these tests
-# save payloads of any size (a connector checks the size whenever the identity fixes it:
-# test_payload_size_is_enforced_when_given, tests/test_connector_core.py).
-UNSIZED = dict(kv__dtype="int8", kv__quant__scheme="per_token_head", kv__quant__group_size=64,
-               kv__quant__scale_dtype="fp16")
-
-
-def make_identity(**changes):
-    return _make_identity(**{**UNSIZED, **changes})
+# Payloads of any size (conftest.UNSIZED); test_payload_size_is_enforced_when_given and
+# tests/test_connector_core.py cover the size checks.
+from conftest import make_unsized_identity as make_identity
 
 H = kvkey.envelope_size
 
