@@ -6,6 +6,8 @@ from kvkey.connector import BlockResult
 from kvkey.stores import MemoryStore
 from kvkey.testing import check_store
 
+from test_connector_core import ArenaStore
+
 
 def test_memory_store_passes_every_case():
     report = check_store(MemoryStore)
@@ -102,32 +104,16 @@ class SkipsRank1(Unverified):
         return super().load_into(hashes, buffers, rank=rank)
 
 
-class RecyclingStore(MemoryStore):
+class RecyclingStore(ArenaStore):
     """Answers get with views into one buffer that the next call overwrites (a receive
     arena), and says it hands its values over (owned_values): it does not."""
 
-    owned_values = True
-
     def __init__(self):
-        super().__init__()
-        self.arena = bytearray()
-
-    def get(self, keys):
-        found = super().get(keys)
-        self.arena[:] = bytes(len(self.arena))  # the previous call's bytes are gone
-        self.arena = bytearray(b"".join(v for v in found if v is not None))
-        out, off, view = [], 0, memoryview(self.arena)
-        for v in found:
-            out.append(None if v is None else view[off:off + len(v)])
-            off += 0 if v is None else len(v)
-        return out
-
-    def get_prefix(self, keys, length):
-        return [None if v is None else bytes(v[:length]) for v in self.get(keys)]
+        super().__init__(owned=True)
 
 
-class HonestRecyclingStore(RecyclingStore):
-    owned_values = False
+class HonestRecyclingStore(ArenaStore):
+    """The same arena, and the store says its values are not the caller's."""
 
 
 def test_a_stale_store_is_caught():
