@@ -28,6 +28,7 @@
 #include <functional>
 #include <limits>
 #include <list>
+#include <memory>
 #include <mutex>
 #include <optional>
 #include <string>
@@ -57,9 +58,9 @@ struct ConnectorCall {
   Op op = Op::lookup;
   /// save: saved, failed; lookup: hit, miss, rejected; load: loaded, missing, rejected.
   std::size_t counts[3] = {0, 0, 0};
-  std::vector<Verdict> rejections;  ///< one per rejected block: the first rank's verdict that refused it
-  std::size_t false_hits = 0;       ///< blocks a lookup counted that this load found missing or rejected
-  std::uint64_t payload_bytes = 0;  ///< verified payload bytes served
+  std::vector<Verdict> rejections;        ///< one per rejected block: the first rank's verdict that refused it
+  std::size_t false_hits = 0;             ///< blocks a lookup counted that this load found missing or rejected
+  std::uint64_t payload_bytes = 0;        ///< verified payload bytes served
   std::vector<std::string> store_errors;  ///< the kind of each failed store call or key
 
   /// Records the call in m, as every kvkey connector does.
@@ -98,7 +99,7 @@ struct LoadResult {
 
 /// A verified payload inside a value the store returned (Connector::load_views).
 struct LoadedView {
-  ConstBuffer payload;                       ///< the verified bytes (empty unless loaded)
+  ConstBuffer payload;                             ///< the verified bytes (empty unless loaded)
   std::shared_ptr<const StoreValue::Owner> owner;  ///< keeps them alive
   LoadResult result;
 };
@@ -222,8 +223,8 @@ class Connector {
     for (std::size_t i = 0; i < payloads.size() && want; ++i) {
       if (payloads[i].size() != *want) {
         throw input_error("payloads", "save: payloads[" + std::to_string(i) + "] has " +
-                                          std::to_string(payloads[i].size()) + " bytes, this deployment's blocks have " +
-                                          std::to_string(*want));
+                                          std::to_string(payloads[i].size()) +
+                                          " bytes, this deployment's blocks have " + std::to_string(*want));
       }
     }
     ConnectorCall call;
@@ -275,8 +276,7 @@ class Connector {
   /// envelope_size bytes of each value, lookup_batch blocks per read_prefix_many,
   /// stopping after the batch where the count ends. max_tokens caps the count
   /// at max_tokens / block_size blocks (pass prompt_len - 1).
-  std::size_t lookup(const std::vector<Digest>& blocks,
-                     std::optional<std::size_t> max_tokens = std::nullopt) const {
+  std::size_t lookup(const std::vector<Digest>& blocks, std::optional<std::size_t> max_tokens = std::nullopt) const {
     const std::size_t n = max_blocks(blocks.size(), max_tokens);
     ConnectorCall call;
     call.op = ConnectorCall::Op::lookup;
@@ -458,12 +458,16 @@ class Connector {
     ConnectorCall call;
     call.op = ConnectorCall::Op::load;
     const std::vector<std::string> keys = keys_of(ns, blocks);
-    std::size_t total = 0;
-    for (std::size_t s : sizes) total += envelope_size + s;
-    Bytes staging(blocks.empty() ? 0 : total);
+    // Staging for a store that reads into memory: uninitialised, connector-owned.
+    std::unique_ptr<std::uint8_t[]> staging;
     std::vector<MutableBuffer> stage(blocks.size());
-    for (std::size_t i = 0, off = 0; i < blocks.size(); off += envelope_size + sizes[i], ++i) {
-      stage[i] = {staging.data() + off, envelope_size + sizes[i]};
+    if (store_->reads_into() && !blocks.empty()) {
+      std::size_t total = 0;
+      for (std::size_t s : sizes) total += envelope_size + s;
+      staging.reset(new std::uint8_t[total]);
+      for (std::size_t i = 0, off = 0; i < blocks.size(); off += envelope_size + sizes[i], ++i) {
+        stage[i] = {staging.get() + off, envelope_size + sizes[i]};
+      }
     }
     std::vector<StoreValue> values;
     try {
@@ -545,8 +549,8 @@ class Connector {
 
   const Namespace& at(std::size_t rank) const {
     if (rank >= ranks_.size()) {
-      throw input_error("rank", "rank is " + std::to_string(rank) + ", must lie in [0, " +
-                                    std::to_string(ranks_.size()) + ")");
+      throw input_error("rank",
+                        "rank is " + std::to_string(rank) + ", must lie in [0, " + std::to_string(ranks_.size()) + ")");
     }
     return ranks_[rank];
   }
@@ -569,7 +573,7 @@ class Connector {
   }
   static bool staged(const StoreValue& v, const MutableBuffer& stage) {
     const auto* begin = static_cast<const std::uint8_t*>(stage.data);
-    return v.data >= begin && v.data <= begin + stage.size;
+    return begin != nullptr && v.data >= begin && v.data <= begin + stage.size;
   }
   // A value whose bytes may change under the connector is copied first.
   static void pin(StoreValue& v) {

@@ -151,9 +151,7 @@ class Store {
   }
 
   /// get_many as StoreValues (owned, stable bytes).
-  virtual std::vector<StoreValue> read_many(const std::vector<std::string>& keys) {
-    return wrap(get_many(keys));
-  }
+  virtual std::vector<StoreValue> read_many(const std::vector<std::string>& keys) { return wrap(get_many(keys)); }
   /// get_prefix_many as StoreValues.
   virtual std::vector<StoreValue> read_prefix_many(const std::vector<std::string>& keys, std::size_t n) {
     return wrap(get_prefix_many(keys, n));
@@ -171,6 +169,9 @@ class Store {
     (void)staging;
     return read_many(keys);
   }
+  /// True when read_into writes into the staging memory (the connector then
+  /// provides it); false (the default): read_into is read_many, no staging.
+  virtual bool reads_into() const noexcept { return false; }
   /// exists_many as StoreValues (present or not, no bytes).
   virtual std::vector<StoreValue> probe_many(const std::vector<std::string>& keys) {
     const std::vector<bool> found = exists_many(keys);

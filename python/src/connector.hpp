@@ -179,6 +179,7 @@ class PyStore : public kvkey::Store {
     });
     return out;
   }
+  bool reads_into() const noexcept override { return has_into_; }
   kvkey::StoreValue allocate_value(std::size_t size) override {
     py::gil_scoped_acquire gil;
     PyObject* b = PyBytes_FromStringAndSize(nullptr, static_cast<Py_ssize_t>(size));
@@ -275,14 +276,12 @@ class PyStore : public kvkey::Store {
   template <class F>
   void each(const py::object& reply, std::size_t n, const char* call, F&& f) const {
     if (!PyList_Check(reply.ptr()) && !PyTuple_Check(reply.ptr())) {
-      throw kvkey::store_error("protocol", std::string(call) + " answered a " +
-                                               type_name(reply) + ", not a list");
+      throw kvkey::store_error("protocol", std::string(call) + " answered a " + type_name(reply) + ", not a list");
     }
     const py::sequence seq = py::reinterpret_borrow<py::sequence>(reply);
     if (seq.size() != n) {
-      throw kvkey::store_error("protocol", std::string(call) + " returned " +
-                                               std::to_string(seq.size()) + " replies for " + std::to_string(n) +
-                                               " keys");
+      throw kvkey::store_error("protocol", std::string(call) + " returned " + std::to_string(seq.size()) +
+                                               " replies for " + std::to_string(n) + " keys");
     }
     for (std::size_t i = 0; i < n; ++i) f(seq[i]);
   }
@@ -374,9 +373,10 @@ struct HeldBuffer {
     const int flags = writable ? (PyBUF_WRITABLE | PyBUF_C_CONTIGUOUS) : PyBUF_C_CONTIGUOUS;
     if (PyUnicode_Check(obj.ptr()) || PyObject_GetBuffer(obj.ptr(), &buf, flags) != 0) {
       PyErr_Clear();
-      throw py::type_error(field + (writable ? " must be a writable, C-contiguous buffer" :
-                                             " must be a C-contiguous bytes-like object") +
-                           ", not " + type_name(obj));
+      throw py::type_error(
+          field +
+          (writable ? " must be a writable, C-contiguous buffer" : " must be a C-contiguous bytes-like object") +
+          ", not " + type_name(obj));
     }
     held = true;
   }
@@ -499,8 +499,8 @@ class PyConnector {
       const auto* owner = dynamic_cast<const PyOwner*>(views[i].owner.get());
       py::object mv;
       if (owner != nullptr && owner->obj != nullptr) {
-        const auto* base = static_cast<const std::uint8_t*>(owner->has_buf ? owner->buf.buf
-                                                                          : static_cast<void*>(PyBytes_AS_STRING(owner->obj)));
+        const auto* base = static_cast<const std::uint8_t*>(
+            owner->has_buf ? owner->buf.buf : static_cast<void*>(PyBytes_AS_STRING(owner->obj)));
         const auto begin = static_cast<const std::uint8_t*>(views[i].payload.data) - base;
         mv = py::reinterpret_steal<py::object>(PyMemoryView_FromObject(owner->obj));
         if (!mv) throw py::error_already_set();

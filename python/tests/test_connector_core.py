@@ -252,3 +252,45 @@ def test_a_failing_store_is_logged_rate_limited(caplog):
     with caplog.at_level(logging.WARNING, logger="kvkey.connector"):
         quiet.lookup(hashes)
     assert not caplog.records
+
+
+class IntoStore(MemoryStore):
+    """Reads values straight into the connector's staging memory (as Mooncake's
+    batch_get_into does into registered buffers)."""
+
+    def __init__(self):
+        super().__init__()
+        self.staged = []
+
+    def get_into(self, keys, buffers):
+        out = []
+        for k, buf in zip(keys, buffers):
+            v = self.values.get(k)
+            self.staged.append(len(buf))
+            if v is None:
+                out.append(None)
+                continue
+            n = min(len(v), len(buf))
+            buf[:n] = v[:n]
+            out.append(len(v))
+        return out
+
+
+def test_a_store_that_reads_into_staging_never_reaches_the_destinations_unverified():
+    np = pytest.importorskip("numpy")
+    store, ns = IntoStore(), kvkey.KeyNamespace(identity())
+    c = kvkey.Connector(store, ns, log=False)
+    hashes = ns.block_hashes(tokens(16))
+    layers = [[np.full(PAYLOAD // 4, b * 4 + i, np.uint8) for i in range(4)] for b in range(4)]
+    assert c.save(hashes, layers) == 4
+    k1, k2 = ns.store_key(hashes[1]), ns.store_key(hashes[2])
+    store.values[k1] = store.values[k1][:-1] + bytes([store.values[k1][-1] ^ 1])  # a flipped payload bit
+    store.values[k2] = store.values[k2] + b"\0" * 16                              # longer than staging
+    del store.values[ns.store_key(hashes[3])]
+    dest = [[np.full(PAYLOAD // 4, 0xEE, np.uint8) for _ in range(4)] for _ in hashes]
+    res = c.load_into(hashes, dest)
+    assert store.staged == [kvkey.envelope_size + PAYLOAD] * 4  # one staging buffer per block
+    assert [r.status for r in res] == ["loaded", "rejected", "rejected", "missing"]
+    assert res[1].verdict.reason == "payload_mismatch" and res[2].verdict.reason == "size_mismatch"
+    assert all((d == want).all() for d, want in zip(dest[0], layers[0]))
+    assert all((d == 0xEE).all() for block in dest[1:] for d in block)

@@ -10,9 +10,11 @@
 
 #include <catch2/catch.hpp>
 
+#include <algorithm>
 #include <cstdint>
 #include <cstring>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -151,7 +153,7 @@ TEST_CASE("Connector over every rank, with max_tokens, for any namespace type", 
   CHECK(s.lookup_miss - before.lookup_miss == 4);  // blocks 2 and 3 were read, 4 and 5 were not
   CHECK(s.rejected(Reason::identity_mismatch, "shard") == 1);
   CHECK_THROWS_AS(c.save({blocks[0]}, views({pattern(3, 1)}), 0), kvkey::input_error);  // not the payload size
-  CHECK_THROWS_AS(c.load(blocks, 2), kvkey::input_error);                                // no rank 2
+  CHECK_THROWS_AS(c.load(blocks, 2), kvkey::input_error);                               // no rank 2
   kvkey::Identity foreign = small_identity(2, 1);
   foreign.tenant = "team-b";
   ranks.emplace_back(foreign);
@@ -252,9 +254,9 @@ TEST_CASE("Connector checks replies: lengths, per-key failures, sizes", "[connec
     int mode = 0;
     std::vector<kvkey::StoreValue> read_prefix_many(const std::vector<std::string>& keys, std::size_t n) override {
       std::vector<kvkey::StoreValue> v = kvkey::MemoryStore::read_prefix_many(keys, n);
-      if (mode == 1) v.pop_back();                                     // one reply short
-      if (mode == 2) v[1] = kvkey::StoreValue::failed("server");       // one key failed
-      if (mode == 3) v[0].total_size = kvkey::envelope_size + 1;       // a size the header disagrees with
+      if (mode == 1) v.pop_back();                                // one reply short
+      if (mode == 2) v[1] = kvkey::StoreValue::failed("server");  // one key failed
+      if (mode == 3) v[0].total_size = kvkey::envelope_size + 1;  // a size the header disagrees with
       return v;
     }
     std::vector<kvkey::StoreWrite> put_many(const std::vector<std::string>& keys,
@@ -283,4 +285,48 @@ TEST_CASE("Connector checks replies: lengths, per-key failures, sizes", "[connec
   store.mode = 4;
   CHECK(c.save(blocks, views({p, p})) == 0);
   CHECK(m.snapshot().save_failed == 2);
+}
+
+TEST_CASE("Connector::load_into: a store that reads into staging never writes the destinations", "[connector]") {
+  struct IntoStore : kvkey::MemoryStore {
+    std::vector<std::size_t> staged;
+    bool reads_into() const noexcept override { return true; }
+    std::vector<kvkey::StoreValue> read_into(const std::vector<std::string>& keys,
+                                             const std::vector<kvkey::MutableBuffer>& staging) override {
+      std::vector<kvkey::StoreValue> out(keys.size());
+      for (std::size_t i = 0; i < keys.size(); ++i) {
+        staged.push_back(staging[i].size);
+        const std::optional<Bytes> v = get(keys[i]);
+        if (!v) continue;
+        std::memcpy(staging[i].data, v->data(), std::min(v->size(), staging[i].size));
+        out[i].present = true;
+        out[i].data = static_cast<const std::uint8_t*>(staging[i].data);
+        out[i].size = v->size();
+      }
+      return out;
+    }
+  };
+  IntoStore store;
+  const kvkey::KeyNamespace<> ns(small_identity());
+  const kvkey::Connector<> c(store, ns);
+  const std::vector<kvkey::Digest> blocks = ns.block_hashes(kvkey_test::tokens(12));
+  const Bytes p = pattern(payload_bytes, 6);
+  REQUIRE(c.save(blocks, views({p, p, p})) == 3);
+  std::optional<Bytes> v1 = store.get(ns.store_key(blocks[1]));
+  v1->back() ^= 1;  // a flipped payload bit
+  store.put(ns.store_key(blocks[1]), v1->data(), v1->size());
+  std::optional<Bytes> v2 = store.get(ns.store_key(blocks[2]));
+  v2->push_back(0);  // one byte longer than staging
+  store.put(ns.store_key(blocks[2]), v2->data(), v2->size());
+  std::vector<Bytes> dst(3, Bytes(payload_bytes, 0xEE));
+  std::vector<kvkey::MutableBuffer> d;
+  for (Bytes& b : dst) d.push_back({b.data(), b.size()});
+  const auto r = c.load_into(blocks, d);
+  CHECK(store.staged == std::vector<std::size_t>(3, kvkey::envelope_size + payload_bytes));
+  CHECK(r[0].loaded());
+  CHECK(dst[0] == p);
+  CHECK(r[1].verdict.reason == Reason::payload_mismatch);
+  CHECK(r[2].verdict.reason == Reason::size_mismatch);
+  CHECK(dst[1] == Bytes(payload_bytes, 0xEE));
+  CHECK(dst[2] == Bytes(payload_bytes, 0xEE));
 }
