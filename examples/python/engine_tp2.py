@@ -11,9 +11,11 @@ staging copy in the engine). Run with a redis-server:
 """
 
 import argparse
+from typing import Any, List, Optional
 
 import numpy as np
-import redis
+import numpy.typing as npt
+import redis  # type: ignore[import]  # redis-py ships no type information
 
 import kvkey
 from kvkey.stores import RedisStore
@@ -24,19 +26,22 @@ TP, LAYERS, KV_HEADS, HEAD_DIM, BLOCK, CACHE_BLOCKS = 2, 4, 8, 64, 16, 32
 class RankCache:
     """One rank's paged KV cache: K and V per layer."""
 
-    def __init__(self, rng=None):
+    def __init__(self, rng: Optional[np.random.Generator] = None) -> None:
         shape = (CACHE_BLOCKS, KV_HEADS // TP, BLOCK, HEAD_DIM)
-        make = (lambda: rng.integers(0, 2**16, size=shape, dtype=np.uint16)) if rng else (
-            lambda: np.zeros(shape, np.uint16))
+        def make() -> "npt.NDArray[np.uint16]":
+            if rng is None:
+                return np.zeros(shape, np.uint16)
+            return rng.integers(0, 2**16, size=shape, dtype=np.uint16)
+
         self.k = [make() for _ in range(LAYERS)]
         self.v = [make() for _ in range(LAYERS)]
 
-    def block(self, slot):
+    def block(self, slot: int) -> "List[npt.NDArray[np.uint16]]":
         """The views of one block, in the value's order: K0, V0, K1, V1, ..."""
         return [t[slot] for layer in range(LAYERS) for t in (self.k[layer], self.v[layer])]
 
 
-def main(port, tenant="team-a"):
+def main(port: int, tenant: str = "team-a") -> int:
     identity = kvkey.Identity(
         tenant=tenant,
         model=kvkey.Model(name="Qwen/Qwen2.5-7B-Instruct", revision="a09a35458c702b33eeacc393d103063234e8bc28"),
@@ -45,7 +50,7 @@ def main(port, tenant="team-a"):
         shard=kvkey.Shard(tp_size=TP, tp_rank=0))
     ns = kvkey.KeyNamespace(identity)
     ranks = [ns.for_rank(r) for r in range(TP)]
-    client = redis.Redis(host="127.0.0.1", port=port)
+    client: Any = redis.Redis(host="127.0.0.1", port=port)
     conn = kvkey.Connector(RedisStore(client), ranks)  # payload size from the identity
 
     prompt = list(range(1000, 1000 + 5 * BLOCK + 3))

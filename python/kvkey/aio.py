@@ -104,7 +104,11 @@ class Connector:
 
     async def _run(self, f: Callable[..., _T], *args: Any, **kwargs: Any) -> _T:
         loop = asyncio.get_running_loop()
-        work = functools.partial(self._bridge.run, loop, functools.partial(f, *args, **kwargs))
+        bridge = self._bridge
+
+        def work() -> _T:
+            return bridge.run(loop, lambda: f(*args, **kwargs))
+
         return await loop.run_in_executor(self.executor, work)
 
     async def save(self, block_hashes: Sequence[bytes], payloads: Sequence[Any], *, rank: int = 0) -> int:

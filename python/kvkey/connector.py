@@ -12,13 +12,16 @@ with the GIL released. See docs/python.md, "Connector and stores".
 from __future__ import annotations
 
 import dataclasses
+import importlib
 import logging
 import operator
-from typing import Any, List, Optional, Sequence, Union
+from typing import Any, List, Optional, Sequence, Union, cast
 
 from . import InputError, KeyNamespace, Verdict
-from ._kvkey import _Connector
 from .stores import Store, StoreError
+
+# kvkey::Connector in the binding (python/src/connector.hpp); private, so not in the stubs.
+_Connector: Any = getattr(importlib.import_module("kvkey._kvkey"), "_Connector")
 
 __all__ = ["BlockResult", "Connector", "logger"]
 
@@ -53,14 +56,14 @@ def _integer(value: Any, what: str) -> int:
     same int; a bool, float or other type is TypeError (docs/python.md, "Integers")."""
     if isinstance(value, bool) or not hasattr(type(value), "__index__"):
         raise TypeError(f"{what} must be an int, not {type(value).__name__}")
-    return operator.index(value)
+    return int(operator.index(value))
 
 
 def _non_negative(value: Any, what: str, must: str = "must be a non-negative int") -> int:
-    value = _integer(value, what)
-    if value < 0:
-        raise InputError(f"[kvkey.input_error] {what} is {value!r}, {must}")
-    return value
+    n = _integer(value, what)
+    if n < 0:
+        raise InputError(f"[kvkey.input_error] {what} is {n!r}, {must}")
+    return n
 
 
 def _log_store_failure(kind: str, count: int, total: int, message: str) -> None:
@@ -114,7 +117,7 @@ class Connector:
         self.lookup_batch = lookup_batch
         self.log = log
         self.log_interval = float(log_interval)
-        self._core = _Connector(store, ranks, metrics, payload_size, raise_errors, lookup_batch,
+        self._core: Any = _Connector(store, ranks, metrics, payload_size, raise_errors, lookup_batch,
                                 _log_store_failure if log else None, self.log_interval)
         self.ranks: List[KeyNamespace] = ranks
         self._payload_size = payload_size
@@ -127,12 +130,13 @@ class Connector:
     @property
     def payload_size(self) -> Optional[int]:
         """Rank 0's expected payload size (given, or the namespace's), or None: unchecked."""
-        return self._core.payload_size(0)
+        size = self._core.payload_size(0)
+        return None if size is None else int(size)
 
     @property
     def last_error(self) -> Optional[StoreError]:
         """The latest store failure (a call's, or one key's), or None."""
-        return self._core.last_error()
+        return cast(Optional[StoreError], self._core.last_error())
 
     @last_error.setter
     def last_error(self, value: None) -> None:
@@ -159,7 +163,7 @@ class Connector:
         ``ns.store_key(h)``, in one ``store.put``. A payload is any C-contiguous
         bytes-like object (a numpy array), or a list of them (per-layer K and V: the
         value holds their concatenation). Returns how many values the store took."""
-        return self._core.save(block_hashes, payloads, self._rank(rank))
+        return int(self._core.save(block_hashes, payloads, self._rank(rank)))
 
     def lookup(self, block_hashes: Sequence[bytes], *, max_tokens: Optional[int] = None) -> int:
         """The number of leading blocks whose header verifies, for this deployment and
@@ -167,20 +171,20 @@ class Connector:
         ``get_prefix``, ``lookup_batch`` blocks per call, stopping after the batch where
         the count ends). The payload is checked at load. ``max_tokens`` caps the count
         at ``max_tokens // block_size`` blocks (pass ``prompt_len - 1``)."""
-        return self._core.lookup(block_hashes, self._max_tokens(max_tokens), False)
+        return int(self._core.lookup(block_hashes, self._max_tokens(max_tokens), False))
 
     def lookup_existing(self, block_hashes: Sequence[bytes], *, max_tokens: Optional[int] = None) -> int:
         """Like ``lookup``, but counts a block when its keys exist, without reading a
         header (``store.exists``): cheaper, and it counts foreign, stale and damaged
         values that a load will then reject."""
-        return self._core.lookup(block_hashes, self._max_tokens(max_tokens), True)
+        return int(self._core.lookup(block_hashes, self._max_tokens(max_tokens), True))
 
     def load(self, block_hashes: Sequence[bytes], *, rank: int = 0) -> List[Optional[memoryview]]:
         """Per block, the verified payload (a read-only ``memoryview`` into the value the
         store returned, no copy; ``bytes(p)`` copies) or None: missing, rejected, or the
         store failed. Values a store may reuse (anything but ``bytes``, unless the store
         sets ``owned_values = True``) are copied before they are verified."""
-        return self._core.load(block_hashes, self._rank(rank))
+        return cast(List[Optional[memoryview]], self._core.load(block_hashes, self._rank(rank)))
 
     def load_into(self, block_hashes: Sequence[bytes], buffers: Sequence[Any], *,
                   rank: int = 0) -> List[BlockResult]:
