@@ -669,11 +669,12 @@ class Connector {
     return r;
   }
 
-  // One key failed: counted, kept and logged; the rest of the batch stands.
+  // One key failed: counted and logged; the rest of the batch stands (last_error is
+  // for failed calls: the store keeps its own per-key record).
   void key_failed(ConnectorCall& call, const std::string& kind, const char* what) const {
     const store_error e(kind, std::string(what) + " (" + kind + ")");
     call.store_errors.emplace_back(e.kind());
-    note_failure(std::make_exception_ptr(e), e.kind(), e.what());
+    note_failure(nullptr, e.kind(), e.what());
   }
   // The store call failed: recorded, then kept and logged, or rethrown.
   void failed(ConnectorCall& call, std::exception_ptr error) const {
@@ -695,7 +696,7 @@ class Connector {
     StoreFailureLog line;
     {
       const std::lock_guard<std::mutex> lock(s.mu);
-      s.last_error = std::move(error);
+      if (error) s.last_error = std::move(error);
       ++s.failures;
       ++s.unlogged;
       const auto now = std::chrono::steady_clock::now();

@@ -59,10 +59,18 @@ def _integer(value: Any, what: str) -> int:
     return int(operator.index(value))
 
 
+def _input_error(field: str, detail: str) -> InputError:
+    """An InputError as the compiled core raises them: "[kvkey.input_error] field: detail",
+    with ``.id`` and ``.field``."""
+    e = InputError(f"[kvkey.input_error] {field}: {detail}")
+    e.id, e.field = "kvkey.input_error", field
+    return e
+
+
 def _non_negative(value: Any, what: str, must: str = "must be a non-negative int") -> int:
     n = _integer(value, what)
     if n < 0:
-        raise InputError(f"[kvkey.input_error] {what} is {n!r}, {must}")
+        raise _input_error(what, f"{what} is {n!r}, {must}")
     return n
 
 
@@ -108,7 +116,7 @@ class Connector:
             payload_size = _non_negative(payload_size, "payload_size", "must be a non-negative int or None")
         lookup_batch = _integer(lookup_batch, "lookup_batch")
         if lookup_batch < 1:
-            raise InputError(f"[kvkey.input_error] Connector: lookup_batch is {lookup_batch!r}, must be at least 1")
+            raise _input_error("lookup_batch", f"Connector: lookup_batch is {lookup_batch!r}, must be at least 1")
         if not isinstance(raise_errors, bool):
             raise TypeError(f"raise_errors must be a bool, not {type(raise_errors).__name__}")
         self.store = store

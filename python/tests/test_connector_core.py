@@ -206,9 +206,12 @@ def test_put_replies_are_checked(reply, saved, kind):
 def test_exists_replies_are_checked(reply):
     store, ns = Hostile(), kvkey.KeyNamespace(identity())
     c = kvkey.Connector(store, ns, log=False)
+    m = kvkey.Metrics()
+    c = kvkey.Connector(store, ns, metrics=m, log=False)
     store.exists_reply = reply
     assert c.lookup_existing(ns.block_hashes(tokens(16))) == 0  # an empty store
-    assert c.last_error is not None
+    assert sum(snapshot(m).d["store_errors"].values()) == 4  # one per key
+    assert c.last_error is None  # no call failed: keys did
 
 
 def test_prefix_sizes_are_checked():
@@ -294,3 +297,51 @@ def test_a_store_that_reads_into_staging_never_reaches_the_destinations_unverifi
     assert res[1].verdict.reason == "payload_mismatch" and res[2].verdict.reason == "size_mismatch"
     assert all((d == want).all() for d, want in zip(dest[0], layers[0]))
     assert all((d == 0xEE).all() for block in dest[1:] for d in block)
+
+
+class Replies(list):
+    """A reply list with the keys that failed on their own (as kvkey.stores' Replies)."""
+
+    def __init__(self, items, errors):
+        super().__init__(items)
+        self.errors = errors
+
+
+class OneBadKey(MemoryStore):
+    """Key 1 of every read fails alone (a WRONGTYPE reply): a miss, the rest served."""
+
+    def get(self, keys):
+        return Replies([None if i == 1 else v for i, v in enumerate(super().get(keys))],
+                       {1: StoreError("server", "WRONGTYPE")})
+
+    def get_prefix(self, keys, length):
+        return Replies([None if i == 1 else v for i, v in enumerate(super().get_prefix(keys, length))],
+                       {1: StoreError("server", "WRONGTYPE")})
+
+
+def test_a_key_that_fails_alone_is_a_miss_for_its_block_only():
+    store, ns = OneBadKey(), kvkey.KeyNamespace(identity())
+    m = kvkey.Metrics()
+    c = kvkey.Connector(store, ns, metrics=m, log=False)
+    hashes = ns.block_hashes(tokens(16))
+    ps = [pattern(PAYLOAD, i) for i in range(4)]
+    assert c.save(hashes, ps) == 4
+    assert c.lookup(hashes) == 1
+    got = c.load(hashes)
+    assert [g is not None for g in got] == [True, False, True, True]
+    assert snapshot(m).store_error("server") == 2 and snapshot(m).load_missing == 1
+    assert c.last_error is None
+
+
+def test_argument_errors_carry_id_and_field():
+    c = kvkey.Connector(MemoryStore(), kvkey.KeyNamespace(identity()))
+    hashes = kvkey.KeyNamespace(identity()).block_hashes(tokens(8))
+    for call, field in [(lambda: c.lookup(hashes, max_tokens=-1), "max_tokens"),
+                        (lambda: c.load(hashes, rank=1), "rank"),
+                        (lambda: c.load(hashes, rank=-1), "rank"),
+                        (lambda: c.save(hashes, [b"x"]), "payloads"),
+                        (lambda: kvkey.Connector(MemoryStore(), c.ns, lookup_batch=0), "lookup_batch")]:
+        with pytest.raises(kvkey.InputError) as e:
+            call()
+        assert (e.value.id, e.value.field) == ("kvkey.input_error", field)
+        assert str(e.value).startswith(f"[kvkey.input_error] {field}: ")
