@@ -135,6 +135,7 @@ class PyStore : public kvkey::Store {
       }
       out.push_back(std::move(v));
     });
+    key_errors(reply, out);
     return out;
   }
   std::vector<kvkey::StoreValue> read_into(const std::vector<std::string>& keys,
@@ -177,6 +178,7 @@ class PyStore : public kvkey::Store {
       ++i;
       out.push_back(std::move(v));
     });
+    key_errors(reply, out);
     return out;
   }
   bool reads_into() const noexcept override { return has_into_; }
@@ -219,6 +221,7 @@ class PyStore : public kvkey::Store {
       }
       out.push_back(std::move(w));
     });
+    key_errors(reply, out);
     return out;
   }
 
@@ -270,6 +273,29 @@ class PyStore : public kvkey::Store {
       if (overflow < 0 || (overflow == 0 && n < 0)) return "server";  // an error code
     }
     return "protocol";
+  }
+
+  // The per-key failures a store reports beside its entries (kvkey.stores.Replies.errors:
+  // position -> StoreError); each one fails its key alone.
+  template <class T>
+  void key_errors(const py::object& reply, std::vector<T>& out) const {
+    const py::object errors = py::getattr(reply, "errors", py::none());
+    if (errors.is_none() || !PyDict_Check(errors.ptr())) return;
+    for (const auto& item : py::reinterpret_borrow<py::dict>(errors)) {
+      if (PyLong_Check(item.first.ptr()) == 0) continue;
+      const long long i = PyLong_AsLongLong(item.first.ptr());
+      if (i < 0 || static_cast<std::size_t>(i) >= out.size()) {
+        PyErr_Clear();
+        continue;
+      }
+      std::string kind = store_error_kind(item.second, error_cls_);
+      fail(out[static_cast<std::size_t>(i)], kind.empty() ? std::string("protocol") : std::move(kind));
+    }
+  }
+  static void fail(kvkey::StoreValue& v, std::string kind) { v = kvkey::StoreValue::failed(std::move(kind)); }
+  static void fail(kvkey::StoreWrite& w, std::string kind) {
+    w.stored = false;
+    w.error = std::move(kind);
   }
 
   // Calls f(item) for each entry of a reply that must be a list or tuple of n entries.
@@ -354,6 +380,7 @@ class PyStore : public kvkey::Store {
       }
       out.push_back(std::move(v));
     });
+    key_errors(reply, out);
     return out;
   }
 
@@ -402,9 +429,10 @@ void each_part(const py::handle& obj, const std::string& field, F&& f) {
   for (std::size_t i = 0; i < seq.size(); ++i) f(seq[i], indexed(field, i));
 }
 
-// Payload arguments: per block one buffer or a list of parts, held while the call runs.
+// Payload arguments: per block one buffer or a list of parts, held while the call runs (a
+// part that is not C-contiguous is copied in logical order, as bytes(memoryview(p)) would).
 struct HeldPayloads {
-  std::deque<HeldBuffer> held;
+  std::deque<ByteString> held;
   std::vector<std::vector<kvkey::ConstBuffer>> parts;
   std::vector<kvkey::Payload> payloads;
   HeldPayloads(const py::handle& obj, const std::string& field) {
@@ -412,8 +440,8 @@ struct HeldPayloads {
                   [&](const py::handle& item, std::size_t i) {
                     parts.emplace_back();
                     each_part(item, indexed(field, i), [&](const py::handle& p, const std::string& f) {
-                      held.emplace_back(p, f, false);
-                      parts.back().push_back({held.back().buf.buf, static_cast<std::size_t>(held.back().buf.len)});
+                      held.emplace_back(p, f, ByteString::Str::refuse, "bytes-like (the KV bytes)");
+                      parts.back().push_back({held.back().data(), held.back().size()});
                     });
                   });
     payloads.reserve(parts.size());
