@@ -101,7 +101,7 @@ class RunnerTest(unittest.TestCase):
     def test_hostile_lines_are_refused_as_the_protocol_says(self):
         deep = '{"id":' + "[" * 100000 + "]" * 100000 + "}"
         lines = [b"", b"\xff", b'{"id":1,"identity":{"tenant":"\\ud800"}}', b'{"id":1e400}', b'{"id":' + b"9" * 400 + b"}",
-                 b'{"id":NaN}', deep.encode(), b'{"id":1} {}', b'{"id":1,"id":2}', b"\xef\xbb\xbf{}", b"[]"]
+                 b'{"id":NaN}', deep.encode(), b'{"id":1} {}', b'{"id":1,"id":2}', b"\xef\xbb\xbf{}", b"[]", b'{"id":1}\x00x']
         r = subprocess.run([TOOL, "conformance-testee"], input=b"\n".join(lines) + b"\n", capture_output=True,
                            timeout=120)
         self.assertEqual(r.returncode, 0, r.stderr)
