@@ -49,6 +49,30 @@ if [ -n "$unformatted" ]; then echo "70-ports: gofmt would change: $unformatted"
 go test ./...
 go build ./cmd/kvkey-testee && rm -f kvkey-testee
 
+# 3b. The Go README's quick start as a user runs it: its setup and main.go
+#     blocks, in a throwaway module outside the tree, offline; the root it
+#     prints must be the tool's.
+quickstart_block() {  # the fenced block after <!-- quickstart:$1 --> in ports/go/README.md
+  awk -v mark="<!-- quickstart:$1 -->" '$0 == mark {found = 1; next}
+    found && /^```/ {if (inside) exit; inside = 1; next} found && inside' "$root/ports/go/README.md"
+}
+module="$(mktemp -d)"
+(
+  cd "$module"
+  quickstart_block setup >setup.sh
+  quickstart_block main.go >main.go
+  KVKEY="$root" bash -eu setup.sh
+  go run . "$root/examples/identities/qwen-fp16.json" >out.txt
+)
+want_root="$("$kvkey" identity "$root/examples/identities/qwen-fp16.json" | awk '$1 == "root" {print $NF}')"
+if ! grep -qx "root $want_root" "$module/out.txt" || ! grep -qx "same root true" "$module/out.txt"; then
+  echo "70-ports: the Go quick start printed (want root $want_root):" >&2
+  cat "$module/out.txt" >&2
+  exit 1
+fi
+rm -rf "$module"
+echo "70-ports: the Go README quick start runs from another module"
+
 # 4. Rust, offline against /usr/share/cargo/registry (ports/rust/.cargo/config.toml).
 cd "$root/ports/rust"
 cargo build --offline --locked
@@ -70,6 +94,9 @@ for testee in "$kvkey conformance-testee" \
               "go run ./ports/go/cmd/kvkey-testee" \
               "cargo run --quiet --offline --locked --manifest-path ports/rust/Cargo.toml --bin kvkey-testee"; do
   "$kvkey" conformance --testee "$testee" --vectors tests/vectors/format-v3.json --cases "$cases" --seed "$seed" \
+    || status=1
+  # Hostile lines (docs/conformance.md, "Lines that are not requests"): every one answered, none fatal.
+  "$kvkey" conformance --testee "$testee" --mutate --cases "$cases" --seed "$seed" \
     || status=1
 done
 exit "$status"
