@@ -21,8 +21,8 @@
 # script's recipe version: ${KVKEY_CACHE_DIR:-$XDG_CACHE_HOME/kvkey or ~/.cache/kvkey}/mooncake/<key>.
 # A second `build` on the same machine finds it and returns in a second.
 #
-# `start` settings (environment): MOONCAKE_RPC_PORT (default 50051), MOONCAKE_HTTP_PORT (8080),
-# MOONCAKE_METRICS_PORT (9003), MOONCAKE_STATE_DIR (/tmp/kvkey-mooncake), MOONCAKE_LEASE_TTL_MS
+# `start` settings (environment): MOONCAKE_RPC_PORT, MOONCAKE_HTTP_PORT, MOONCAKE_METRICS_PORT
+# (default: free ports on 127.0.0.1), MOONCAKE_STATE_DIR (/tmp/kvkey-mooncake), MOONCAKE_LEASE_TTL_MS
 # (master's --default_kv_lease_ttl, default 5000).
 set -euo pipefail
 
@@ -30,10 +30,6 @@ RECIPE=1 # bump when the build steps below change, so old caches are not reused
 here="$(cd "$(dirname "$0")/.." && pwd)"
 cache_root="${KVKEY_CACHE_DIR:-${XDG_CACHE_HOME:-$HOME/.cache}/kvkey}/mooncake"
 state_dir="${MOONCAKE_STATE_DIR:-/tmp/kvkey-mooncake}"
-pkgs=(build-essential cmake ninja-build pkg-config python3-dev libibverbs-dev libgoogle-glog-dev libgflags-dev
-  libjsoncpp-dev libnuma-dev libboost-dev libcurl4-openssl-dev libyaml-cpp-dev libzstd-dev libxxhash-dev
-  libmsgpack-cxx-dev liburing-dev)
-
 die() {
   echo "mooncake.sh: $*" >&2
   exit 1
@@ -91,16 +87,7 @@ cache_key_dir() {
 }
 
 install_pkgs() {
-  local missing=() p
-  for p in "${pkgs[@]}"; do
-    dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
-  done
-  [ "${#missing[@]}" -eq 0 ] && return 0
-  local sudo=""
-  [ "$(id -u)" -ne 0 ] && sudo="sudo"
-  echo "mooncake.sh: installing ${missing[*]}"
-  $sudo apt-get update -qq
-  DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+  "$here/scripts/install-deps.sh" mooncake
 }
 
 cmd_build() {
@@ -199,10 +186,15 @@ cmd_env() {
   printf 'MOONCAKE_MASTER=%q\nMOONCAKE_PYTHONPATH=%q\n' "$master" "$pythonpath"
 }
 
+free_port() {
+  /usr/bin/python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])'
+}
+
 cmd_start() {
   local master pythonpath
   locate
-  local rpc="${MOONCAKE_RPC_PORT:-50051}" http="${MOONCAKE_HTTP_PORT:-8080}" metrics="${MOONCAKE_METRICS_PORT:-9003}"
+  local rpc="${MOONCAKE_RPC_PORT:-$(free_port)}" http="${MOONCAKE_HTTP_PORT:-$(free_port)}"
+  local metrics="${MOONCAKE_METRICS_PORT:-$(free_port)}"
   mkdir -p "$state_dir"
   if [ -f "$state_dir/master.pid" ] && kill -0 "$(cat "$state_dir/master.pid")" 2>/dev/null; then
     cmd_stop >/dev/null
