@@ -30,6 +30,10 @@ RECIPE=1 # bump when the build steps below change, so old caches are not reused
 here="$(cd "$(dirname "$0")/.." && pwd)"
 cache_root="${KVKEY_CACHE_DIR:-${XDG_CACHE_HOME:-$HOME/.cache}/kvkey}/mooncake"
 state_dir="${MOONCAKE_STATE_DIR:-/tmp/kvkey-mooncake}"
+# free_port
+# shellcheck source=scripts/lib/services.sh
+. "$here/scripts/lib/services.sh"
+
 die() {
   echo "mooncake.sh: $*" >&2
   exit 1
@@ -184,10 +188,6 @@ cmd_env() {
   local master pythonpath
   locate
   printf 'MOONCAKE_MASTER=%q\nMOONCAKE_PYTHONPATH=%q\n' "$master" "$pythonpath"
-}
-
-free_port() {
-  /usr/bin/python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])'
 }
 
 cmd_start() {
