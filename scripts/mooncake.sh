@@ -94,6 +94,27 @@ install_pkgs() {
   "$here/scripts/install-deps.sh" mooncake
 }
 
+# The executables' RUNPATH names the build tree, which is gone once the build is
+# assembled: bin/mooncake_master (and bin/mooncake_client) become wrappers that run the
+# binaries from libexec/ with lib/ (libasio.so) on LD_LIBRARY_PATH, so MOONCAKE_MASTER runs
+# as is. Idempotent; it also completes a cache assembled before it existed.
+wrap_executables() {
+  local dir="$1" exe
+  for exe in mooncake_master mooncake_client; do
+    [ -f "$dir/bin/$exe" ] || continue
+    if [ ! -f "$dir/libexec/$exe" ]; then
+      mkdir -p "$dir/libexec"
+      cp -p "$dir/bin/$exe" "$dir/libexec/$exe.tmp.$$" && mv "$dir/libexec/$exe.tmp.$$" "$dir/libexec/$exe"
+    fi
+    if ! grep -q "libexec/$exe" "$dir/bin/$exe" 2>/dev/null; then
+      printf '#!/bin/sh\n# Runs %s with the libraries of this Mooncake build (written by kvkey scripts/mooncake.sh).\nd="$(cd "$(dirname "$0")/.." && pwd)"\nLD_LIBRARY_PATH="$d/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}" exec "$d/libexec/%s" "$@"\n' \
+        "$exe" "$exe" >"$dir/bin/$exe.tmp.$$"
+      chmod +x "$dir/bin/$exe.tmp.$$"
+      mv "$dir/bin/$exe.tmp.$$" "$dir/bin/$exe"
+    fi
+  done
+}
+
 cmd_build() {
   if installed_mooncake; then
     echo "mooncake.sh: using the installed Mooncake ($(command -v mooncake_master))"
@@ -102,6 +123,7 @@ cmd_build() {
   local dir
   dir="$(cache_key_dir)" || how_to_provide
   if [ -f "$dir/done" ]; then
+    wrap_executables "$dir"
     echo "mooncake.sh: cached build in $dir"
     return 0
   fi
@@ -165,7 +187,7 @@ cmd_build() {
     die "the assembled Python package does not import (in $dir.tmp/python)"
   rm -rf "$dir"
   mv "$dir.tmp" "$dir"
-  # The package's libasio.so is found through the module's RUNPATH or LD_LIBRARY_PATH; record both.
+  wrap_executables "$dir"
   date -u +%FT%TZ >"$dir/done"
   echo "mooncake.sh: built into $dir"
 }
@@ -180,6 +202,7 @@ locate() {
   local dir
   dir="$(cache_key_dir)" || how_to_provide
   [ -f "$dir/done" ] || die "no Mooncake build in $dir: run 'scripts/mooncake.sh build' first (about 15 minutes on 2 cores)"
+  wrap_executables "$dir"
   master="$dir/bin/mooncake_master"
   pythonpath="$dir/python"
 }
