@@ -52,7 +52,7 @@ def identity(tenant: str = "team-a", dtype: str = "fp16", epoch: int = 0, revisi
     i.model.name = MODEL
     i.model.revision = revision
     i.model.weights_epoch = epoch
-    i.kv.dtype = dtype
+    i.kv.dtype = getattr(kvkey.KvDtype, dtype)
     i.kv.block_size = BLOCK
     i.kv.num_layers = 24
     i.kv.num_kv_heads = 2
@@ -152,7 +152,7 @@ class Row:
     planted_wrong: int = 0
 
 
-def consume(store: MooncakeStore, case: Case, run: str, reply: Dict[str, object]) -> Row:
+def consume(store: MooncakeStore, case: Case, run: str, reply: Dict[str, List[str]]) -> Row:
     e = Engine(store, case.consumer, case.adapter_name, run)
     row = Row(case.name, case.field or "-", len(e.hashes))
     # Legacy: lmdeploy's lookup is batch_is_exist, its load a batch_get_into of the
@@ -177,7 +177,7 @@ def consume(store: MooncakeStore, case: Case, run: str, reply: Dict[str, object]
             row.kvkey_wrong += bytes(buf) != e.kv[n]
     # The collision forced: the producer's kvkey values copied under the consumer's keys.
     if case.field:
-        produced = store.get(list(reply["kvkey_keys"]))  # type: ignore[arg-type]
+        produced = store.get(reply["kvkey_keys"])
         mine = [e.ns.store_key(h) for h in e.hashes]
         store.put(mine, [v for v in produced if v is not None])
         row.planted_counted = e.conn.lookup(e.hashes)
@@ -185,7 +185,7 @@ def consume(store: MooncakeStore, case: Case, run: str, reply: Dict[str, object]
         for n, (res, buf) in enumerate(zip(e.conn.load_into(e.hashes, buffers), buffers)):
             if res.loaded:
                 row.planted_wrong += bytes(buf) != e.kv[n]
-            elif res.status == "rejected":
+            elif res.status == "rejected" and res.verdict is not None:
                 why = f"{res.verdict.reason} {res.verdict.field}".strip()
                 row.planted_rejected[why] = row.planted_rejected.get(why, 0) + 1
     return row

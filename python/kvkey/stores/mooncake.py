@@ -190,7 +190,7 @@ class MooncakeStore:
         the store (0: none; its objects then live in other processes); ``options`` go to
         the store's constructor. ``close()`` tears the client down."""
         try:
-            from mooncake.store import MooncakeDistributedStore  # type: ignore[import-not-found]
+            from mooncake.store import MooncakeDistributedStore  # type: ignore
         except ImportError as e:
             raise ImportError("MooncakeStore.connect needs Mooncake's Python package (mooncake.store): "
                               "build it with scripts/mooncake.sh build and put MOONCAKE_PYTHONPATH from "
@@ -298,7 +298,7 @@ class MooncakeStore:
                     if len(retry) == len(again):
                         for i, v in zip(again, retry):
                             values[i] = v
-            out.extend(bytes(v) if v else None for v in values)
+            out.extend(v if v else None for v in values)  # bytes already: no copy
         return out
 
     def get_prefix(self, keys: Sequence[str], length: int) -> List[Optional[bytes]]:
