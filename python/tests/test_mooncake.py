@@ -165,14 +165,6 @@ def test_zero_copy_slots(store):
     store.purge(ns.tenant_prefix)
 
 
-def test_store_errors_when_the_master_is_gone(master):
-    """A client whose master does not answer: setup fails with a StoreError."""
-    host, _, port = master[0].rpartition(":")
-    with pytest.raises(StoreError) as e:
-        MooncakeStore.connect(f"{host}:1", master[1], global_segment_size=0, local_buffer_size=16 << 20)
-    assert e.value.kind == "connection"
-
-
 def test_the_mooncake_guide_runs_against_the_store(master, tmp_path, monkeypatch):
     """Every python block of docs/integration/mooncake.md, in order, against this master."""
     from test_docs import run_page
