@@ -149,9 +149,10 @@ class MooncakeStore:
 
     ``batch``: keys per call that moves values (a ``get`` lands in the client's local
     buffer, so a batch must fit in ``local_buffer_size``; writes are also split so that no
-    call carries more than ``max_batch_bytes``); ``key_batch``: keys per call that moves
-    only headers, no values, or values between registered memory and the store
-    (``get_prefix``, ``exists``, ``delete``, ``put_from``, ``get_into``). ``force_remove``:
+    call carries more than ``max_batch_bytes``; a read must also finish within the
+    master's lease, ``--default_kv_lease_ttl``, or it fails with -707 LEASE_EXPIRED), also
+    for the zero-copy ``put_from`` and ``get_into``; ``key_batch``: keys per call that
+    moves only headers or no values (``get_prefix``, ``exists``, ``delete``). ``force_remove``:
     removes (``delete``, ``purge``) skip the read lease (default True; see the module's doc). ``busy_retries``,
     ``busy_wait``: a write refused because readers hold the object (-714, -706, -708) is
     retried this many times, ``busy_wait`` seconds apart, then reported as not stored.
@@ -401,7 +402,7 @@ class MooncakeStore:
         if not len(keys) == len(addresses) == len(sizes):
             raise ValueError(f"put_from: {len(keys)} keys, {len(addresses)} addresses, {len(sizes)} sizes")
         done: List[bool] = []
-        for a, b in self._chunks(len(keys), self.key_batch):
+        for a, b in self._chunks(len(keys)):
             k, p, s = keys[a:b], addresses[a:b], sizes[a:b]
             codes = self._write("batch_upsert_from", k, lambda idx, k=k, p=p, s=s: self._call(
                 "batch_upsert_from", self.client.batch_upsert_from, [k[i] for i in idx], [p[i] for i in idx],
@@ -417,7 +418,7 @@ class MooncakeStore:
         ``StoreError`` when every key failed for want of the store."""
         keys = list(keys)
         out: List[int] = []
-        for a, b in self._chunks(len(keys), self.key_batch):
+        for a, b in self._chunks(len(keys)):  # each batch must finish within the read lease (-707)
             got = self._codes("batch_get_into", self._call(
                 "batch_get_into", self.client.batch_get_into, keys[a:b], list(addresses[a:b]), list(sizes[a:b])),
                 b - a)
