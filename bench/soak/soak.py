@@ -163,7 +163,7 @@ def main() -> int:
 
         def reset() -> None:
             store.purge(tr.MODEL + "@")  # the legacy keys
-            store.purge("kvk1/")
+            store.purge(kvkey.store_key_tag)
 
     try:
         reset()

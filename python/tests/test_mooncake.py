@@ -123,7 +123,7 @@ def test_the_connector_on_mooncake(store):
 def test_check_store_two_processes(store):
     report = check_store(lambda: store)
     print(report)
-    store.purge("kvk1/kvkey-check-")
+    store.purge(kvkey.store_key_tag + "kvkey-check-")
     assert report.ok, str(report)
     assert report.wrong_loads == 0 and report.counted_rejected == 0 and report.lost == 0
     assert report.case("empty value").loaded > 0  # Mooncake refused the empty value: the intact one loads
