@@ -10,7 +10,7 @@
 // - get reads the size (get_size), then the value into this thread's registered buffer;
 // - get_prefix returns the whole value (the connector verifies the first 1024 bytes);
 // - a missing key (-704 OBJECT_NOT_FOUND, -703 a write in progress) is nullopt; any other
-//   negative code throws MooncakeError, which the connector's caller treats as a miss.
+//   negative code throws MooncakeError, a kvkey::store_error with the code's kind.
 // Removes are forced: reads hold leases, and kvkey verifies every value it reads, so a
 // reader whose object is freed under it reads bytes that do not verify, a miss.
 #ifndef KVKEY_EXAMPLES_MOONCAKE_STORE_HPP
@@ -33,11 +33,28 @@ extern "C" {
 
 namespace kvkey_mooncake {
 
-/// A Mooncake return code that is neither success nor a miss.
-class MooncakeError : public std::runtime_error {
+/// The kvkey::store_error kind of a negative Mooncake return code (as
+/// kvkey.stores.mooncake.code_kind in Python).
+inline const char* code_kind(long long code) {
+  switch (code) {
+    case -101:
+    case -103:
+    case -710:
+    case -712:
+    case -800:
+    case -900: return "connection";
+    case -707:
+    case -901: return "timeout";
+    default: return "server";
+  }
+}
+
+/// A Mooncake return code that is neither success nor a miss: a kvkey::store_error, so
+/// the connector counts the call as failed (a miss), never as a bug.
+class MooncakeError : public kvkey::store_error {
  public:
   MooncakeError(const std::string& what, long long code)
-      : std::runtime_error("mooncake " + what + ": " + std::to_string(code)), code_(code) {}
+      : kvkey::store_error(code_kind(code), "mooncake " + what + ": " + std::to_string(code)), code_(code) {}
   long long code() const { return code_; }
 
  private:

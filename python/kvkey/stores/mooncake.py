@@ -536,8 +536,38 @@ class MooncakeConnector(Connector):
 
     def with_epoch(self, epoch: int) -> "MooncakeConnector":
         return MooncakeConnector(self.store, [r.with_epoch(epoch) for r in self.ranks], metrics=self.metrics,
-                                 payload_size=self.payload_size, raise_errors=self.raise_errors,
-                                 lookup_batch=self.lookup_batch)
+                                 payload_size=self._payload_size, raise_errors=self.raise_errors,
+                                 lookup_batch=self.lookup_batch, log=self.log, log_interval=self.log_interval)
+
+    # The zero-copy calls run in Python, beside the connector's core: they keep their own
+    # last store error and record into the same metrics.
+    zero_copy_error: Optional[StoreError] = None
+
+    def _namespace(self, rank: int) -> KeyNamespace:
+        r = self._rank(rank)
+        if r >= len(self.ranks):
+            raise InputError(f"[kvkey.input_error] rank is {r!r}, must lie in [0, {len(self.ranks)})")
+        return self.ranks[r]
+
+    def _store_error(self, e: StoreError) -> None:
+        self.zero_copy_error = e
+        if self.metrics is not None:
+            self.metrics.record_store_error(e.kind)
+        if self.raise_errors:
+            raise e
+
+    def _record_load(self, hashes: List[bytes], payloads: Sequence[Optional[Any]],
+                     verdicts: Sequence[Optional[Verdict]]) -> None:
+        if self.metrics is None:
+            return
+        rejected = [v for p, v in zip(payloads, verdicts) if p is None and v is not None]
+        loaded = sum(1 for p in payloads if p is not None)
+        self.metrics.record_load(loaded, len(hashes) - loaded - len(rejected), len(rejected))
+        for v in rejected:
+            self.metrics.record_rejection(v)
+        nbytes = sum(len(p) for p in payloads if p is not None)
+        if nbytes:
+            self.metrics.record_payload_bytes(nbytes)
 
     def _slot_indices(self, hashes: List[bytes], slots: Slots, indices: Optional[Sequence[int]]) -> List[int]:
         idx = list(range(len(hashes))) if indices is None else [int(i) for i in indices]
@@ -557,7 +587,7 @@ class MooncakeConnector(Connector):
         """Seals each block's header into its slot (``ns.seal(h, slots.payload(i))``) and
         writes the slots with one ``batch_upsert_from`` per batch: no copy of the payload.
         Block ``n`` is in slot ``indices[n]`` (default ``n``). Returns how many were stored."""
-        ns = self._rank(rank)
+        ns = self._namespace(rank)
         hashes = list(block_hashes)
         idx = self._slot_indices(hashes, slots, indices)
         for h, i in zip(hashes, idx):
@@ -588,7 +618,7 @@ class MooncakeConnector(Connector):
                 raise InputError("[kvkey.input_error] load_into: indices are for Slots only")
             return super().load_into(block_hashes, buffers, rank=rank)
         slots = buffers
-        ns = self._rank(rank)
+        ns = self._namespace(rank)
         hashes = list(block_hashes)
         idx = self._slot_indices(hashes, slots, indices)
         keys = [ns.store_key(h) for h in hashes]
