@@ -160,7 +160,7 @@ def consume(store: MooncakeStore, case: Case, run: str, reply: Dict[str, List[st
     found = store.exists(e.legacy_keys)
     row.legacy_hits = next((n for n, f in enumerate(found) if not f), len(found))
     region = store.register(size=e.size * row.blocks)
-    sizes = store.get_into(e.legacy_keys[:row.legacy_hits],
+    sizes = store.get_into_registered(e.legacy_keys[:row.legacy_hits],
                            [region.address + n * e.size for n in range(row.legacy_hits)],
                            [e.size] * row.legacy_hits)
     for n, got in enumerate(sizes):

@@ -110,7 +110,7 @@ def test_the_connector_on_mooncake(store):
     ns = namespace()
     conn = kvkey.Connector(store, ns)
     hashes = ns.block_hashes(range(64 * 6))
-    payloads = [bytes([i]) * 4096 for i in range(6)]
+    payloads = [bytes([i]) * ns.payload_size for i in range(6)]
     assert conn.save(hashes, payloads) == 6
     assert conn.lookup(hashes) == 6 and conn.lookup_existing(hashes) == 6
     assert [bytes(p) for p in conn.load(hashes)] == payloads

@@ -410,7 +410,8 @@ class MooncakeStore:
             done.extend(c == OK for c in codes)
         return done
 
-    def get_into(self, keys: Sequence[str], addresses: Sequence[int], sizes: Sequence[int]) -> List[int]:
+    def get_into_registered(self, keys: Sequence[str], addresses: Sequence[int],
+                            sizes: Sequence[int]) -> List[int]:
         """Zero-copy reads: ``batch_get_into`` of each value into ``sizes[i]`` bytes at
         ``addresses[i]`` (registered memory). Per key the value's size, or a negative
         Mooncake code (``NOT_FOUND``; ``INVALID_PARAMS`` when the value is larger than its
@@ -626,7 +627,7 @@ class MooncakeConnector(Connector):
         payloads: List[Optional[memoryview]] = [None] * n
         verdicts: List[Optional[Verdict]] = [None] * n
         try:
-            sizes = self.store.get_into(keys, [slots.address(i) for i in idx], [slots.stride] * n)
+            sizes = self.store.get_into_registered(keys, [slots.address(i) for i in idx], [slots.stride] * n)
         except StoreError as e:
             self._record_load(hashes, payloads, verdicts)
             self._store_error(e)
