@@ -194,3 +194,21 @@ def test_a_store_that_recycles_its_buffers_under_a_zero_copy_connector_is_caught
     # The same store, honest about its buffers: the connector copies, and nothing is wrong.
     report = check_store(HonestRecyclingStore, cases=["baseline", "payload bit flip (middle byte)"])
     assert report.ok, str(report)
+
+
+class RefusesEmpty(MemoryStore):
+    """Refuses empty values, as Mooncake does (-600): the key keeps its old value."""
+
+    def put(self, keys, values):
+        stored = [len(memoryview(v)) > 0 for v in values]
+        super().put([k for k, s in zip(keys, stored) if s], [v for v, s in zip(values, stored) if s])
+        return stored
+
+
+def test_damage_the_store_refused_is_not_a_wrong_load():
+    # The kit's empty-value damage does not take on such a store: the intact value stays,
+    # and loading it is right, not a wrong load (nor are refused writes lost blocks).
+    report = check_store(RefusesEmpty, cases=["empty value", "baseline"])
+    assert report.ok, str(report)
+    empty = report.case("empty value")
+    assert empty.wrong_loads == 0 and empty.rejected == 0 and empty.loaded > 0

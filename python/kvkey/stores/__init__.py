@@ -27,7 +27,7 @@ import threading
 import time
 from typing import Any, Callable, Dict, Iterator, List, Optional, Protocol, Sequence, TypeVar, runtime_checkable
 
-__all__ = ["MemoryStore", "Prefix", "RedisClusterStore", "RedisStore", "Store", "StoreError", "glob_escape"]
+__all__ = ["MemoryStore", "MooncakeStore", "Prefix", "RedisClusterStore", "RedisStore", "Store", "StoreError", "glob_escape"]
 
 _T = TypeVar("_T")
 
@@ -536,3 +536,13 @@ class RedisClusterStore(_RedisBase):
     def scan_prefix(self, prefix: str) -> Iterator[str]:
         for node in self.primaries():
             yield from self._scan_node(self.client.get_redis_connection(node), prefix)
+
+
+def __getattr__(name: str) -> Any:
+    """``MooncakeStore`` from kvkey.stores.mooncake, imported on first use (it never
+    imports Mooncake's client itself; ``MooncakeStore.connect`` does)."""
+    if name == "MooncakeStore":
+        from .mooncake import MooncakeStore
+
+        return MooncakeStore
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
