@@ -13,8 +13,9 @@ other round), it times:
 - load_into: MooncakeConnector.load_into with Slots (batch_get_into into registered memory,
              every block verified in place, each batch while the next is read) / raw
              batch_get_into into the same memory, in the same batches;
-- also, for reference: Connector.save (upsert_batch from bytes) and Connector.load_into
-  into ordinary buffers (get_batch, verified copies).
+- also, for reference: Connector.save (upsert_batch from bytes), Connector.load_into
+  into ordinary buffers (get_batch, verified copies), and the lookup with read_streams=1
+  (every header range in one call).
 
 Prints each median, the fastest round and the ratios of the medians, and the JSON of all
 of it with --json. Needs a master (scripts/mooncake.sh start):
@@ -124,6 +125,12 @@ def main() -> int:
                 got = store.client.batch_get_into(keys[a:a + step], into_addrs[a:a + step], raw_sizes[a:a + step])
                 assert all(r == stride for r in got), got
 
+        one = MooncakeStore(store.client, read_streams=1)  # the headers in one ranged-read call
+        conn_one = mc.MooncakeConnector(one, ns, payload_size=size)
+
+        def lookup_1() -> None:
+            assert conn_one.lookup(hashes) == n
+
         def save_bytes() -> None:
             assert conn.save(hashes, payloads) == n
 
@@ -132,7 +139,7 @@ def main() -> int:
 
         pairs: Dict[str, List[Callable[[], None]]] = {
             "lookup": [lookup, exists], "save": [save, put_from], "load_into": [load_into, get_into],
-            "reference": [save_bytes, load_copies]}
+            "reference": [save_bytes, load_copies, lookup_1]}
         times: Dict[str, List[float]] = {f.__name__: [] for fs in pairs.values() for f in fs}
         for r in range(args.rounds):
             for fs in pairs.values():
@@ -162,6 +169,7 @@ def main() -> int:
                               "fastest_s": {k: min(v) for k, v in times.items()}, "ratios": ratios}))
         store.purge(ns.tenant_prefix)
         store.purge(raw)
+        one.close()
     finally:
         store.close()
         assert holder.stdin is not None
