@@ -48,24 +48,25 @@ std::string not_envelope_reason(const HeaderFile& file, const kvkey::Verdict& wh
 std::string read_payload(const std::string& path) { return read_limited(path, max_payload_size, "a payload file"); }
 
 void append_mismatch(std::string& out, const kvkey::EnvelopeContents& theirs, const kvkey::Verdict& v,
-                     const kvkey::KeyNamespace<>& ns, const kvkey::Digest& block, std::uint64_t size) {
+                     const kvkey::KeyNamespace<>& ns, const kvkey::Digest& block, std::uint64_t size,
+                     std::size_t width) {
   if (v.reason == kvkey::Reason::identity_mismatch && v.field != "shard") {
-    append_row(out, "header has", value_of(field_values(theirs.identity), v.field), 14);
-    append_row(out, "reader has", value_of(field_values(ns.identity()), v.field), 14);
+    append_row(out, "header has", value_of(field_values(theirs.identity), v.field), width);
+    append_row(out, "reader has", value_of(field_values(ns.identity()), v.field), width);
   } else if (v.reason == kvkey::Reason::identity_mismatch) {
-    append_row(out, "header slice", fmt::format("{}", theirs.slice), 14);
-    append_row(out, "reader slice", fmt::format("{}", ns.slice()), 14);
+    append_row(out, "header slice", fmt::format("{}", theirs.slice), width);
+    append_row(out, "reader slice", fmt::format("{}", ns.slice()), width);
   } else if (v.reason == kvkey::Reason::block_mismatch) {
-    append_row(out, "header block", theirs.block_hash.hex(), 14);
-    append_row(out, "reader block", block.hex(), 14);
+    append_row(out, "header block", theirs.block_hash.hex(), width);
+    append_row(out, "reader block", block.hex(), width);
   } else if (v.reason == kvkey::Reason::size_mismatch) {
-    append_row(out, "header size", std::to_string(theirs.payload_size), 14);
-    append_row(out, "reader size", std::to_string(size), 14);
+    append_row(out, "header size", std::to_string(theirs.payload_size), width);
+    append_row(out, "reader size", std::to_string(size), width);
   } else if (v.reason == kvkey::Reason::payload_mismatch) {
     append_row(out, "header has",
                fmt::format("{} {}", kvkey::to_string(theirs.integrity),
                            to_hex({theirs.payload_digest.begin(), theirs.payload_digest.end()})),
-               14);
+               width);
   }
 }
 

@@ -31,10 +31,11 @@ std::string not_envelope_reason(const HeaderFile& file, const kvkey::Verdict& wh
 /// The payload file's bytes (read whole, at most max_payload_size).
 std::string read_payload(const std::string& path);
 
-/// What a reader's verdict v refused, side by side (rows of width 14): the header's and the
-/// reader's value of the identity field, slice, block hash, payload size or digest.
+/// What a reader's verdict v refused, side by side: the header's and the
+/// reader's value of the identity field, slice, block hash, payload size or digest (labels `width` wide).
 void append_mismatch(std::string& out, const kvkey::EnvelopeContents& theirs, const kvkey::Verdict& v,
-                     const kvkey::KeyNamespace<>& ns, const kvkey::Digest& block, std::uint64_t size);
+                     const kvkey::KeyNamespace<>& ns, const kvkey::Digest& block, std::uint64_t size,
+                     std::size_t width = 14);
 
 }  // namespace kvkey_tool
 

@@ -147,7 +147,7 @@ int append_reader_check(std::string& out, const InspectOptions& o, const ValueFi
     v = ns.verify(h.data(), h.size(), c.block_hash, size);
   }
   append_row(out, "verdict", fmt::format("{}", v), label_width);
-  if (!v.ok()) append_mismatch(out, c, v, ns, c.block_hash, size);
+  if (!v.ok()) append_mismatch(out, c, v, ns, c.block_hash, size, label_width);
   if (!o.key.empty() && o.key != expected) {
     print(out, "does not verify, on field store_key: the value is not under the reader's key for its block (a "
                "value swapped between keys, or another namespace's)\n");
