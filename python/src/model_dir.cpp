@@ -100,14 +100,15 @@ void bind_model_dir(py::module_& m) {
         kvkey::DeploymentParams p;
         if (to_bool(single_tenant, "single_tenant")) p.policy = kvkey::single_tenant;
         if (tenant.is_none() && p.policy.tenant != kvkey::TenantPolicy::single_tenant) {
-          throw kvkey::input_error("tenant", "from_model_dir: tenant is required (or single_tenant=True for a "
-                                             "store no one else shares)");
+          throw kvkey::input_error("tenant",
+                                   "from_model_dir: tenant is required (or single_tenant=True for a "
+                                   "store no one else shares)");
         }
         p.tenant = tenant.is_none() ? std::string() : to_text(tenant, "tenant");
         // kvkey's names and every engine spelling kv_dtype_from_engine accepts ("fp8", "torch.bfloat16", ...).
         try {
           p.kv_dtype = py::isinstance<kvkey::KvDtype>(kv_dtype) ? kv_dtype.cast<kvkey::KvDtype>()
-                                                                  : engine_dtype(kv_dtype, "kv_dtype");
+                                                                : engine_dtype(kv_dtype, "kv_dtype");
         } catch (const kvkey::input_error& e) {
           throw kvkey::input_error("kv_dtype", e.detail());  // named as the argument
         }
@@ -135,8 +136,8 @@ void bind_model_dir(py::module_& m) {
                               py::arg("kv") = py::cast(id.kv), py::arg("shard") = py::cast(id.shard),
                               py::arg("adapter") = id.adapter ? py::cast(*id.adapter) : py::none());
       },
-      py::arg("path"), py::kw_only(), py::arg("tenant") = py::none(), py::arg("kv_dtype"), py::arg("block_size"), py::arg("layout"),
-      py::arg("tp_size") = 1, py::arg("tp_rank") = 0, py::arg("pp_size") = 1, py::arg("pp_rank") = 0,
+      py::arg("path"), py::kw_only(), py::arg("tenant") = py::none(), py::arg("kv_dtype"), py::arg("block_size"),
+      py::arg("layout"), py::arg("tp_size") = 1, py::arg("tp_rank") = 0, py::arg("pp_size") = 1, py::arg("pp_rank") = 0,
       py::arg("adapter_dir") = py::none(), py::arg("revision") = py::none(), py::arg("name") = py::none(),
       py::arg("adapter_name") = py::none(), py::arg("weights_epoch") = 0, py::arg("overrides") = py::none(),
       py::arg("verify") = false, py::arg("single_tenant") = false,

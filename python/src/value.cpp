@@ -86,11 +86,12 @@ void bind_value_types(py::module_& m) {
   m.def(
       "dtype_bits", [](const py::object& d) { return kvkey::dtype_bits(to_any_dtype(d, "dtype")); }, py::arg("dtype"),
       "Bits of one element: 32, 16, 8 or 4. dtype: a KvDtype or a name (kvkey's or an engine's).");
-  m.def("kv_dtype_from_engine", [](const py::handle& name) { return engine_dtype(name, "name"); }, py::arg("name"),
-        "The KvDtype of an engine's dtype name: torch ('bfloat16', 'torch.float16', 'half', 'float8_e4m3fn', ...), "
-        "vLLM / SGLang --kv-cache-dtype ('fp8', 'fp8_e4m3', 'fp8_e5m2', 'bf16', ...), kvkey's own names, a torch "
-        "or numpy dtype object, or lmdeploy's quant_policy (8: int8, 4: int4). 'auto' raises InputError: resolve "
-        "it to the model's dtype first. An unknown name raises InputError listing the accepted ones.");
+  m.def(
+      "kv_dtype_from_engine", [](const py::handle& name) { return engine_dtype(name, "name"); }, py::arg("name"),
+      "The KvDtype of an engine's dtype name: torch ('bfloat16', 'torch.float16', 'half', 'float8_e4m3fn', ...), "
+      "vLLM / SGLang --kv-cache-dtype ('fp8', 'fp8_e4m3', 'fp8_e5m2', 'bf16', ...), kvkey's own names, a torch "
+      "or numpy dtype object, or lmdeploy's quant_policy (8: int8, 4: int4). 'auto' raises InputError: resolve "
+      "it to the model's dtype first. An unknown name raises InputError listing the accepted ones.");
 }
 
 }  // namespace kvkey_python

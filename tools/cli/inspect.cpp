@@ -105,8 +105,8 @@ ValueFile read_value_file(const std::string& path) {
     return static_cast<std::size_t>(std::min<std::uint64_t>(*claimed, max_payload_size)) + 2;
   });
   ValueFile f;
-  const auto claimed = s.size() >= kvkey::envelope_size ? claimed_size(s.substr(0, kvkey::envelope_size))
-                                                        : std::nullopt;
+  const auto claimed =
+      s.size() >= kvkey::envelope_size ? claimed_size(s.substr(0, kvkey::envelope_size)) : std::nullopt;
   if (!claimed) {  // not a value: reported as the header file it is not
     f.header = header_file(path, s);
     return f;
@@ -135,7 +135,9 @@ int append_reader_check(std::string& out, const InspectOptions& o, const ValueFi
   print(out, "reader ({}):\n", display_name(o.identity));
   const std::string expected = ns.store_key(c.block_hash);
   if (!o.key.empty()) {
-    append_row(out, "given key", o.key == expected ? "the reader's key for the header's block" : "not the reader's key for the header's block: " + expected,
+    append_row(out, "given key",
+               o.key == expected ? "the reader's key for the header's block"
+                                 : "not the reader's key for the header's block: " + expected,
                label_width);
   }
   kvkey::Verdict v;
@@ -149,8 +151,9 @@ int append_reader_check(std::string& out, const InspectOptions& o, const ValueFi
   append_row(out, "verdict", fmt::format("{}", v), label_width);
   if (!v.ok()) append_mismatch(out, c, v, ns, c.block_hash, size, label_width);
   if (!o.key.empty() && o.key != expected) {
-    print(out, "does not verify, on field store_key: the value is not under the reader's key for its block (a "
-               "value swapped between keys, or another namespace's)\n");
+    print(out,
+          "does not verify, on field store_key: the value is not under the reader's key for its block (a "
+          "value swapped between keys, or another namespace's)\n");
     return exit_rejected;
   }
   if (!v.ok()) {
@@ -174,11 +177,10 @@ int run_inspect(const InspectOptions& o, std::string& out) {
   if (!c) fail("{}: not a kvkey envelope: {}", display_name(header_path), not_envelope_reason(file, parsed.verdict));
 
   if (value.payload) {
-    const std::string size_note =
-        value.payload->size() == value.claimed
-            ? ""
-            : fmt::format(" ({}the header says {}: a torn or padded value)", value.longer ? "or more; " : "",
-                          value.claimed);
+    const std::string size_note = value.payload->size() == value.claimed
+                                      ? ""
+                                      : fmt::format(" ({}the header says {}: a torn or padded value)",
+                                                    value.longer ? "or more; " : "", value.claimed);
     print(out, "value: {} ({}-byte kvkey envelope, format version {}, then {} payload bytes{}{})\n",
           display_name(header_path), h.size(), c->version, value.payload->size(), size_note,
           value.newline_ignored ? "; one trailing newline ignored" : "");
