@@ -369,7 +369,7 @@ def test_memory_store_a_value_that_is_not_bytes_misses_alone(ns):
     """A value of another type planted in MemoryStore.values fails that key alone (Replies.errors,
     kind protocol): the lookup counts the blocks before it, the load serves every other block."""
     store = kvkey.stores.MemoryStore()
-    conn = kvkey.Connector(store, ns)
+    conn = kvkey.Connector(store, ns, payload_size=512)
     hashes = ns.block_hashes(range(6 * 64))
     payloads = [bytes([b]) * 512 for b in range(6)]
     assert conn.save(hashes, payloads) == 6
