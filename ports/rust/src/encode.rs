@@ -5,7 +5,7 @@ use crate::digest::Digest;
 use crate::identity::{Adapter, Dtype, Identity};
 
 /// The byte format this crate reads and writes.
-pub const FORMAT_VERSION: u16 = 2;
+pub const FORMAT_VERSION: u16 = 3;
 
 const IDENTITY_TAG: &[u8; 8] = b"kvkey.id";
 

@@ -173,6 +173,27 @@ pub struct Slice {
     pub layer_end: u32,
 }
 
+/// Whether a namespace's store is shared between tenants.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+pub enum TenantPolicy {
+    /// A shared store: the identity names its tenant (the default).
+    #[default]
+    Required,
+    /// A store no one else shares: the tenant is left empty and
+    /// SINGLE_TENANT_NAME is encoded.
+    SingleTenant,
+}
+
+impl TenantPolicy {
+    /// The name identity files use: "required" or "single_tenant".
+    pub fn name(self) -> &'static str {
+        match self {
+            TenantPolicy::Required => "required",
+            TenantPolicy::SingleTenant => "single_tenant",
+        }
+    }
+}
+
 /// The tenant a single-tenant namespace encodes.
 pub const SINGLE_TENANT_NAME: &str = "_single";
 
@@ -321,11 +342,17 @@ pub fn resolve_slice(kv: &Kv, shard: &Shard) -> Result<Slice> {
 }
 
 impl Identity {
-    /// Checks every field in the C++ library's order and returns the identity
-    /// as encoded (under the single-tenant policy the empty tenant becomes
-    /// SINGLE_TENANT_NAME). The error names the first invalid field.
-    pub fn validated(&self, single_tenant: bool) -> Result<Identity> {
+    /// Checks every field in the order docs/format.md states (the C++
+    /// library's): each member's own rule in field-table order (tenant,
+    /// model.name, model.revision, kv.dtype, kv.quant.scheme, kv.block_size,
+    /// kv.num_layers, kv.num_kv_heads, kv.head_dim, kv.layout, adapter.name),
+    /// then the quant rules of scheme "none", then the geometry
+    /// (resolve_slice). Returns the identity as encoded (under the
+    /// single-tenant policy the empty tenant becomes SINGLE_TENANT_NAME). The
+    /// error names the first invalid field.
+    pub fn validated(&self, policy: TenantPolicy) -> Result<Identity> {
         let mut id = self.clone();
+        let single_tenant = policy == TenantPolicy::SingleTenant;
         if single_tenant {
             if !id.tenant.is_empty() {
                 return Err(Error::identity("tenant", "must be empty under the single-tenant policy"));
@@ -339,8 +366,16 @@ impl Identity {
         if id.kv.dtype.is_none() {
             return Err(Error::identity("kv.dtype", "must be set"));
         }
+        check_scheme(&id.kv.quant.scheme)?;
+        check_positive("kv.block_size", id.kv.block_size)?;
+        check_positive("kv.num_layers", id.kv.num_layers)?;
+        check_positive("kv.num_kv_heads", id.kv.num_kv_heads)?;
+        check_positive("kv.head_dim", id.kv.head_dim)?;
+        check_printable("kv.layout", &id.kv.layout, limits::LAYOUT)?;
+        if let Some(a) = &id.adapter {
+            check_text("adapter.name", &a.name, limits::ADAPTER_NAME)?;
+        }
         let q = &id.kv.quant;
-        check_scheme(&q.scheme)?;
         if q.scheme == "none" {
             let none = |field: &'static str| {
                 Err(Error::identity(field, "must keep its default when kv.quant.scheme is \"none\""))
@@ -357,12 +392,6 @@ impl Identity {
             if q.scales_fingerprint.is_some() {
                 return none("kv.quant.scales_fingerprint");
             }
-        }
-        check_positive("kv.block_size", id.kv.block_size)?;
-        check_positive("kv.head_dim", id.kv.head_dim)?;
-        check_printable("kv.layout", &id.kv.layout, limits::LAYOUT)?;
-        if let Some(a) = &id.adapter {
-            check_text("adapter.name", &a.name, limits::ADAPTER_NAME)?;
         }
         resolve_slice(&id.kv, &id.shard)?;
         Ok(id)

@@ -41,7 +41,7 @@ fn with(cp: u32) -> String {
 fn names_refuse_unsafe_code_points() {
     for &cp in UNSAFE {
         for (field, id) in [("model.name", identity(&with(cp), "x")), ("adapter.name", identity("m", &with(cp)))] {
-            let e = Namespace::new(&id, false).err().unwrap_or_else(|| panic!("{} with U+{:04X} accepted", field, cp));
+            let e = Namespace::new(&id).err().unwrap_or_else(|| panic!("{} with U+{:04X} accepted", field, cp));
             assert_eq!((e.kind(), e.field()), ("identity_error", field), "U+{:04X}", cp);
         }
     }
@@ -51,7 +51,7 @@ fn names_refuse_unsafe_code_points() {
 fn names_take_the_neighbours_of_unsafe_ranges() {
     for &cp in SAFE_NEIGHBOURS {
         let name = with(cp);
-        if let Err(e) = Namespace::new(&identity(&name, &name), false) {
+        if let Err(e) = Namespace::new(&identity(&name, &name)) {
             panic!("U+{:04X}: {}", cp, e);
         }
     }

@@ -7,7 +7,7 @@
 
 use std::io::{self, BufRead, Write};
 
-use kvkey::{Adapter, Digest, Dtype, Error, ExtraKey, HashOptions, Identity, Namespace};
+use kvkey::{Adapter, Digest, Dtype, Error, ExtraKey, HashOptions, Identity, Namespace, TenantPolicy};
 use serde_json::{json, Map, Value};
 
 /// One decoded request.
@@ -279,10 +279,14 @@ fn decode(raw: &Map<String, Value>) -> Result<Request> {
 }
 
 fn answer(r: &Request) -> Result<Value> {
-    let ns = match &r.secret {
-        Some(secret) => Namespace::keyed(&r.identity, r.single_tenant, secret)?,
-        None => Namespace::new(&r.identity, r.single_tenant)?,
-    };
+    let mut builder = Namespace::builder(&r.identity);
+    if r.single_tenant {
+        builder = builder.policy(TenantPolicy::SingleTenant);
+    }
+    if let Some(secret) = &r.secret {
+        builder = builder.secret(secret);
+    }
+    let ns = builder.build()?;
     let blocks = ns.block_hashes(&r.tokens, &r.options)?;
     let mut out = json!({
         "encoding": ns.encoding().iter().map(|b| format!("{:02x}", b)).collect::<String>(),
