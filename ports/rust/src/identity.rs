@@ -3,6 +3,7 @@
 
 use crate::digest::Digest;
 use crate::error::{Error, Result};
+use crate::fields::{Field, FieldKind, FieldType, Value, FIELDS};
 
 /// Element type of the stored KV and of quantization scales. The codes are
 /// part of the byte format and never change.
@@ -264,8 +265,8 @@ fn check_text(field: &'static str, s: &str, max: usize) -> Result<()> {
     }
 }
 
-fn check_tenant(t: &str) -> Result<()> {
-    check_length("tenant", t, limits::TENANT)?;
+fn check_tenant(t: &str, max: usize) -> Result<()> {
+    check_length("tenant", t, max)?;
     if !t.as_bytes()[0].is_ascii_alphanumeric() {
         return Err(Error::identity("tenant", "must start with a letter or digit"));
     }
@@ -277,8 +278,8 @@ fn check_tenant(t: &str) -> Result<()> {
     }
 }
 
-fn check_scheme(s: &str) -> Result<()> {
-    check_length("kv.quant.scheme", s, limits::QUANT_SCHEME)?;
+fn check_scheme(s: &str, max: usize) -> Result<()> {
+    check_length("kv.quant.scheme", s, max)?;
     if s.bytes().all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == b'.' || c == b'_' || c == b'-') {
         Ok(())
     } else {
@@ -291,6 +292,22 @@ fn check_positive(field: &'static str, v: u32) -> Result<()> {
         Err(Error::identity(field, "must be greater than 0"))
     } else {
         Ok(())
+    }
+}
+
+/// One member's own rule, by its kind (the field table); skip_tenant: the
+/// single-tenant policy has replaced the tenant already.
+fn check_member(f: &Field, v: Value, skip_tenant: bool) -> Result<()> {
+    match (f.kind, v) {
+        (FieldKind::Tenant, Value::String(s)) if !skip_tenant => check_tenant(s, f.limit),
+        (FieldKind::Text, Value::String(s)) => check_text(f.path, s, f.limit),
+        (FieldKind::Identifier, Value::String(s)) => check_printable(f.path, s, f.limit),
+        (FieldKind::Scheme, Value::String(s)) => check_scheme(s, f.limit),
+        (FieldKind::Positive, Value::U32(n)) => check_positive(f.path, n),
+        (FieldKind::Dtype, Value::Dtype(None)) if f.ty == FieldType::Dtype => {
+            Err(Error::identity(f.path, "must be set"))
+        }
+        _ => Ok(()),
     }
 }
 
@@ -358,22 +375,11 @@ impl Identity {
                 return Err(Error::identity("tenant", "must be empty under the single-tenant policy"));
             }
             id.tenant = SINGLE_TENANT_NAME.into();
-        } else {
-            check_tenant(&id.tenant)?;
         }
-        check_text("model.name", &id.model.name, limits::MODEL_NAME)?;
-        check_printable("model.revision", &id.model.revision, limits::REVISION)?;
-        if id.kv.dtype.is_none() {
-            return Err(Error::identity("kv.dtype", "must be set"));
-        }
-        check_scheme(&id.kv.quant.scheme)?;
-        check_positive("kv.block_size", id.kv.block_size)?;
-        check_positive("kv.num_layers", id.kv.num_layers)?;
-        check_positive("kv.num_kv_heads", id.kv.num_kv_heads)?;
-        check_positive("kv.head_dim", id.kv.head_dim)?;
-        check_printable("kv.layout", &id.kv.layout, limits::LAYOUT)?;
-        if let Some(a) = &id.adapter {
-            check_text("adapter.name", &a.name, limits::ADAPTER_NAME)?;
+        for f in FIELDS.iter().filter(|f| !f.is_part()) {
+            if let Some(v) = (f.get)(&id) {
+                check_member(f, v, single_tenant)?;
+            }
         }
         let q = &id.kv.quant;
         if q.scheme == "none" {

@@ -27,7 +27,11 @@ mod digest;
 mod encode;
 mod envelope;
 mod error;
+mod fields;
 mod identity;
+mod identity_file;
+#[doc(hidden)]
+pub mod json;
 mod namespace;
 
 pub use digest::{from_hex, Digest};
@@ -37,9 +41,13 @@ pub use envelope::{
     ENVELOPE_SIZE,
 };
 pub use error::{Error, Result};
+pub use fields::{Field, FieldKind, FieldType, FIELDS};
 pub use identity::{
     limits, resolve_slice, Adapter, Dtype, Identity, Kv, Model, Quant, Shard, Slice, TenantPolicy, SINGLE_TENANT_NAME,
 };
+#[doc(hidden)]
+pub use identity_file::read_request_identity;
+pub use identity_file::{IDENTITY_FILE_FIELD, MAX_IDENTITY_FILE_SIZE};
 pub use namespace::{
     secret_id, secret_key_prefix, tenant_key_prefix, ExtraKey, HashOptions, Namespace, NamespaceBuilder, SecretId,
     MAX_SECRET_SIZE, MIN_SECRET_SIZE, STORE_KEY_TAG,

@@ -114,6 +114,19 @@ pub struct Namespace {
     key_prefix: String,
 }
 
+/// Shows the identity, kind, secret id and root; never the secret.
+impl fmt::Debug for Namespace {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Namespace")
+            .field("identity", &self.id)
+            .field("keyed", &self.is_keyed())
+            .field("secret_id", &self.secret_id)
+            .field("root", &self.root)
+            .field("key_prefix", &self.key_prefix)
+            .finish()
+    }
+}
+
 /// How a namespace is built: the tenant policy and, for a keyed namespace,
 /// the tenant secret. `Namespace::builder(&id)` starts one.
 #[derive(Clone)]

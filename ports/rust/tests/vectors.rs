@@ -201,7 +201,7 @@ fn keyed_namespace() {
         assert_eq!(rotated.verify_header(&h, &blocks[i], size), other_secret);
         assert_eq!(parse_envelope(&h).expect("well-formed").secret_id, sid);
     }
-    let short = keyed(&secret[..31]).err().expect("a 31-byte secret is refused");
+    let short = keyed(&secret[..31]).expect_err("a 31-byte secret is refused");
     assert_eq!((short.kind(), short.field()), ("identity_error", "tenant_secret"));
 }
 
