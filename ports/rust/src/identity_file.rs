@@ -159,7 +159,7 @@ impl Reader<'_> {
             }
         }
         if f.ty == FieldType::OptionalPart {
-            *id.adapter.get_or_insert_with(Default::default) = Default::default();
+            id.adapter = Some(Default::default());
             return Ok(());
         }
         if f.parent() == "adapter" && id.adapter.is_none() {

@@ -57,8 +57,9 @@ impl Json {
     pub fn first_duplicate(&self) -> Option<String> {
         match self {
             Json::Object(members) => {
-                for (i, (k, v)) in members.iter().enumerate() {
-                    if members[..i].iter().any(|(earlier, _)| earlier == k) {
+                let mut seen = std::collections::HashSet::with_capacity(members.len());
+                for (k, v) in members {
+                    if !seen.insert(k.as_str()) {
                         return Some(k.clone());
                     }
                     if let Some(inner) = v.first_duplicate() {
