@@ -29,6 +29,9 @@ fn run(lines: &[Vec<u8>]) -> Vec<Value> {
     text.lines().map(|l| serde_json::from_str(l).unwrap_or_else(|e| panic!("{}: {}", l, e))).collect()
 }
 
+/// The error kind and field a line gets; None: an answer.
+type Want = Option<(&'static str, &'static str)>;
+
 fn with(from: &str, to: &str) -> Vec<u8> {
     assert!(OK.contains(from), "{}", from);
     OK.replacen(from, to, 1).into_bytes()
@@ -40,7 +43,7 @@ fn hostile_lines_get_one_answer_each() {
         r#"{"tenant":"t","model":{"name":"m","revision":"r"},"kv":{"dtype":"fp16","block_size":2,"num_layers":2,"num_kv_heads":2,"head_dim":8,"layout":"l"}}"#,
     )
     .expect("a string");
-    let cases: Vec<(Vec<u8>, Option<(&str, &str)>)> = vec![
+    let cases: Vec<(Vec<u8>, Want)> = vec![
         (OK.as_bytes().to_vec(), None),
         (b"\xff\xfe".to_vec(), Some(("input_error", "request"))),
         (with(r#""m""#, r#""\ud800""#), Some(("input_error", "request"))),
