@@ -5,29 +5,22 @@
 
 use hmac::{Hmac, Mac};
 use kvkey::{
-    parse_envelope, secret_id, Digest, Dtype, HashOptions, Identity, Namespace, NamespaceKind, Reason, Verdict,
-    ENVELOPE_SIZE, STORE_KEY_TAG,
+    parse_envelope, secret_id, Digest, HashOptions, Identity, Namespace, NamespaceKind, Reason, Verdict, ENVELOPE_SIZE,
+    STORE_KEY_TAG,
 };
 use sha2::Sha256;
 
 const SECRET: &[u8; 32] = b"kvkey format-v3 rust test secret";
 const OTHER_SECRET: &[u8; 32] = b"kvkey format-v3 rust rotated key";
 
+mod common;
+
+/// common::valid_identity with tenant "t0" and 4-token blocks.
 fn identity() -> Identity {
-    Identity {
-        tenant: "t0".into(),
-        model: kvkey::Model { name: "m".into(), revision: "r".into(), ..Default::default() },
-        kv: kvkey::Kv {
-            dtype: Some(Dtype::Fp16),
-            block_size: 4,
-            num_layers: 2,
-            num_kv_heads: 2,
-            head_dim: 8,
-            layout: "l".into(),
-            ..Default::default()
-        },
-        ..Default::default()
-    }
+    let mut id = common::valid_identity();
+    id.tenant = "t0".into();
+    id.kv.block_size = 4;
+    id
 }
 
 fn payload(i: usize, size: usize) -> Vec<u8> {

@@ -113,22 +113,8 @@ fn the_field_table_is_the_exported_schema() {
     assert_eq!(Dtype::from_code(dtypes.len() as u8 + 1), None);
 }
 
-fn valid() -> Identity {
-    Identity {
-        tenant: "t".into(),
-        model: kvkey::Model { name: "m".into(), revision: "r".into(), ..Default::default() },
-        kv: kvkey::Kv {
-            dtype: Some(Dtype::Fp16),
-            block_size: 16,
-            num_layers: 4,
-            num_kv_heads: 4,
-            head_dim: 8,
-            layout: "l".into(),
-            ..Default::default()
-        },
-        ..Default::default()
-    }
-}
+mod common;
+use common::valid_identity as valid;
 
 /// A test identity and how its namespace is built.
 struct Case {

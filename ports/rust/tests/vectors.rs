@@ -8,6 +8,8 @@ use kvkey::{
 };
 use serde_json::Value;
 
+mod common;
+
 fn read(name: &str) -> Value {
     let path = format!("{}/../../tests/vectors/{}", env!("CARGO_MANIFEST_DIR"), name);
     let text = std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("{}: {}", path, e));
@@ -243,20 +245,7 @@ fn u64_projection() {
 
 #[test]
 fn validation_names_the_field() {
-    let valid = Identity {
-        tenant: "t".into(),
-        model: kvkey::Model { name: "m".into(), revision: "r".into(), ..Default::default() },
-        kv: kvkey::Kv {
-            dtype: Some(Dtype::Fp16),
-            block_size: 16,
-            num_layers: 4,
-            num_kv_heads: 4,
-            head_dim: 8,
-            layout: "l".into(),
-            ..Default::default()
-        },
-        ..Default::default()
-    };
+    let valid = common::valid_identity();
     assert!(Namespace::new(&valid).is_ok());
     type Edit = Box<dyn Fn(&mut Identity)>;
     let cases: Vec<(&str, Edit)> = vec![
