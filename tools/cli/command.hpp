@@ -33,6 +33,7 @@ std::vector<Command> add_diff_command(CLI::App& app);         // diff.cpp
 std::vector<Command> add_legacy_command(CLI::App& app);       // legacy.cpp
 std::vector<Command> add_init_command(CLI::App& app);         // init.cpp
 std::vector<Command> add_conformance_command(CLI::App& app);  // conformance.cpp: conformance, conformance-testee
+std::vector<Command> add_schema_command(CLI::App& app);       // schema.cpp
 
 }  // namespace kvkey_tool
 
