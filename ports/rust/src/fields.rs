@@ -384,11 +384,6 @@ pub fn members(path: &str) -> impl Iterator<Item = &'static Field> + '_ {
     FIELDS.iter().filter(move |f| f.parent() == path)
 }
 
-/// The field at a dotted path.
-pub fn find(path: &str) -> Option<&'static Field> {
-    FIELDS.iter().find(|f| f.path == path)
-}
-
 /// The salient fields of an identity in encoding order with their values:
 /// the table's salient leaves and the adapter's presence, skipping the
 /// members of an absent adapter.

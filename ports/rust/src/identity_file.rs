@@ -9,14 +9,15 @@ use sha2::{Digest as _, Sha256};
 
 use crate::digest::Digest;
 use crate::error::{Error, Result};
-use crate::fields::{members, Field, FieldType, Slot, FIELDS};
+use crate::fields::{members, Field, FieldType, Slot};
 use crate::identity::{Dtype, Identity, TenantPolicy};
 use crate::json::Json;
 
 /// The largest identity file read, in bytes (as the C++ tool's).
 pub const MAX_IDENTITY_FILE_SIZE: u64 = 1 << 20;
-/// How deep arrays and objects may nest in an identity file.
-const MAX_DEPTH: usize = 32;
+/// How deep arrays and objects may nest in an identity file (the top-level
+/// object is level 1).
+pub const MAX_IDENTITY_FILE_DEPTH: usize = 32;
 /// The field named by errors about the file as a whole (syntax, nesting,
 /// encoding, size).
 pub const IDENTITY_FILE_FIELD: &str = "identity_file";
@@ -87,8 +88,9 @@ impl Reader<'_> {
         keys
     }
 
-    /// The first unknown key of a part, in the order the C++ readers meet
-    /// them (sorted, as nlohmann::json keeps them).
+    /// A part's object and its keys (docs/conformance.md, "Decoding an
+    /// identity", steps 1 and 2): a JSON object whose keys are all known, else
+    /// an input error on the part's path or on the first unknown key in byte order.
     fn check_keys(&self, j: &Json, part: &str) -> Result<()> {
         let members = match j {
             Json::Object(m) => m,
@@ -99,30 +101,16 @@ impl Reader<'_> {
             }
         };
         let known = self.keys(part);
-        let mut sorted: Vec<&(String, Json)> = members.iter().collect();
-        sorted.sort_by(|a, b| a.0.as_bytes().cmp(b.0.as_bytes()));
-        for (k, v) in sorted {
-            if self.dialect == Dialect::Request {
-                // The C++ testee checks every section's keys first, depth first.
-                let path = join(part, k);
-                match crate::fields::find(&path) {
-                    Some(f) if f.is_part() => {
-                        if *v != Json::Null {
-                            self.check_keys(v, &path)?;
-                        }
-                    }
-                    Some(_) => {}
-                    None if path == "policy" => {}
-                    None => return input(&path, "unknown key"),
-                }
-            } else if !known.contains(k) {
-                return input(&join(part, k), format!("unknown key ({} takes: {})", part_name(part), known.join(", ")));
-            }
+        let unknown =
+            members.iter().map(|(k, _)| k).filter(|k| !known.contains(k)).min_by(|a, b| a.as_bytes().cmp(b.as_bytes()));
+        match unknown {
+            Some(k) => input(&join(part, k), format!("unknown key ({} takes: {})", part_name(part), known.join(", "))),
+            None => Ok(()),
         }
-        Ok(())
     }
 
-    /// Reads the top level: the policy, then every member in table order.
+    /// Reads the top level: its keys, the policy, then every member in table
+    /// order, each nested object entirely when its member is reached.
     pub fn read(&self, j: &Json) -> Result<(Identity, TenantPolicy)> {
         self.check_keys(j, "")?;
         let policy = match j.member("policy") {
@@ -133,47 +121,17 @@ impl Reader<'_> {
             Some(v) => return input("policy", format!("expected a string, got {}", describe(v))),
         };
         let mut id = Identity::default();
-        match self.dialect {
-            Dialect::File => self.read_part(j, "", &mut id)?,
-            Dialect::Request => {
-                // As the C++ testee: the salient fields in table order, then the shard.
-                for f in FIELDS.iter().filter(|f| f.salient && !f.is_part()) {
-                    self.read_at(j, f, &mut id)?;
-                }
-                for f in members("shard") {
-                    self.read_at(j, f, &mut id)?;
-                }
-            }
-        }
+        self.read_part(j, "", &mut id)?;
         Ok((id, policy))
     }
 
-    /// Request dialect: the member at f's path, parts navigated (an absent or
-    /// null part leaves its members at their defaults).
-    fn read_at(&self, root: &Json, f: &Field, id: &mut Identity) -> Result<()> {
-        let mut at = root;
-        for key in f.path.split('.') {
-            match at.member(key) {
-                Some(v) => at = v,
-                None => return Ok(()),
-            }
-        }
-        if f.ty == FieldType::OptionalPart {
-            id.adapter = Some(Default::default());
-            return Ok(());
-        }
-        if f.parent() == "adapter" && id.adapter.is_none() {
-            return Ok(());
-        }
-        self.value(f, at, id)
-    }
-
-    /// File dialect: a part's members in table order, each part checked when
-    /// it is reached (as the C++ tool reads them).
+    /// A part's members in table order (step 4); in the file dialect a
+    /// required member must be given, and a digest may be given as a file.
     fn read_part(&self, j: &Json, part: &str, id: &mut Identity) -> Result<()> {
         self.check_keys(j, part)?;
         for f in members(part) {
-            if f.file_alt {
+            let file_dialect = self.dialect == Dialect::File;
+            if f.file_alt && file_dialect {
                 let file = file_key(f);
                 let (hex, path) = (j.member(f.key()), j.member(&file));
                 if hex.is_some() && path.is_some() {
@@ -190,7 +148,7 @@ impl Reader<'_> {
             }
             let v = match j.member(f.key()) {
                 Some(v) => v,
-                None if f.required => return input(f.path, "required key is missing"),
+                None if f.required && file_dialect => return input(f.path, "required key is missing"),
                 None => continue,
             };
             match f.ty {
@@ -296,13 +254,19 @@ fn digest(path: &str, v: &Json) -> Result<Digest> {
 /// Parses an identity file's bytes (a UTF-8 byte order mark is skipped):
 /// strict JSON, no NUL byte, nesting at most 32 levels, no duplicate key.
 fn parse_file(bytes: &[u8]) -> Result<Json> {
+    if bytes.len() as u64 > MAX_IDENTITY_FILE_SIZE {
+        return input(IDENTITY_FILE_FIELD, format!("larger than {} bytes", MAX_IDENTITY_FILE_SIZE));
+    }
     let bytes = bytes.strip_prefix(b"\xef\xbb\xbf").unwrap_or(bytes);
     if let Some(i) = bytes.iter().position(|&b| b == 0) {
         return input(IDENTITY_FILE_FIELD, format!("NUL byte (byte {}): not a text file", i));
     }
     let j = Json::parse(bytes).or_else(|e| input(IDENTITY_FILE_FIELD, format!("invalid JSON: {}", e)))?;
-    if j.depth() > MAX_DEPTH {
-        return input(IDENTITY_FILE_FIELD, format!("invalid JSON: nested deeper than {} levels", MAX_DEPTH));
+    if j.depth() > MAX_IDENTITY_FILE_DEPTH {
+        return input(
+            IDENTITY_FILE_FIELD,
+            format!("invalid JSON: nested deeper than {} levels", MAX_IDENTITY_FILE_DEPTH),
+        );
     }
     if let Some(dup) = j.first_duplicate() {
         return input(&dup, "duplicate key");

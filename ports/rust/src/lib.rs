@@ -47,7 +47,7 @@ pub use identity::{
 };
 #[doc(hidden)]
 pub use identity_file::read_request_identity;
-pub use identity_file::{IDENTITY_FILE_FIELD, MAX_IDENTITY_FILE_SIZE};
+pub use identity_file::{IDENTITY_FILE_FIELD, MAX_IDENTITY_FILE_DEPTH, MAX_IDENTITY_FILE_SIZE};
 pub use namespace::{
     secret_id, secret_key_prefix, tenant_key_prefix, ExtraKey, HashOptions, Namespace, NamespaceBuilder, SecretId,
     MAX_SECRET_SIZE, MIN_SECRET_SIZE, STORE_KEY_TAG,

@@ -73,12 +73,13 @@ fn default_of(path: &str) -> Value {
 #[test]
 fn the_field_table_is_the_exported_schema() {
     let s = schema();
-    assert_eq!(s["format_version"], kvkey::FORMAT_VERSION);
     let fields = s["fields"].as_array().expect("fields");
     let paths: Vec<&str> = fields.iter().map(|f| f["path"].as_str().expect("a path")).collect();
     assert_eq!(paths, FIELDS.iter().map(|f| f.path).collect::<Vec<_>>(), "the members and their order");
     let mut encoding_index = 0u64;
     for (want, f) in fields.iter().zip(FIELDS) {
+        // Encoded: the salient leaves and the adapter's presence, not the parts holding them.
+        let encoded = f.salient && f.ty != FieldType::Part;
         let optional = matches!(f.ty, FieldType::OptionalPart | FieldType::OptionalDtype | FieldType::OptionalDigest);
         let got = json!({
             "key": f.key(),
@@ -87,7 +88,7 @@ fn the_field_table_is_the_exported_schema() {
             "rule": rule_name(f.kind),
             "max_bytes": if f.limit == 0 { Value::Null } else { json!(f.limit) },
             "salient": f.salient,
-            "encoding_index": if f.salient { json!(encoding_index) } else { Value::Null },
+            "encoding_index": if encoded { json!(encoding_index) } else { Value::Null },
             "file_required": f.required,
             "file_alt_key": if f.file_alt { json!(format!("{}_file", f.key().trim_end_matches("_fingerprint"))) } else { Value::Null },
             "default": default_of(f.path),
@@ -95,10 +96,13 @@ fn the_field_table_is_the_exported_schema() {
         for (k, v) in got.as_object().expect("an object") {
             assert_eq!(&want[k], v, "{}: {}", f.path, k);
         }
-        if f.salient {
+        if encoded {
             encoding_index += 1;
         }
     }
+    assert_eq!(s["identity_file"]["max_bytes"], kvkey::MAX_IDENTITY_FILE_SIZE);
+    assert_eq!(s["identity_file"]["max_depth"], kvkey::MAX_IDENTITY_FILE_DEPTH);
+    assert_eq!(s["policy"]["values"], json!([TenantPolicy::Required.name(), TenantPolicy::SingleTenant.name()]));
     let dtypes: Vec<(String, u64)> = s["dtypes"]
         .as_array()
         .expect("dtypes")

@@ -89,6 +89,32 @@ fn hostile_lines_get_one_answer_each() {
         ),
         (br#"{"id":5,"identity_file":"{\"tenant\":"}"#.to_vec(), Some(("input_error", "identity_file"))),
         (br#"{"id":6,"identity_file":7}"#.to_vec(), Some(("input_error", "identity_file"))),
+        (Vec::new(), Some(("input_error", "request"))),
+        (b" \t\r".to_vec(), Some(("input_error", "request"))),
+        ([b"\xef\xbb\xbf", OK.as_bytes()].concat(), Some(("input_error", "request"))),
+        (with(r#""id":1"#, &format!(r#""id":{}1{}"#, "[".repeat(31), "]".repeat(31))), None),
+        (
+            with(r#""id":1"#, &format!(r#""id":{}1{}"#, "[".repeat(32), "]".repeat(32))),
+            Some(("input_error", "request")),
+        ),
+        (with(r#""tokens""#, r#""zeta":1,"identities":{},"tokens""#), Some(("input_error", "identities"))),
+        (with(r#""tokens""#, &format!(r#""identity_file":{},"tokens""#, file)), Some(("input_error", "identity"))),
+        (br#"{"id":7,"tokens":[]}"#.to_vec(), Some(("input_error", "identity"))),
+        (br#"{"id":7,"identity":[]}"#.to_vec(), Some(("input_error", "identity"))),
+        // Objects are decoded in table order, each when reached: model before kv's keys.
+        (with(r#""name":"m""#, r#""name":5"#), Some(("input_error", "model.name"))),
+        (with(r#""kv":{"#, r#""kv":{"zz":1,"#), Some(("input_error", "kv.zz"))),
+        (
+            String::from_utf8(with(r#""kv":{"#, r#""kv":{"zz":1,"#))
+                .unwrap()
+                .replacen(r#""name":"m""#, r#""name":5"#, 1)
+                .into_bytes(),
+            Some(("input_error", "model.name")),
+        ),
+        (
+            with(r#""tenant":"t""#, r#""tenant":"t","shard":{"tp_size":"2"},"adapter":{"name":7}"#),
+            Some(("input_error", "shard.tp_size")),
+        ),
         (OK.as_bytes().to_vec(), None),
     ];
     let lines: Vec<Vec<u8>> = cases.iter().map(|(l, _)| l.clone()).collect();
@@ -111,6 +137,8 @@ fn hostile_lines_get_one_answer_each() {
     }
     // The same answer from the identity and from the identity file.
     assert_eq!(answers[0]["root"], answers[22]["root"]);
+    // A line that is not a request is answered with id null, whatever id it holds.
+    assert!(answers.iter().filter(|a| a["error"]["field"] == "request").all(|a| a["id"].is_null()));
 }
 
 #[test]

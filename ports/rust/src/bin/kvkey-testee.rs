@@ -61,14 +61,24 @@ fn unsigned(v: Option<&Json>, max: u64) -> Option<u64> {
     }
 }
 
+/// The request members the protocol defines.
+const MEMBERS: &[&str] =
+    &["id", "identity", "identity_file", "single_tenant", "secret_hex", "tokens", "salt_hex", "extras", "verify"];
+
 fn decode(raw: &Json) -> Result<Request> {
     let mut r = Request::default();
+    if let Json::Object(members) = raw {
+        let unknown = members.iter().map(|(k, _)| k).filter(|k| !MEMBERS.contains(&k.as_str()));
+        if let Some(k) = unknown.min_by(|a, b| a.as_bytes().cmp(b.as_bytes())) {
+            return bad(k.clone(), "not a member of a request");
+        }
+    }
     let (identity, policy) = match (raw.member("identity"), raw.member("identity_file")) {
         (Some(_), Some(_)) => return bad("identity", "give identity or identity_file, not both"),
-        (_, Some(Json::String(text))) => Identity::from_json(text)?,
-        (_, Some(_)) => return bad("identity_file", "expected a string (the identity file's JSON text)"),
-        (Some(v @ Json::Object(_)), None) => kvkey::read_request_identity(v)?,
-        _ => return bad("identity", "expected an object"),
+        (None, None) => return bad("identity", "give identity or identity_file"),
+        (None, Some(Json::String(text))) => Identity::from_json(text)?,
+        (None, Some(_)) => return bad("identity_file", "expected a string: the identity file's text"),
+        (Some(v), None) => kvkey::read_request_identity(v)?,
     };
     r.identity = identity;
     r.single_tenant = policy == TenantPolicy::SingleTenant;
@@ -158,16 +168,22 @@ fn answer(r: &Request) -> Result<Value> {
     Ok(out)
 }
 
-/// The answer to one line: any bytes at all get exactly one JSON object.
+/// How deep a request line may nest (the request object is level 1).
+const MAX_DEPTH: usize = 32;
+
+/// The answer to one line: any bytes at all get exactly one JSON object
+/// (docs/conformance.md, "Lines that are not requests").
 fn respond(line: &[u8]) -> Value {
     let raw = match Json::parse(line) {
         Ok(v @ Json::Object(_)) => v,
         Ok(_) => return refusal(Value::Null, &refuse_request("not a JSON object")),
         Err(e) => return refusal(Value::Null, &refuse_request(&format!("not strict JSON: {}", e))),
     };
+    if raw.depth() > MAX_DEPTH {
+        return refusal(Value::Null, &refuse_request(&format!("nested deeper than {} levels", MAX_DEPTH)));
+    }
     if let Some(path) = raw.first_duplicate() {
-        let id = raw.get("id").map_or(Value::Null, Json::to_value);
-        return refusal(id, &refuse_request(&format!("duplicate key {:?}", path)));
+        return refusal(Value::Null, &refuse_request(&format!("duplicate key {:?}", path)));
     }
     let id = raw.get("id").map_or(Value::Null, Json::to_value);
     match decode(&raw).and_then(|r| answer(&r)) {
@@ -200,9 +216,6 @@ fn main() -> io::Result<()> {
         }
         if line.last() == Some(&b'\n') {
             line.pop();
-        }
-        if line.is_empty() {
-            continue;
         }
         writeln!(out, "{}", respond(&line))?;
         out.flush()?;
