@@ -133,16 +133,22 @@ pub(crate) enum Slot<'a> {
 use FieldKind as K;
 use FieldType as T;
 
-const fn field(
-    path: &'static str,
-    ty: FieldType,
-    kind: FieldKind,
-    limit: usize,
-    flags: (bool, bool, bool),
-    get: for<'a> fn(&'a Identity) -> Option<Value<'a>>,
-    set: for<'a> fn(&'a mut Identity) -> Slot<'a>,
-) -> Field {
-    Field { path, ty, kind, limit, required: flags.0, file_alt: flags.1, salient: flags.2, get, set }
+/// A Field, as a struct literal (a `const fn` may not take the setter's
+/// `&mut` type before Rust 1.83, and the table builds with 1.63).
+macro_rules! field {
+    ($path:expr, $ty:expr, $kind:expr, $limit:expr, $flags:expr, $get:expr, $set:expr $(,)?) => {
+        Field {
+            path: $path,
+            ty: $ty,
+            kind: $kind,
+            limit: $limit,
+            required: $flags.0,
+            file_alt: $flags.1,
+            salient: $flags.2,
+            get: $get,
+            set: $set,
+        }
+    };
 }
 
 // (required, file_alt, salient)
@@ -156,17 +162,11 @@ fn adapter(id: &mut Identity) -> &mut Adapter {
 /// Every member, parts included, in the C++ table order (depth first: a part,
 /// then its members).
 pub static FIELDS: &[Field] = &[
-    field(
-        "tenant",
-        T::String,
-        K::Tenant,
-        crate::limits::TENANT,
-        PLAIN,
-        |i| Some(Value::String(&i.tenant)),
-        |i| Slot::String(&mut i.tenant),
-    ),
-    field("model", T::Part, K::Value, 0, REQUIRED, |_| Some(Value::Part), |_| Slot::Part),
-    field(
+    field!("tenant", T::String, K::Tenant, crate::limits::TENANT, PLAIN, |i| Some(Value::String(&i.tenant)), |i| {
+        Slot::String(&mut i.tenant)
+    },),
+    field!("model", T::Part, K::Value, 0, REQUIRED, |_| Some(Value::Part), |_| Slot::Part),
+    field!(
         "model.name",
         T::String,
         K::Text,
@@ -175,7 +175,7 @@ pub static FIELDS: &[Field] = &[
         |i| Some(Value::String(&i.model.name)),
         |i| Slot::String(&mut i.model.name),
     ),
-    field(
+    field!(
         "model.revision",
         T::String,
         K::Identifier,
@@ -184,16 +184,10 @@ pub static FIELDS: &[Field] = &[
         |i| Some(Value::String(&i.model.revision)),
         |i| Slot::String(&mut i.model.revision),
     ),
-    field(
-        "model.weights_epoch",
-        T::U64,
-        K::Value,
-        0,
-        PLAIN,
-        |i| Some(Value::U64(i.model.weights_epoch)),
-        |i| Slot::U64(&mut i.model.weights_epoch),
-    ),
-    field(
+    field!("model.weights_epoch", T::U64, K::Value, 0, PLAIN, |i| Some(Value::U64(i.model.weights_epoch)), |i| {
+        Slot::U64(&mut i.model.weights_epoch)
+    },),
+    field!(
         "model.weights_fingerprint",
         T::OptionalDigest,
         K::Value,
@@ -202,7 +196,7 @@ pub static FIELDS: &[Field] = &[
         |i| Some(Value::OptionalDigest(i.model.weights_fingerprint.as_ref())),
         |i| Slot::OptionalDigest(&mut i.model.weights_fingerprint),
     ),
-    field(
+    field!(
         "model.positional_fingerprint",
         T::OptionalDigest,
         K::Value,
@@ -211,18 +205,12 @@ pub static FIELDS: &[Field] = &[
         |i| Some(Value::OptionalDigest(i.model.positional_fingerprint.as_ref())),
         |i| Slot::OptionalDigest(&mut i.model.positional_fingerprint),
     ),
-    field("kv", T::Part, K::Value, 0, REQUIRED, |_| Some(Value::Part), |_| Slot::Part),
-    field(
-        "kv.dtype",
-        T::Dtype,
-        K::Dtype,
-        0,
-        REQUIRED,
-        |i| Some(Value::Dtype(i.kv.dtype)),
-        |i| Slot::Dtype(&mut i.kv.dtype),
-    ),
-    field("kv.quant", T::Part, K::Value, 0, PLAIN, |_| Some(Value::Part), |_| Slot::Part),
-    field(
+    field!("kv", T::Part, K::Value, 0, REQUIRED, |_| Some(Value::Part), |_| Slot::Part),
+    field!("kv.dtype", T::Dtype, K::Dtype, 0, REQUIRED, |i| Some(Value::Dtype(i.kv.dtype)), |i| Slot::Dtype(
+        &mut i.kv.dtype
+    ),),
+    field!("kv.quant", T::Part, K::Value, 0, PLAIN, |_| Some(Value::Part), |_| Slot::Part),
+    field!(
         "kv.quant.scheme",
         T::String,
         K::Scheme,
@@ -231,16 +219,10 @@ pub static FIELDS: &[Field] = &[
         |i| Some(Value::String(&i.kv.quant.scheme)),
         |i| Slot::String(&mut i.kv.quant.scheme),
     ),
-    field(
-        "kv.quant.group_size",
-        T::U32,
-        K::Value,
-        0,
-        PLAIN,
-        |i| Some(Value::U32(i.kv.quant.group_size)),
-        |i| Slot::U32(&mut i.kv.quant.group_size),
-    ),
-    field(
+    field!("kv.quant.group_size", T::U32, K::Value, 0, PLAIN, |i| Some(Value::U32(i.kv.quant.group_size)), |i| {
+        Slot::U32(&mut i.kv.quant.group_size)
+    },),
+    field!(
         "kv.quant.scale_dtype",
         T::OptionalDtype,
         K::Dtype,
@@ -249,16 +231,10 @@ pub static FIELDS: &[Field] = &[
         |i| Some(Value::Dtype(i.kv.quant.scale_dtype)),
         |i| Slot::Dtype(&mut i.kv.quant.scale_dtype),
     ),
-    field(
-        "kv.quant.zero_point",
-        T::Bool,
-        K::Value,
-        0,
-        PLAIN,
-        |i| Some(Value::Bool(i.kv.quant.zero_point)),
-        |i| Slot::Bool(&mut i.kv.quant.zero_point),
-    ),
-    field(
+    field!("kv.quant.zero_point", T::Bool, K::Value, 0, PLAIN, |i| Some(Value::Bool(i.kv.quant.zero_point)), |i| {
+        Slot::Bool(&mut i.kv.quant.zero_point)
+    },),
+    field!(
         "kv.quant.scales_fingerprint",
         T::OptionalDigest,
         K::Value,
@@ -267,25 +243,13 @@ pub static FIELDS: &[Field] = &[
         |i| Some(Value::OptionalDigest(i.kv.quant.scales_fingerprint.as_ref())),
         |i| Slot::OptionalDigest(&mut i.kv.quant.scales_fingerprint),
     ),
-    field(
-        "kv.block_size",
-        T::U32,
-        K::Positive,
-        0,
-        REQUIRED,
-        |i| Some(Value::U32(i.kv.block_size)),
-        |i| Slot::U32(&mut i.kv.block_size),
-    ),
-    field(
-        "kv.num_layers",
-        T::U32,
-        K::Positive,
-        0,
-        REQUIRED,
-        |i| Some(Value::U32(i.kv.num_layers)),
-        |i| Slot::U32(&mut i.kv.num_layers),
-    ),
-    field(
+    field!("kv.block_size", T::U32, K::Positive, 0, REQUIRED, |i| Some(Value::U32(i.kv.block_size)), |i| Slot::U32(
+        &mut i.kv.block_size
+    ),),
+    field!("kv.num_layers", T::U32, K::Positive, 0, REQUIRED, |i| Some(Value::U32(i.kv.num_layers)), |i| Slot::U32(
+        &mut i.kv.num_layers
+    ),),
+    field!(
         "kv.num_kv_heads",
         T::U32,
         K::Positive,
@@ -294,16 +258,10 @@ pub static FIELDS: &[Field] = &[
         |i| Some(Value::U32(i.kv.num_kv_heads)),
         |i| Slot::U32(&mut i.kv.num_kv_heads),
     ),
-    field(
-        "kv.head_dim",
-        T::U32,
-        K::Positive,
-        0,
-        REQUIRED,
-        |i| Some(Value::U32(i.kv.head_dim)),
-        |i| Slot::U32(&mut i.kv.head_dim),
-    ),
-    field(
+    field!("kv.head_dim", T::U32, K::Positive, 0, REQUIRED, |i| Some(Value::U32(i.kv.head_dim)), |i| Slot::U32(
+        &mut i.kv.head_dim
+    ),),
+    field!(
         "kv.layout",
         T::String,
         K::Identifier,
@@ -312,54 +270,24 @@ pub static FIELDS: &[Field] = &[
         |i| Some(Value::String(&i.kv.layout)),
         |i| Slot::String(&mut i.kv.layout),
     ),
-    field("kv.mla", T::Bool, K::Value, 0, PLAIN, |i| Some(Value::Bool(i.kv.mla)), |i| Slot::Bool(&mut i.kv.mla)),
-    field("shard", T::Part, K::Value, 0, (false, false, false), |_| Some(Value::Part), |_| Slot::Part),
-    field(
-        "shard.tp_size",
-        T::U32,
-        K::Value,
-        0,
-        (false, false, false),
-        |i| Some(Value::U32(i.shard.tp_size)),
-        |i| Slot::U32(&mut i.shard.tp_size),
-    ),
-    field(
-        "shard.tp_rank",
-        T::U32,
-        K::Value,
-        0,
-        (false, false, false),
-        |i| Some(Value::U32(i.shard.tp_rank)),
-        |i| Slot::U32(&mut i.shard.tp_rank),
-    ),
-    field(
-        "shard.pp_size",
-        T::U32,
-        K::Value,
-        0,
-        (false, false, false),
-        |i| Some(Value::U32(i.shard.pp_size)),
-        |i| Slot::U32(&mut i.shard.pp_size),
-    ),
-    field(
-        "shard.pp_rank",
-        T::U32,
-        K::Value,
-        0,
-        (false, false, false),
-        |i| Some(Value::U32(i.shard.pp_rank)),
-        |i| Slot::U32(&mut i.shard.pp_rank),
-    ),
-    field(
-        "adapter",
-        T::OptionalPart,
-        K::Value,
-        0,
-        PLAIN,
-        |i| Some(Value::OptionalPart(i.adapter.is_some())),
-        |i| Slot::OptionalPart(&mut i.adapter),
-    ),
-    field(
+    field!("kv.mla", T::Bool, K::Value, 0, PLAIN, |i| Some(Value::Bool(i.kv.mla)), |i| Slot::Bool(&mut i.kv.mla)),
+    field!("shard", T::Part, K::Value, 0, (false, false, false), |_| Some(Value::Part), |_| Slot::Part),
+    field!("shard.tp_size", T::U32, K::Value, 0, (false, false, false), |i| Some(Value::U32(i.shard.tp_size)), |i| {
+        Slot::U32(&mut i.shard.tp_size)
+    },),
+    field!("shard.tp_rank", T::U32, K::Value, 0, (false, false, false), |i| Some(Value::U32(i.shard.tp_rank)), |i| {
+        Slot::U32(&mut i.shard.tp_rank)
+    },),
+    field!("shard.pp_size", T::U32, K::Value, 0, (false, false, false), |i| Some(Value::U32(i.shard.pp_size)), |i| {
+        Slot::U32(&mut i.shard.pp_size)
+    },),
+    field!("shard.pp_rank", T::U32, K::Value, 0, (false, false, false), |i| Some(Value::U32(i.shard.pp_rank)), |i| {
+        Slot::U32(&mut i.shard.pp_rank)
+    },),
+    field!("adapter", T::OptionalPart, K::Value, 0, PLAIN, |i| Some(Value::OptionalPart(i.adapter.is_some())), |i| {
+        Slot::OptionalPart(&mut i.adapter)
+    },),
+    field!(
         "adapter.name",
         T::String,
         K::Text,
@@ -368,7 +296,7 @@ pub static FIELDS: &[Field] = &[
         |i| i.adapter.as_ref().map(|a| Value::String(&a.name)),
         |i| Slot::String(&mut adapter(i).name),
     ),
-    field(
+    field!(
         "adapter.weights_fingerprint",
         T::Digest,
         K::Value,
