@@ -135,8 +135,9 @@ pub struct Envelope {
     /// The XXH3-128 digest or Poly1305 tag.
     pub payload_digest: [u8; 16],
     /// The secret id of the keyed namespace that sealed it (`secret_id()` of
-    /// its tenant secret); zero in a plain namespace's header.
-    pub secret_id: SecretId,
+    /// its tenant secret); None in a plain namespace's header (whose bytes
+    /// there are zero).
+    pub secret_id: Option<SecretId>,
 }
 
 impl Envelope {
@@ -229,12 +230,16 @@ pub fn parse_envelope(h: &[u8]) -> std::result::Result<Envelope, Verdict> {
         mode,
         nonce: [0; 16],
         payload_digest: [0; 16],
-        secret_id: SecretId::default(),
+        secret_id: None,
     };
     e.block_hash.0.copy_from_slice(&h[BLOCK_HASH..BLOCK_HASH + 32]);
     e.nonce.copy_from_slice(&h[NONCE..PAYLOAD_DIGEST]);
     e.payload_digest.copy_from_slice(&h[PAYLOAD_DIGEST..SECRET_ID]);
-    e.secret_id.0.copy_from_slice(&h[SECRET_ID..IDENTITY]);
+    if kind == NamespaceKind::Keyed {
+        let mut sid = SecretId::default();
+        sid.0.copy_from_slice(&h[SECRET_ID..IDENTITY]);
+        e.secret_id = Some(sid);
+    }
     Ok(e)
 }
 

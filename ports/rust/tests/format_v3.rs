@@ -93,7 +93,7 @@ fn secret_id_is_the_documented_hmac() {
         assert_eq!(ns.secret_id(), Some(secret_id(SECRET)));
         let h = ns.seal_size_only(&blocks(&ns)[0], 10);
         assert_eq!(&h[112..120], &secret_id(SECRET).0);
-        assert_eq!(parse_envelope(&h).expect("well-formed").secret_id, secret_id(SECRET));
+        assert_eq!(parse_envelope(&h).expect("well-formed").secret_id, Some(secret_id(SECRET)));
     }
     assert_eq!(Namespace::new(&identity()).expect("plain").secret_id(), None);
 }

@@ -4,7 +4,7 @@
 
 use kvkey::{
     from_hex, parse_envelope, plain_digest, secret_id, secret_key_prefix, xxh3_128_digest, Adapter, Digest, Dtype,
-    ExtraKey, HashOptions, Identity, IntegrityMode, Namespace, Reason, SecretId, Shard, TenantPolicy, Verdict,
+    ExtraKey, HashOptions, Identity, IntegrityMode, Namespace, Reason, Shard, TenantPolicy, Verdict,
 };
 use serde_json::Value;
 
@@ -129,7 +129,7 @@ fn format_v3_cases() {
             assert_eq!(ns.seal(&blocks[i], &p).expect("plain"), h, "{} envelope {}", name, i);
             let env = parse_envelope(&h).expect("well-formed");
             assert_eq!((env.block_hash, env.payload_size, env.mode), (blocks[i], size, IntegrityMode::Xxh3_128));
-            assert_eq!(env.secret_id, SecretId::default());
+            assert_eq!(env.secret_id, None);
             let producer = env.identity().map(|i| Identity { shard: ns.identity().shard, ..i });
             assert_eq!(producer.as_ref(), Some(ns.identity()));
             assert!(ns.verify(&h, &blocks[i], &p).is_ok());
@@ -201,7 +201,7 @@ fn keyed_namespace() {
         // Sealed under the retired secret: a miss that names the secret.
         let other_secret = Verdict { reason: Reason::IdentityMismatch, field: "tenant.secret_id" };
         assert_eq!(rotated.verify_header(&h, &blocks[i], size), other_secret);
-        assert_eq!(parse_envelope(&h).expect("well-formed").secret_id, sid);
+        assert_eq!(parse_envelope(&h).expect("well-formed").secret_id, Some(sid));
     }
     let short = keyed(&secret[..31]).expect_err("a 31-byte secret is refused");
     assert_eq!((short.kind(), short.field()), ("identity_error", "tenant_secret"));
