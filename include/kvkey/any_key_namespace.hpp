@@ -74,6 +74,12 @@ class AnyKeyNamespace {
   [[nodiscard]] std::string tenant_prefix() const {
     return visit([](const auto& n) { return n.tenant_prefix(); });
   }
+  [[nodiscard]] std::string secret_prefix() const {
+    return visit([](const auto& n) { return n.secret_prefix(); });
+  }
+  [[nodiscard]] const std::optional<SecretId>& secret_id() const noexcept {
+    return visit([](const auto& n) -> const std::optional<SecretId>& { return n.secret_id(); });
+  }
   /// The same namespace (kind, secret, policy) under weights epoch `epoch`.
   [[nodiscard]] AnyKeyNamespace with_epoch(std::uint64_t epoch) const {
     return visit([&](const auto& n) { return AnyKeyNamespace(n.with_epoch(epoch)); });

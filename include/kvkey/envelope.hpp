@@ -54,7 +54,8 @@ inline constexpr std::size_t integrity_mode = 73;  // u8, IntegrityMode
 inline constexpr std::size_t reserved = 74;        // 6 zero bytes
 inline constexpr std::size_t nonce = 80;           // 16 bytes, poly1305 mode only
 inline constexpr std::size_t payload_digest = 96;  // 16 bytes: digest or tag, zero in mode none
-inline constexpr std::size_t identity = 112;       // identity_len bytes, then zeros
+inline constexpr std::size_t secret_id = 112;      // 8 bytes: keyed namespaces' secret id, zero in plain ones
+inline constexpr std::size_t identity = 120;       // identity_len bytes, then zeros
 }  // namespace envelope_layout
 
 /// Which kind of namespace sealed a header. Codes are part of the byte format.
@@ -86,13 +87,48 @@ constexpr std::string_view to_string(IntegrityMode m) noexcept {
 /// The 16 bytes of a payload digest (XXH3-128, canonical big-endian form) or tag.
 using PayloadDigest = std::array<std::uint8_t, 16>;
 
+/// A keyed namespace's secret id: the first 8 bytes of HMAC-SHA-256(tenant
+/// secret, 'I'), a public fingerprint of the secret that reveals nothing about
+/// it (docs/format.md, "Secret id"). It is written in every keyed envelope and,
+/// as 16 lowercase hex digits after a 'k', in every keyed store key, so the
+/// values of one retired secret can be selected and purged.
+struct SecretId {
+  static constexpr std::size_t size_bytes = 8;
+  std::array<std::uint8_t, size_bytes> bytes{};
+
+  /// 16 lowercase hex digits.
+  [[nodiscard]] std::string hex() const {
+    static constexpr char digits[] = "0123456789abcdef";
+    std::string out(2 * size_bytes, '0');
+    for (std::size_t i = 0; i < size_bytes; ++i) {
+      out[2 * i] = digits[bytes[i] >> 4];
+      out[2 * i + 1] = digits[bytes[i] & 0x0f];
+    }
+    return out;
+  }
+  /// Parses 16 hex digits (either case); nullopt on any other input.
+  [[nodiscard]] static std::optional<SecretId> try_from_hex(std::string_view hex) noexcept {
+    if (hex.size() != 2 * size_bytes) return std::nullopt;
+    SecretId id;
+    for (std::size_t i = 0; i < size_bytes; ++i) {
+      const int hi = detail::hex_digit_value(hex[2 * i]);
+      const int lo = detail::hex_digit_value(hex[2 * i + 1]);
+      if (hi < 0 || lo < 0) return std::nullopt;
+      id.bytes[i] = static_cast<std::uint8_t>((hi << 4) | lo);
+    }
+    return id;
+  }
+  friend bool operator==(const SecretId& a, const SecretId& b) noexcept { return a.bytes == b.bytes; }
+  friend bool operator!=(const SecretId& a, const SecretId& b) noexcept { return !(a == b); }
+};
+
 /// Why a header was accepted or rejected. Names (to_string) are stable API.
 enum class Reason : std::uint8_t {
   ok = 0,
   malformed,            ///< not a kvkey envelope, truncated, or not parseable
   unsupported_version,  ///< a kvkey envelope of another format version
   identity_mismatch,    ///< produced under another identity (or namespace kind); field names the first difference
-  block_mismatch,       ///< same identity, another block (or another tenant secret)
+  block_mismatch,       ///< same identity and secret, another block
   size_mismatch,        ///< the payload size differs from what the reader expects
   payload_mismatch,     ///< the payload bytes do not match the header's digest/tag, or cannot be checked
 };
@@ -116,7 +152,8 @@ struct [[nodiscard]] Verdict {
   Reason reason = Reason::malformed;
   /// Where the difference is: for identity_mismatch the dotted path of the
   /// first differing field ("kv.dtype", "model.weights_epoch", "tenant",
-  /// "adapter.weights_fingerprint", "shard", "envelope.namespace_kind", ...);
+  /// "adapter.weights_fingerprint", "tenant.secret_id", "shard",
+  /// "envelope.namespace_kind", ...);
   /// for the other reasons the part of the envelope ("envelope.size",
   /// "envelope.magic", "block_hash", "payload_size", "payload",
   /// "envelope.integrity_mode", ...). Empty when ok.
@@ -136,6 +173,7 @@ struct EnvelopeContents {
   IntegrityMode integrity = IntegrityMode::none;
   std::array<std::uint8_t, 16> nonce{};  ///< poly1305 mode only; zero otherwise
   PayloadDigest payload_digest{};        ///< XXH3-128 digest or Poly1305 tag; zero in mode none
+  std::optional<SecretId> secret_id;     ///< the sealing secret's id; keyed envelopes only
 };
 
 /// The result of parse_envelope: the contents, or the Verdict saying why not
@@ -148,7 +186,8 @@ struct ParsedEnvelope {
 namespace detail {
 
 /// Writes the parts of an envelope that do not depend on the block.
-inline Envelope envelope_template(const Bytes& identity_encoding, const Slice& s, NamespaceKind kind) {
+inline Envelope envelope_template(const Bytes& identity_encoding, const Slice& s, NamespaceKind kind,
+                                  const SecretId& secret_id) {
   static_assert(envelope_layout::identity + max_identity_encoding_size <= envelope_size,
                 "every valid identity must fit in an envelope");
   Envelope e{};
@@ -161,6 +200,7 @@ inline Envelope envelope_template(const Bytes& identity_encoding, const Slice& s
   store_u32(e.data() + envelope_layout::slice + 8, s.layer_begin);
   store_u32(e.data() + envelope_layout::slice + 12, s.layer_end);
   e[envelope_layout::namespace_kind] = static_cast<std::uint8_t>(kind);
+  std::memcpy(e.data() + envelope_layout::secret_id, secret_id.bytes.data(), SecretId::size_bytes);
   std::memcpy(e.data() + envelope_layout::identity, identity_encoding.data(), identity_encoding.size());
   return e;
 }
@@ -256,6 +296,10 @@ inline Verdict envelope_preamble(const std::uint8_t* header, std::size_t len) {
   if (mode == static_cast<std::uint8_t>(IntegrityMode::none) && !detail::all_zero(header + L::payload_digest, 16)) {
     return fail(Reason::malformed, "envelope.payload_digest");
   }
+  if (kind == static_cast<std::uint8_t>(NamespaceKind::plain) &&
+      !detail::all_zero(header + L::secret_id, SecretId::size_bytes)) {
+    return fail(Reason::malformed, "envelope.secret_id");
+  }
   EnvelopeContents& c = out.contents.emplace();
   c.version = format_version;
   c.identity = std::move(*id);
@@ -266,6 +310,9 @@ inline Verdict envelope_preamble(const std::uint8_t* header, std::size_t len) {
   c.integrity = static_cast<IntegrityMode>(mode);
   std::memcpy(c.nonce.data(), header + L::nonce, c.nonce.size());
   std::memcpy(c.payload_digest.data(), header + L::payload_digest, c.payload_digest.size());
+  if (kind == static_cast<std::uint8_t>(NamespaceKind::keyed)) {
+    std::memcpy(c.secret_id.emplace().bytes.data(), header + L::secret_id, SecretId::size_bytes);
+  }
   return out;
 }
 
@@ -287,14 +334,14 @@ namespace detail {
   namespace L = envelope_layout;
   Verdict pre = envelope_preamble(header, len);
   if (!pre.ok()) return pre;
-  static_assert(envelope_size % 8 == 0 && L::payload_digest % 8 == 0 && L::identity % 8 == 0,
+  static_assert(envelope_size % 8 == 0 && L::payload_digest % 8 == 0 && L::secret_id % 8 == 0,
                 "equal_ct compares 8-byte words");
   if (equal_ct(header, expected.data(), envelope_size)) return {Reason::ok, {}};
   // Only the digest differs (the payload was damaged or replaced): say so
   // without parsing, so this common rejection does not allocate either.
   if (expected[L::integrity_mode] != static_cast<std::uint8_t>(IntegrityMode::none) &&
       equal_ct(header, expected.data(), L::payload_digest) &&
-      equal_ct(header + L::identity, expected.data() + L::identity, envelope_size - L::identity)) {
+      equal_ct(header + L::secret_id, expected.data() + L::secret_id, envelope_size - L::secret_id)) {
     return {Reason::payload_mismatch, "payload"};
   }
 
@@ -305,6 +352,9 @@ namespace detail {
   }
   const std::string_view field = first_difference(parsed.contents->identity, own);
   if (!field.empty()) return {Reason::identity_mismatch, std::string(field)};
+  if (CRYPTO_memcmp(header + L::secret_id, expected.data() + L::secret_id, SecretId::size_bytes) != 0) {
+    return {Reason::identity_mismatch, "tenant.secret_id"};  // sealed under another secret of the tenant
+  }
   if (std::memcmp(header + L::slice, expected.data() + L::slice, 16) != 0) {
     return {Reason::identity_mismatch, "shard"};
   }

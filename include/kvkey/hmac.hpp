@@ -26,8 +26,10 @@
 #include <utility>
 
 #include "kvkey/config.hpp"
+#include "kvkey/detail/chain.hpp"
 #include "kvkey/detail/hmac_sha256.hpp"
 #include "kvkey/digest.hpp"
+#include "kvkey/envelope.hpp"
 #include "kvkey/errors.hpp"
 #include "kvkey/input_file.hpp"
 
@@ -336,6 +338,19 @@ class HmacSha256 {
   }
   detail::HmacSha256Core core_;
 };
+
+/// The public id of a tenant secret (docs/format.md, "Secret id"): the first 8
+/// bytes of HMAC-SHA-256(secret, 'I'). KeyNamespace<HmacSha256>::secret_id()
+/// of any identity under this secret returns it; secret_key_prefix(tenant, id)
+/// (kvkey/key_namespace.hpp) selects the keys sealed under it. Throws
+/// identity_error ("tenant_secret") for an empty (moved-from) secret.
+[[nodiscard]] inline SecretId secret_id(const TenantSecret& secret) {
+  const std::uint8_t tag = detail::domain_secret_id;
+  const Digest d = HmacSha256::mac(secret, &tag, 1);
+  SecretId id;
+  std::memcpy(id.bytes.data(), d.data(), SecretId::size_bytes);
+  return id;
+}
 
 KVKEY_END_NAMESPACE
 

@@ -52,18 +52,31 @@ struct ChainAccess {
 };
 }  // namespace detail
 
-/// The first bytes of every store key: the key format's tag.
-inline constexpr std::string_view store_key_tag = "kvk1/";
+/// The first bytes of every store key: the key format's tag. Format v3 writes
+/// "kvk3/"; format v2 wrote "kvk1/", so the keys of the two never collide and an
+/// operator purges v2 leftovers by that prefix (docs/operations.md).
+inline constexpr std::string_view store_key_tag = "kvk3/";
 
 /// Longest store key kvkey produces.
 inline constexpr std::size_t max_store_key_size = 256;
 
-/// "kvk1/<tenant>/": every key of one tenant starts with it (list or purge a
+/// "kvk3/<tenant>/": every key of one tenant starts with it (list or purge a
 /// tenant by prefix). Throws identity_error if the tenant is not valid.
 [[nodiscard]] inline std::string tenant_key_prefix(std::string_view tenant) {
   if (tenant != single_tenant_name) detail::check_tenant(tenant);
   std::string p(store_key_tag);
   p.append(tenant).push_back('/');
+  return p;
+}
+
+/// "kvk3/<tenant>/k<16 hex of secret_id>/": every key sealed under one tenant
+/// secret starts with it, and no other key does (purge a retired secret's
+/// values by prefix; docs/operations.md, "Rotating a tenant secret"). Throws
+/// identity_error if the tenant is not valid.
+[[nodiscard]] inline std::string secret_key_prefix(std::string_view tenant, const SecretId& secret_id) {
+  std::string p = tenant_key_prefix(tenant);
+  p.push_back('k');
+  p.append(secret_id.hex()).push_back('/');
   return p;
 }
 
@@ -188,8 +201,8 @@ class KeyNamespace {
     return chain_.hash_message(m, sizeof m);
   }
 
-  /// "kvk1/<tenant>/<model>/e<epoch>/<64 hex of object_hash>": printable ASCII,
-  /// at most max_store_key_size bytes.
+  /// "kvk3/<tenant>/<p | k<secret id>>/<model>/e<epoch>/<64 hex of object_hash>":
+  /// printable ASCII, at most max_store_key_size bytes.
   [[nodiscard]] std::string store_key(const Digest& block_hash) const {
     std::string key;
     key.reserve(key_prefix_.size() + 2 * Digest::size_bytes);
@@ -199,11 +212,23 @@ class KeyNamespace {
     return key;
   }
 
-  /// "kvk1/<tenant>/<model>/e<epoch>/": the prefix of every key of this
-  /// namespace's epoch (all ranks, all adapters and formats of that model name).
+  /// "kvk3/<tenant>/<p | k<secret id>>/<model>/e<epoch>/": the prefix of every
+  /// key of this namespace's epoch (all ranks, all adapters and formats of that
+  /// model name, under this secret).
   const std::string& key_prefix() const noexcept { return key_prefix_; }
-  /// "kvk1/<tenant>/": the prefix of every key of this tenant.
+  /// "kvk3/<tenant>/": the prefix of every key of this tenant, plain or keyed
+  /// under any secret.
   [[nodiscard]] std::string tenant_prefix() const { return tenant_key_prefix(id_.tenant); }
+  /// Keyed: "kvk3/<tenant>/k<secret id>/", the prefix of every key sealed under
+  /// this namespace's tenant secret (any model, epoch or rank). Plain:
+  /// "kvk3/<tenant>/p/", the prefix of every plain key of the tenant.
+  [[nodiscard]] std::string secret_prefix() const {
+    if (secret_id_) return secret_key_prefix(id_.tenant, *secret_id_);
+    return tenant_prefix() + "p/";
+  }
+  /// The tenant secret's public id (docs/format.md, "Secret id"); nullopt in a
+  /// plain namespace.
+  const std::optional<SecretId>& secret_id() const noexcept { return secret_id_; }
 
   // ---- envelopes ----------------------------------------------------------------
 
@@ -399,10 +424,16 @@ class KeyNamespace {
         slice_(resolve_slice(id_.kv, id_.shard)),
         encoding_(encode_identity(id_)),
         chain_(std::move(hasher), encoding_, id_.kv.block_size, native) {
-    key_prefix_ = tenant_key_prefix(id_.tenant);
+    if constexpr (namespace_kind == NamespaceKind::keyed) {
+      // docs/format.md, "Secret id": H('I'), the first 8 bytes.
+      const std::uint8_t tag = detail::domain_secret_id;
+      const Digest sid = chain_.hash_message(&tag, 1);
+      std::memcpy(secret_id_.emplace().bytes.data(), sid.data(), SecretId::size_bytes);
+    }
+    key_prefix_ = secret_prefix();
     key_prefix_.append(detail::model_key_segment(id_.model.name));
     key_prefix_.append("/e").append(std::to_string(id_.model.weights_epoch)).push_back('/');
-    envelope_ = detail::envelope_template(encoding_, slice_, namespace_kind);
+    envelope_ = detail::envelope_template(encoding_, slice_, namespace_kind, secret_id_.value_or(SecretId{}));
     if constexpr (namespace_kind == NamespaceKind::keyed) {  // docs/security.md, "Payload MAC"
       std::uint8_t m[1 + Digest::size_bytes] = {detail::domain_payload};
       std::memcpy(m + 1, chain_.root().data(), Digest::size_bytes);
@@ -444,6 +475,7 @@ class KeyNamespace {
   Slice slice_;
   Bytes encoding_;
   detail::Chain<Hash> chain_;
+  std::optional<SecretId> secret_id_;  // keyed namespaces only
   std::string key_prefix_;
   Envelope envelope_;
   detail::PayloadKey payload_key_;  // keyed namespaces only

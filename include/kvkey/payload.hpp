@@ -5,10 +5,11 @@
 //   kvkey::Envelope h = ns.seal(block_hash, kvkey::Payload(kv.data(), kv.size()));
 //   kvkey::Verdict v = ns.verify(h.data(), h.size(), block_hash, kvkey::Payload(kv.data(), kv.size()));
 //
-// Plain namespaces store XXH3-128 of the bytes (libxxhash's runtime-dispatched
-// entry points); keyed namespaces store a Poly1305 tag under a one-time key
-// derived from the tenant secret and a random nonce. docs/format.md specifies
-// both, docs/security.md says what they protect against.
+// Plain namespaces store XXH3-128 of the bytes followed by the header
+// (libxxhash's runtime-dispatched entry points); keyed namespaces store a
+// Poly1305 tag of the same under a one-time key derived from the tenant secret
+// and a random nonce. docs/format.md specifies both, docs/security.md says
+// what they protect against.
 #ifndef KVKEY_PAYLOAD_HPP
 #define KVKEY_PAYLOAD_HPP
 
@@ -217,11 +218,14 @@ class PayloadHasher {
     }
   }
 
-  /// The digest; keyed, the tag over everything fed and then the header
-  /// (whose digest field must be zero).
+  /// The digest or tag over everything fed and then the header, whose digest
+  /// field must be zero (format v3: both modes cover the whole header).
   PayloadDigest finish(const Envelope& header) {
     PayloadDigest d{};
-    if (mode_ == IntegrityMode::xxh3_128) return canonical(XXH3_128bits_digest(&xxh_));
+    if (mode_ == IntegrityMode::xxh3_128) {
+      KVKEY_XXH3_128_UPDATE(&xxh_, header.data(), header.size());
+      return canonical(XXH3_128bits_digest(&xxh_));
+    }
     if (mode_ == IntegrityMode::poly1305) {
       update(header.data(), header.size());
       std::size_t len = 0;
@@ -297,8 +301,11 @@ struct PayloadScheme {
 
 }  // namespace detail
 
-/// XXH3-128 of a payload's concatenated bytes, in canonical (big-endian) form:
-/// the digest a plain namespace stores. `xxh128sum` prints the same hex.
+/// XXH3-128 of a payload's concatenated bytes, in canonical (big-endian) form,
+/// as `xxh128sum` prints it. Since format v3 a plain namespace stores the
+/// digest of the payload followed by the header (docs/format.md, "Mode
+/// xxh3_128"), so this is a building block and a checksum for tools, not the
+/// stored digest.
 inline PayloadDigest xxh3_128_digest(const Payload& payload) noexcept {
   if (payload.end() - payload.begin() == 1)
     return detail::canonical(KVKEY_XXH3_128(payload.begin()->data, payload.begin()->size));

@@ -37,6 +37,8 @@ from ._kvkey import (  # noqa: F401  (re-exports)
     kv_dtype_from_string,
     metrics_field_names,
     reusable_prefix,
+    secret_id,
+    secret_key_prefix,
     single_tenant_name,
     store_key_tag,
 )
@@ -79,6 +81,8 @@ __all__ = [
     "kv_dtype_from_string",
     "metrics_field_names",
     "reusable_prefix",
+    "secret_id",
+    "secret_key_prefix",
     "single_tenant_name",
     "store_key_tag",
     "stores",

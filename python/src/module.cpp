@@ -472,6 +472,16 @@ void bind_namespace(py::module_& m) {
       .def_property_readonly("block_size", &Namespace::block_size)
       .def_property_readonly("key_prefix", &Namespace::key_prefix)
       .def_property_readonly("tenant_prefix", &Namespace::tenant_prefix)
+      .def_property_readonly("secret_prefix", &Namespace::secret_prefix,
+                             "keyed: 'kvk3/<tenant>/k<secret id>/', every key under this tenant secret; plain: "
+                             "'kvk3/<tenant>/p/', every plain key of the tenant")
+      .def_property_readonly(
+          "secret_id",
+          [](const Namespace& ns) -> py::object {
+            const auto& id = ns.secret_id();
+            return id ? py::object(py::str(id->hex())) : py::object(py::none());
+          },
+          "The tenant secret's public id (16 hex digits), or None in a plain namespace")
       .def(
           "block_hashes",
           [](const Namespace& ns, const py::object& tokens, const py::object& salt, const py::object& extras,
@@ -520,7 +530,7 @@ void bind_namespace(py::module_& m) {
       .def(
           "store_key",
           [](const Namespace& ns, const py::object& h) { return ns.store_key(to_digest(h, "block_hash")); },
-          py::arg("block_hash"), "\"kvk1/<tenant>/<model>/e<epoch>/<64 hex>\"")
+          py::arg("block_hash"), "\"kvk3/<tenant>/<p | k<secret id>>/<model>/e<epoch>/<64 hex>\"")
       .def(
           "seal",
           [](const Namespace& ns, const py::object& h, const py::object& payload) {
@@ -778,6 +788,22 @@ PYBIND11_MODULE(_kvkey, m) {
       py::name("fingerprint_file"), py::scope(m), py::arg("path"),
       "SHA-256 of a file's contents, streamed; path: str, bytes or os.PathLike (no NUL byte); IoError (an "
       "OSError) when it cannot be read.");
+
+  m.def(
+      "secret_id", [](const kvkey::TenantSecret& secret) { return kvkey::secret_id(secret).hex(); }, py::arg("secret"),
+      "A TenantSecret's public id, 16 hex digits: the first 8 bytes of HMAC-SHA-256(secret, 'I') "
+      "(docs/format.md, 'Secret id'). Keyed store keys carry it after 'k'.");
+  m.def(
+      "secret_key_prefix",
+      [](const py::object& tenant, const py::object& secret_id) {
+        const std::string hex = to_text(secret_id, "secret_id");
+        const auto id = kvkey::SecretId::try_from_hex(hex);
+        if (!id) throw kvkey::input_error("secret_id", "must be 16 hex digits (kvkey.secret_id(secret))");
+        return kvkey::secret_key_prefix(to_text(tenant, "tenant"), *id);
+      },
+      py::arg("tenant"), py::arg("secret_id"),
+      "'kvk3/<tenant>/k<secret_id>/': the prefix of every key sealed under one tenant secret (purge a retired "
+      "secret's values with it; docs/operations.md, 'Rotating a tenant secret').");
 
   m.def(
       "glob_escape",

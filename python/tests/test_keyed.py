@@ -166,7 +166,7 @@ def test_verify_header_checks_what_the_header_alone_shows():
     v = ns.verify_header(header, h[1])
     assert (v.reason, v.field) == ("block_mismatch", "block_hash")
     v = other.verify_header(header, other.block_hashes(PROBE_PROMPT)[0])
-    assert (v.reason, v.field) == ("block_mismatch", "block_hash")
+    assert (v.reason, v.field) == ("identity_mismatch", "tenant.secret_id")  # the header names its secret
     v = plain.verify_header(header, h[0])
     assert (v.reason, v.field) == ("identity_mismatch", "envelope.namespace_kind")
     for wrong_length in (header[:1023], header + b"\0", b""):

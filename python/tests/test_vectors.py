@@ -1,6 +1,7 @@
-"""tests/vectors/format-v2.json through the binding: identities, roots, block hashes,
-keys, envelopes with their payload digests (format version 2), and the payload
-digests against libxxhash called directly (ctypes), not through kvkey."""
+"""tests/vectors/format-v3.json through the binding: identities, roots, block hashes,
+keys, envelopes with their payload digests (format version 3: XXH3-128 of payload ||
+header'), the keyed secret id, the splice that must be refused, and the digests against
+libxxhash called directly (ctypes), not through kvkey."""
 
 import ctypes
 import ctypes.util
@@ -12,7 +13,7 @@ import pytest
 
 import kvkey
 
-VECTORS = os.path.join(os.path.dirname(__file__), "..", "..", "tests", "vectors", "format-v2.json")
+VECTORS = os.path.join(os.path.dirname(__file__), "..", "..", "tests", "vectors", "format-v3.json")
 
 
 def load_vectors():
@@ -63,7 +64,7 @@ def payload(case, block):
 @pytest.mark.parametrize("case", load_vectors()["cases"], ids=lambda c: c["name"])
 def test_plain_cases(case):
     doc = load_vectors()
-    assert doc["format_version"] == kvkey.format_version == 2
+    assert doc["format_version"] == kvkey.format_version == 3
     ns = kvkey.KeyNamespace(identity_of(case["identity"], case["shard"]),
                             single_tenant=case["tenant_policy"] == "single_tenant")
     assert ns.encoding.hex() == case["encoding"]
@@ -74,9 +75,10 @@ def test_plain_cases(case):
     assert [ns.store_key(b) for b in blocks] == case["keys"]
     for i, b in enumerate(blocks):
         p = payload(case, i)
-        assert xxh3_128(p.tobytes()) == case["payload_digests"][i]
-        assert ns.seal(b, p).hex() == case["envelopes"][i]
         header = bytes.fromhex(case["envelopes"][i])
+        zeroed = header[:96] + bytes(16) + header[112:]  # header': the digest bytes zero
+        assert xxh3_128(p.tobytes() + zeroed) == case["payload_digests"][i] == header[96:112].hex()
+        assert ns.seal(b, p).hex() == case["envelopes"][i]
         assert ns.verify(header, b, p).ok
         p[7] ^= 1
         v = ns.verify(header, b, p)
@@ -86,3 +88,61 @@ def test_plain_cases(case):
 def test_payload_digests():
     for p in load_vectors()["payloads"]:
         assert xxh3_128(bytes.fromhex(p["hex"])) == p["xxh3_128"]
+
+
+def test_keyed_secret_id_and_keys():
+    doc = load_vectors()
+    k = doc["keyed"]
+    case = next(c for c in doc["cases"] if c["name"] == k["case"])
+    secret = kvkey.TenantSecret(bytes.fromhex(k["secret_hex"]))
+    ns = kvkey.KeyNamespace(identity_of(case["identity"], case["shard"]), secret=secret)
+    assert kvkey.secret_id(secret) == ns.secret_id == k["secret_id"]
+    # The id is the first 8 bytes of HMAC-SHA-256(secret, b"I"), computed here without kvkey.
+    import hashlib
+    import hmac
+    assert hmac.new(bytes.fromhex(k["secret_hex"]), b"I", hashlib.sha256).digest()[:8].hex() == k["secret_id"]
+    assert ns.secret_prefix == k["secret_prefix"] == "kvk3/%s/k%s/" % (case["identity"]["tenant"], k["secret_id"])
+    assert kvkey.secret_key_prefix(case["identity"]["tenant"], k["secret_id"]) == k["secret_prefix"]
+    assert ns.key_prefix == k["key_prefix"]
+    blocks = ns.block_hashes(doc["tokens"]["values"])
+    assert [ns.store_key(b) for b in blocks] == k["keys"]
+    assert all(key.startswith(k["secret_prefix"]) for key in k["keys"])
+    for i, b in enumerate(blocks):
+        v = ns.verify(bytes.fromhex(k["envelopes"][i]), b, payload(case, i))
+        assert v.ok, (v.reason, v.field)
+    rotated = kvkey.KeyNamespace(identity_of(case["identity"], case["shard"]),
+                                 secret=kvkey.TenantSecret(bytes.fromhex(k["rotated"]["secret_hex"])))
+    assert rotated.secret_id == k["rotated"]["secret_id"] != k["secret_id"]
+    assert rotated.key_prefix == k["rotated"]["key_prefix"]
+    # A value sealed under the old secret, read under the rotated one: named on the secret id.
+    v = rotated.verify(bytes.fromhex(k["envelopes"][0]), blocks[0], payload(case, 0))
+    assert (v.ok, v.reason, v.field) == (False, "identity_mismatch", "tenant.secret_id")
+
+
+def test_splice_is_refused():
+    doc = load_vectors()
+    sp = doc["splice"]
+    case = next(c for c in doc["cases"] if c["name"] == sp["case"])
+    ns = kvkey.KeyNamespace(identity_of(case["identity"], case["shard"]))
+    blocks = ns.block_hashes(doc["tokens"]["values"])
+    header = bytes.fromhex(sp["header_hex"])
+    p = payload(case, sp["payload_block"])
+    v = ns.verify(header, blocks[sp["read_as_block"]], p)
+    assert not v.ok
+    assert (v.reason, v.field) == (sp["verdict"]["reason"], sp["verdict"]["field"])
+    value = header + p.tobytes()
+    assert not ns.open_value(value, blocks[sp["read_as_block"]]).ok
+    # The splice is B's header with A's block hash: B's own header verifies as B.
+    original = header[:16] + blocks[sp["payload_block"]] + header[48:]
+    assert ns.verify(original, blocks[sp["payload_block"]], p).ok
+
+
+def test_format_v2_values_are_unsupported():
+    doc = load_vectors()
+    case = doc["cases"][0]
+    ns = kvkey.KeyNamespace(identity_of(case["identity"], case["shard"]))
+    blocks = ns.block_hashes(doc["tokens"]["values"])
+    header = bytearray(bytes.fromhex(case["envelopes"][0]))
+    header[8] = 2  # format version 2
+    v = ns.verify(bytes(header), blocks[0], payload(case, 0))
+    assert (v.reason, v.field) == ("unsupported_version", "envelope.format_version")

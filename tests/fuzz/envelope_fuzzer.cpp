@@ -28,7 +28,7 @@ kvkey::Payload payload() { return kvkey_fuzz::fixture_payload_bytes(); }
 bool same_but_tag(const std::uint8_t* a, const std::uint8_t* b) {
   namespace L = kvkey::envelope_layout;
   return std::memcmp(a, b, L::nonce) == 0 &&
-         std::memcmp(a + L::identity, b + L::identity, kvkey::envelope_size - L::identity) == 0;
+         std::memcmp(a + L::secret_id, b + L::secret_id, kvkey::envelope_size - L::secret_id) == 0;
 }
 
 template <class Hash>

@@ -73,12 +73,12 @@ inline void opt_digest(ByteVec& m, const std::optional<kvkey::Digest>& d) {
 }
 inline void dtype(ByteVec& m, kvkey::KvDtype d) { u8(m, static_cast<std::uint8_t>(d)); }
 
-/// The identity encoding: "kvkey.id", u16le version 2, the fields in order.
+/// The identity encoding: "kvkey.id", u16le version 3, the fields in order.
 /// `id` must already carry the encoded tenant ("_single" under single_tenant).
 inline ByteVec identity_encoding(const kvkey::Identity& id) {
   ByteVec m;
   raw(m, "kvkey.id", 8);
-  u16le(m, 2);
+  u16le(m, 3);
   str(m, id.tenant);
   str(m, id.model.name);
   str(m, id.model.revision);
@@ -175,15 +175,17 @@ inline std::string model_segment(const std::string& name) {
     } else {
       piece = {'%', hex[c / 16], hex[c % 16]};
     }
-    if (out.size() + piece.size() > 96) break;
+    if (out.size() + piece.size() > 80) break;
     out += piece;
   }
   return out;
 }
 
-inline std::string store_key(const std::string& tenant, const std::string& model_name, std::uint64_t epoch,
-                             const ByteVec& object_hash) {
-  return "kvk1/" + tenant + "/" + model_segment(model_name) + "/e" + std::to_string(epoch) + "/" + to_hex(object_hash);
+/// `ns_segment` is "p" (plain) or "k" followed by the secret id's 16 hex digits (keyed).
+inline std::string store_key(const std::string& tenant, const std::string& ns_segment, const std::string& model_name,
+                             std::uint64_t epoch, const ByteVec& object_hash) {
+  return "kvk3/" + tenant + "/" + ns_segment + "/" + model_segment(model_name) + "/e" + std::to_string(epoch) + "/" +
+         to_hex(object_hash);
 }
 
 /// XXH3-128 of the bytes, canonical (big-endian high64 then low64).
@@ -202,6 +204,7 @@ struct Integrity {
   std::uint8_t mode = 1;
   ByteVec nonce = ByteVec(16, 0);
   ByteVec digest = ByteVec(16, 0);
+  ByteVec secret_id = ByteVec(8, 0);  ///< keyed only
 };
 
 /// The 1024-byte envelope.
@@ -209,7 +212,7 @@ inline ByteVec envelope(const ByteVec& identity_encoding, const ByteVec& block_h
                         const kvkey::Slice& s, const Integrity& in) {
   ByteVec m;
   raw(m, "KVKEYENV", 8);
-  u16le(m, 2);
+  u16le(m, 3);
   u16le(m, 1024);
   u32le(m, static_cast<std::uint32_t>(identity_encoding.size()));
   raw(m, block_hash);
@@ -223,10 +226,20 @@ inline ByteVec envelope(const ByteVec& identity_encoding, const ByteVec& block_h
   m.resize(80, 0);  // 6 reserved bytes
   raw(m, in.nonce);
   raw(m, in.digest);
-  if (m.size() != 112) throw std::logic_error("envelope fixed part is not 112 bytes");
+  raw(m, in.secret_id);
+  if (m.size() != 120) throw std::logic_error("envelope fixed part is not 120 bytes");
   raw(m, identity_encoding);
   m.resize(1024, 0);
   return m;
+}
+
+/// The plain digest of format v3: XXH3-128 of payload || header, the header's
+/// 16 digest bytes (offset 96) zero.
+inline ByteVec plain_digest(const ByteVec& payload, ByteVec header) {
+  std::fill(header.begin() + 96, header.begin() + 112, std::uint8_t{0});
+  ByteVec msg = payload;
+  raw(msg, header);
+  return xxh3_128(msg);
 }
 
 /// HMAC-SHA-256 straight from OpenSSL's one-shot EVP_Q_mac.
@@ -268,6 +281,13 @@ inline ByteVec keyed_tag(const ByteVec& secret, const ByteVec& root, const ByteV
     throw std::runtime_error("EVP_Q_mac(POLY1305) failed");
   }
   return tag;
+}
+
+/// A tenant secret's public id: the first 8 bytes of HMAC-SHA-256(secret, 'I').
+inline ByteVec secret_id(const ByteVec& secret) {
+  ByteVec sid = hmac_sha256(secret, ByteVec{'I'});
+  sid.resize(8);
+  return sid;
 }
 
 }  // namespace ref

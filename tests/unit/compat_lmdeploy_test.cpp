@@ -347,18 +347,18 @@ TEST_CASE("compat.lmdeploy: parse_key splits keys and rejects everything else", 
     std::string upper = hex;
     for (char& c : upper) c = static_cast<char>(std::toupper(static_cast<unsigned char>(c)));
     for (const std::string& bad : {
-             std::string("M@tp_rank:0@group:0@") + upper,                 // uppercase hex
-             std::string("M@tp_rank:00@group:0@") + hex,                  // leading zero
-             std::string("M@tp_rank:-1@group:0@") + hex,                  // sign
-             std::string("M@tp_rank:4294967296@group:0@") + hex,          // above 2^32 - 1
-             std::string("M@tp_rank:@group:0@") + hex,                    // no rank
-             std::string("M@tp_rank:0@group:1@") + hex,                   // another group
-             std::string("@tp_rank:0@group:0@") + hex,                    // empty head
-             std::string("M@tp_rank:0@group:0@") + hex.substr(1),         // 63 hex
-             std::string("M@tp_rank:0@group:0@") + hex + "0",             // 65 hex
-             std::string("M@rank:0@group:0@") + hex,                      // wrong tag
-             std::string("M@tp_rank:0@group:0@") + hex + "\n",            // trailing byte
-             std::string("kvk1/team-a/Qwen2.5-0.5B-Instruct/e0/") + hex,  // a kvkey key
+             std::string("M@tp_rank:0@group:0@") + upper,                   // uppercase hex
+             std::string("M@tp_rank:00@group:0@") + hex,                    // leading zero
+             std::string("M@tp_rank:-1@group:0@") + hex,                    // sign
+             std::string("M@tp_rank:4294967296@group:0@") + hex,            // above 2^32 - 1
+             std::string("M@tp_rank:@group:0@") + hex,                      // no rank
+             std::string("M@tp_rank:0@group:1@") + hex,                     // another group
+             std::string("@tp_rank:0@group:0@") + hex,                      // empty head
+             std::string("M@tp_rank:0@group:0@") + hex.substr(1),           // 63 hex
+             std::string("M@tp_rank:0@group:0@") + hex + "0",               // 65 hex
+             std::string("M@rank:0@group:0@") + hex,                        // wrong tag
+             std::string("M@tp_rank:0@group:0@") + hex + "\n",              // trailing byte
+             std::string("kvk3/team-a/p/Qwen2.5-0.5B-Instruct/e0/") + hex,  // a kvkey key
              std::string(""),
          }) {
       INFO(bad);

@@ -24,7 +24,7 @@ const kvkey::Payload payload(payload_bytes.data(), payload_bytes.size());
 
 // A header without its nonce and digest: keyed seals draw a fresh nonce each time.
 kvkey::Envelope without_tag(kvkey::Envelope e) {
-  std::fill(e.begin() + kvkey::envelope_layout::nonce, e.begin() + kvkey::envelope_layout::identity, 0);
+  std::fill(e.begin() + kvkey::envelope_layout::nonce, e.begin() + kvkey::envelope_layout::secret_id, 0);
   return e;
 }
 

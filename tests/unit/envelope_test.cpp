@@ -62,10 +62,12 @@ TEST_CASE("seal writes the documented layout for identities of very different si
     CAPTURE(enc.size());
     STATIC_REQUIRE(std::tuple_size<Envelope>::value == kvkey::envelope_size);
     CHECK(kvkey::envelope_size == 1024);
-    kvkey_test::ref::Integrity in;
-    in.digest = kvkey_test::ref::xxh3_128(f.bytes);
-    const auto expected = kvkey_test::ref::envelope(kvkey_test::ByteVec(enc.begin(), enc.end()),
-                                                    kvkey_test::bytes_of(f.block), f.payload, f.ns.slice(), in);
+    kvkey_test::ref::Integrity in;  // digest zero: header', which the digest covers
+    const kvkey_test::ByteVec encoding(enc.begin(), enc.end());
+    in.digest = kvkey_test::ref::plain_digest(
+        f.bytes, kvkey_test::ref::envelope(encoding, kvkey_test::bytes_of(f.block), f.payload, f.ns.slice(), in));
+    const auto expected =
+        kvkey_test::ref::envelope(encoding, kvkey_test::bytes_of(f.block), f.payload, f.ns.slice(), in);
     CHECK(kvkey_test::to_hex(f.header) == kvkey_test::to_hex(expected));
     CHECK(std::memcmp(f.header.data() + L::magic, "KVKEYENV", 8) == 0);
     CHECK(std::memcmp(f.header.data() + L::identity, enc.data(), enc.size()) == 0);
@@ -83,7 +85,8 @@ TEST_CASE("seal writes the documented layout for identities of very different si
   CHECK(L::reserved == 74);
   CHECK(L::nonce == 80);
   CHECK(L::payload_digest == 96);
-  CHECK(L::identity == 112);
+  CHECK(L::secret_id == 112);
+  CHECK(L::identity == 120);
 }
 
 TEST_CASE("verify: ok and block_mismatch and size_mismatch", "[envelope]") {
@@ -126,7 +129,7 @@ TEST_CASE("verify: damaged headers are malformed or unsupported and never ok", "
     }
   }
   SECTION("format version changed") {
-    for (std::uint16_t version : {0, 1, 3, 0x0200, 0xffff}) {  // 1: nothing reads version 1 any more
+    for (std::uint16_t version : {0, 1, 2, 4, 0x0300, 0xffff}) {  // 1, 2: nothing reads them any more
       CAPTURE(version);
       Envelope e = f.header;
       e[L::version] = static_cast<std::uint8_t>(version);
@@ -259,14 +262,16 @@ TEST_CASE("decode_envelope round-trips the contents", "[envelope]") {
   const Fixture f(id);
   const auto c = kvkey::decode_envelope(f.header.data(), f.header.size());
   REQUIRE(c.has_value());
-  CHECK(c->version == 2);
+  CHECK(c->version == 3);
   CHECK(kvkey_test::same_salient_fields(c->identity, id));
   CHECK(c->slice == kvkey::Slice{3, 4, 14, 28});
   CHECK(c->block_hash == f.block);
   CHECK(c->payload_size == f.payload);
   CHECK(c->namespace_kind == kvkey::NamespaceKind::plain);
   CHECK(c->integrity == kvkey::IntegrityMode::xxh3_128);
-  CHECK(c->payload_digest == kvkey::xxh3_128_digest(f.view()));
+  CHECK(!c->secret_id.has_value());
+  CHECK(kvkey_test::to_hex(c->payload_digest) == kvkey_test::to_hex(kvkey_test::ref::plain_digest(
+                                                     f.bytes, kvkey_test::ByteVec(f.header.begin(), f.header.end()))));
 
   Envelope e = f.header;
   e[L::magic] = 'X';

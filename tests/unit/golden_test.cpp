@@ -1,6 +1,6 @@
-// Golden vectors: the committed bytes of tests/vectors/format-v2.json, the one
+// Golden vectors: the committed bytes of tests/vectors/format-v3.json, the one
 // source of the vectors, pin the identity encoding, root, chain, object hashes,
-// store keys and envelopes of format version 2. Any change to those bytes fails
+// store keys and envelopes of format version 3. Any change to those bytes fails
 // here, visibly in review.
 //
 // The file was generated once by kvkey (the hidden test case
@@ -158,18 +158,19 @@ Entries with_reference(const GoldenCase& c) {
   for (std::size_t i = 0; i < blocks.size(); ++i) e.emplace_back("object." + std::to_string(i), to_hex(objects[i]));
   for (std::size_t i = 0; i < blocks.size(); ++i) {
     e.emplace_back("key." + std::to_string(i),
-                   ref::store_key(id.tenant, id.model.name, id.model.weights_epoch, objects[i]));
+                   ref::store_key(id.tenant, "p", id.model.name, id.model.weights_epoch, objects[i]));
   }
   for (std::size_t i = 0; i < blocks.size(); ++i) {
-    ref::Integrity in;
-    in.digest = ref::xxh3_128(golden_payload(i, c.payload_size));
+    ref::Integrity in;  // digest zero: the header' the digest covers
+    in.digest = ref::plain_digest(golden_payload(i, c.payload_size),
+                                  ref::envelope(encoding, blocks[i], c.payload_size, c.slice, in));
     e.emplace_back("envelope." + std::to_string(i),
                    to_hex(ref::envelope(encoding, blocks[i], c.payload_size, c.slice, in)));
   }
   return e;
 }
 
-// The committed entries of a case, from tests/vectors/format-v2.json (defined below).
+// The committed entries of a case, from tests/vectors/format-v3.json (defined below).
 Entries golden_entries(const GoldenCase& c);
 
 void compare(const Entries& got, const Entries& want) {
@@ -226,7 +227,10 @@ TEST_CASE("Golden vectors: committed envelopes still verify and decode", "[golde
       CHECK(contents->block_hash == block);
       CHECK(contents->payload_size == c.payload_size);
       CHECK(contents->integrity == kvkey::IntegrityMode::xxh3_128);
-      CHECK(contents->payload_digest == kvkey::xxh3_128_digest(kvkey::Payload(payload.data(), payload.size())));
+      CHECK(!contents->secret_id.has_value());
+      // Format v3: the digest covers the header too, so it is not the payload's own XXH3-128.
+      CHECK(to_hex(contents->payload_digest) == to_hex(kvkey_test::ref::plain_digest(payload, header)));
+      CHECK(contents->payload_digest != kvkey::xxh3_128_digest(kvkey::Payload(payload.data(), payload.size())));
     }
   }
 }
@@ -237,7 +241,7 @@ TEST_CASE("Golden vectors: the minimal case spelled out byte by byte", "[golden]
   // docs/format.md, "Identity encoding", for the minimal identity.
   const std::string encoding_hex = std::string() +
                                    "6b766b65792e6964"  // "kvkey.id"
-                                   "0200"              // format version 2, u16le
+                                   "0300"              // format version 3, u16le
                                    "02000000"
                                    "7430"  // tenant: len 2, "t0"
                                    "01000000"
@@ -291,12 +295,12 @@ TEST_CASE("Golden vectors: the minimal case spelled out byte by byte", "[golden]
                                                                              "00000000"
                                                                              "01000000"));
   CHECK(ns.object_hash(blocks[0]).hex() == to_hex(object0));
-  CHECK(ns.store_key(blocks[0]) == "kvk1/t0/m/e0/" + to_hex(object0));
+  CHECK(ns.store_key(blocks[0]) == "kvk3/t0/p/m/e0/" + to_hex(object0));
 
-  // Envelope of block 0: fixed part, then the encoding at 112, zeros to 1024.
+  // Envelope of block 0: fixed part, then the encoding at 120, zeros to 1024.
   CHECK(encoding_hex.size() == 2 * 75);
   std::string envelope_hex = "4b564b4559454e56";  // "KVKEYENV"
-  envelope_hex += "0200";                         // version 2, u16le
+  envelope_hex += "0300";                         // version 3, u16le
   envelope_hex += "0004";                         // size 1024, u16le
   envelope_hex += "4b000000";                     // identity length 75, u32le
   envelope_hex += to_hex(block0);                 // block hash
@@ -305,19 +309,27 @@ TEST_CASE("Golden vectors: the minimal case spelled out byte by byte", "[golden]
       "00000000"
       "01000000"
       "00000000"
-      "01000000";                                               // slice: heads [0,1), layers [0,1)
-  envelope_hex += "01";                                         // namespace kind: plain
-  envelope_hex += "01";                                         // integrity mode: xxh3_128
-  envelope_hex += "000000000000";                               // reserved
-  envelope_hex += std::string(32, '0');                         // nonce (keyed only)
-  const ByteVec payload0 = golden_payload(0, c.payload_size);   // 256 bytes: 00 01 .. fa, then 00 .. 04
-  envelope_hex += to_hex(kvkey_test::ref::xxh3_128(payload0));  // payload digest
-  envelope_hex += encoding_hex;                                 // at offset 112
+      "01000000";                                     // slice: heads [0,1), layers [0,1)
+  envelope_hex += "01";                               // namespace kind: plain
+  envelope_hex += "01";                               // integrity mode: xxh3_128
+  envelope_hex += "000000000000";                     // reserved
+  envelope_hex += std::string(32, '0');               // nonce (keyed only)
+  const std::size_t digest_at = envelope_hex.size();  // offset 96
+  envelope_hex += std::string(32, '0');               // payload digest, zero for now
+  envelope_hex += std::string(16, '0');               // secret id (keyed only)
+  envelope_hex += encoding_hex;                       // at offset 120
   envelope_hex.resize(2 * 1024, '0');
+  CHECK(digest_at == 2 * 96);
+  const ByteVec payload0 = golden_payload(0, c.payload_size);  // 256 bytes: 00 01 .. fa, then 00 .. 04
+  // The digest: XXH3-128 of payload || header', header' = this header with the digest zero.
+  ByteVec message = payload0;
+  const ByteVec header0 = kvkey_test::bytes_from_hex(envelope_hex);
+  message.insert(message.end(), header0.begin(), header0.end());
+  envelope_hex.replace(digest_at, 32, to_hex(kvkey_test::ref::xxh3_128(message)));
   CHECK(to_hex(ns.seal(blocks[0], kvkey::Payload(payload0.data(), payload0.size()))) == envelope_hex);
 }
 
-// ---- tests/vectors/format-v2.json: the vectors, machine-readable --------------------
+// ---- tests/vectors/format-v3.json: the vectors, machine-readable --------------------
 //
 // Identities, roots, block hashes, object hashes, keys, payload digests and
 // envelopes of the golden cases, a keyed namespace's (tenant secret included)
@@ -328,7 +340,7 @@ namespace {
 
 using nlohmann::json;
 
-std::string vectors_path() { return std::string(KVKEY_TEST_VECTORS_DIR) + "/format-v2.json"; }
+std::string vectors_path() { return std::string(KVKEY_TEST_VECTORS_DIR) + "/format-v3.json"; }
 
 // The identity's fields under their visit_identity_fields paths.
 json identity_json(const kvkey::Identity& id) {
@@ -397,7 +409,25 @@ Entries entries_from_json(const json& j) {
   return e;
 }
 
-const std::string keyed_secret = "kvkey format-v2 test vector key!";  // 32 bytes
+const std::string keyed_secret = "kvkey format-v2 test vector key!";  // 32 bytes (kept from v2)
+const std::string other_secret = "kvkey format-v3 rotated key, 32!";  // 32 bytes: the rotation case
+
+// The splice of docs/security.md: object B's header with block A's hash at
+// offset 16, followed by B's payload, read as block A (A = 0, B = 1 of the
+// minimal case). Format v2 accepted it; v3's digest covers the header.
+struct Splice {
+  ByteVec header;
+  ByteVec payload;
+};
+Splice make_splice(const kvkey::KeyNamespace<>& ns, const std::vector<kvkey::Digest>& blocks,
+                   std::uint64_t payload_size) {
+  const ByteVec pb = golden_payload(1, payload_size);
+  const kvkey::Envelope hb = ns.seal(blocks[1], kvkey::Payload(pb.data(), pb.size()));
+  Splice sp{ByteVec(hb.begin(), hb.end()), pb};
+  std::copy(blocks[0].data(), blocks[0].data() + kvkey::Digest::size_bytes,
+            sp.header.begin() + kvkey::envelope_layout::block_hash);
+  return sp;
+}
 
 json read_vectors() {
   std::ifstream file(vectors_path());
@@ -407,7 +437,7 @@ json read_vectors() {
 
 }  // namespace
 
-TEST_CASE("Generate tests/vectors/format-v2.json", "[.golden-generate]") {
+TEST_CASE("Generate tests/vectors/format-v3.json", "[.golden-generate]") {
   json doc;
   doc["format_version"] = kvkey::format_version;
   doc["spec"] = "docs/format.md";
@@ -431,12 +461,12 @@ TEST_CASE("Generate tests/vectors/format-v2.json", "[.golden-generate]") {
       jc["extras"].push_back({{"token_begin", x.token_begin}, {"token_end", x.token_end}, {"key", x.key}});
     }
     jc["payload_size"] = c.payload_size;
-    for (std::size_t i = 0; i < 3; ++i) {
-      const ByteVec p = golden_payload(i, c.payload_size);
-      jc["payload_digests"].push_back(to_hex(kvkey::xxh3_128_digest(kvkey::Payload(p.data(), p.size()))));
-    }
+    for (const json& env : jc["envelopes"]) jc["payload_digests"].push_back(env.get<std::string>().substr(192, 32));
     doc["cases"].push_back(jc);
   }
+  doc["digest_rule"] =
+      "payload_digests[i] is the digest stored at offset 96 of envelopes[i]: XXH3-128 of payload || header', "
+      "header' = the envelope with those 16 bytes zero; payloads[].xxh3_128 is XXH3-128 of the bytes alone";
   {  // The minimal case in a keyed namespace. Its envelopes carry random nonces.
     const GoldenCase c = golden_cases().at(0);
     const kvkey::KeyNamespace<kvkey::HmacSha256> ns(c.id, kvkey::TenantSecret(keyed_secret), c.policy);
@@ -446,6 +476,16 @@ TEST_CASE("Generate tests/vectors/format-v2.json", "[.golden-generate]") {
     k["namespace"] = "keyed";
     k["secret_hex"] = to_hex(reinterpret_cast<const std::uint8_t*>(keyed_secret.data()), keyed_secret.size());
     k["root"] = ns.root().hex();
+    k["secret_id"] = ns.secret_id()->hex();
+    k["secret_prefix"] = ns.secret_prefix();
+    k["key_prefix"] = ns.key_prefix();
+    {
+      const kvkey::KeyNamespace<kvkey::HmacSha256> rotated(c.id, kvkey::TenantSecret(other_secret), c.policy);
+      k["rotated"] = {
+          {"secret_hex", to_hex(reinterpret_cast<const std::uint8_t*>(other_secret.data()), other_secret.size())},
+          {"secret_id", rotated.secret_id()->hex()},
+          {"key_prefix", rotated.key_prefix()}};
+    }
     for (std::size_t i = 0; i < blocks.size(); ++i) {
       const ByteVec p = golden_payload(i, c.payload_size);
       k["blocks"].push_back(blocks[i].hex());
@@ -453,6 +493,24 @@ TEST_CASE("Generate tests/vectors/format-v2.json", "[.golden-generate]") {
       k["envelopes"].push_back(to_hex(ns.seal(blocks[i], kvkey::Payload(p.data(), p.size()))));
     }
     doc["keyed"] = k;
+  }
+  {
+    const GoldenCase c = golden_cases().at(0);
+    const kvkey::KeyNamespace<> ns(c.id, c.policy);
+    const auto blocks = ns.block_hashes(golden_tokens());
+    const Splice sp = make_splice(ns, blocks, c.payload_size);
+    const kvkey::Verdict v =
+        ns.verify(sp.header.data(), sp.header.size(), blocks[0], kvkey::Payload(sp.payload.data(), sp.payload.size()));
+    REQUIRE(!v.ok());
+    doc["splice"] = {
+        {"case", c.name},
+        {"description",
+         "object B's header (block 1) with block A's hash (block 0) at offset 16, then B's payload, read as block "
+         "A: a mix of two objects' fields; format v2 accepted it, v3 must not"},
+        {"read_as_block", 0},
+        {"payload_block", 1},
+        {"header_hex", to_hex(sp.header)},
+        {"verdict", {{"ok", false}, {"reason", std::string(kvkey::to_string(v.reason))}, {"field", v.field}}}};
   }
   for (const std::string& text : {std::string(), std::string("abc"), std::string(300, 'x')}) {
     const kvkey::Payload p(text.data(), text.size());
@@ -464,7 +522,7 @@ TEST_CASE("Generate tests/vectors/format-v2.json", "[.golden-generate]") {
   REQUIRE(out.good());
 }
 
-TEST_CASE("tests/vectors/format-v2.json: kvkey and the reference reproduce it", "[golden][vectors]") {
+TEST_CASE("tests/vectors/format-v3.json: kvkey and the reference reproduce it", "[golden][vectors]") {
   std::ifstream file(vectors_path());
   REQUIRE(file.good());
   const json doc = json::parse(file);
@@ -484,8 +542,9 @@ TEST_CASE("tests/vectors/format-v2.json: kvkey and the reference reproduce it", 
     compare(with_kvkey(c), want);
     compare(with_reference(c), want);
     for (std::size_t i = 0; i < 3; ++i) {
-      const ByteVec p = golden_payload(i, c.payload_size);
-      CHECK(jc.at("payload_digests")[i] == to_hex(kvkey_test::ref::xxh3_128(p)));
+      const ByteVec header = kvkey_test::bytes_from_hex(jc.at("envelopes")[i].get<std::string>());
+      CHECK(jc.at("payload_digests")[i] ==
+            to_hex(kvkey_test::ref::plain_digest(golden_payload(i, c.payload_size), header)));
     }
   }
   const json& k = doc.at("keyed");
@@ -496,6 +555,18 @@ TEST_CASE("tests/vectors/format-v2.json: kvkey and the reference reproduce it", 
   const ByteVec root = kvkey_test::ref::hmac_sha256(secret, encoding);
   CHECK(k.at("root") == to_hex(root));
   CHECK(ns.root().hex() == to_hex(root));
+  const ByteVec sid = kvkey_test::ref::secret_id(secret);
+  CHECK(k.at("secret_id") == to_hex(sid));
+  CHECK(ns.secret_id()->hex() == to_hex(sid));
+  CHECK(kvkey::secret_id(kvkey::TenantSecret(secret.data(), secret.size())).hex() == to_hex(sid));
+  CHECK(k.at("secret_prefix") == "kvk3/t0/k" + to_hex(sid) + "/");
+  CHECK(k.at("key_prefix") == ns.key_prefix());
+  {
+    const ByteVec other = kvkey_test::bytes_from_hex(k.at("rotated").at("secret_hex").get<std::string>());
+    CHECK(k.at("rotated").at("secret_id") == to_hex(kvkey_test::ref::secret_id(other)));
+    CHECK(k.at("rotated").at("secret_id") != k.at("secret_id"));
+    CHECK(k.at("rotated").at("key_prefix") == "kvk3/t0/k" + to_hex(kvkey_test::ref::secret_id(other)) + "/m/e0/");
+  }
   ByteVec parent = root;
   const auto toks = golden_tokens();
   for (std::size_t i = 0; i < 3; ++i) {
@@ -505,6 +576,9 @@ TEST_CASE("tests/vectors/format-v2.json: kvkey and the reference reproduce it", 
     CHECK(k.at("blocks")[i] == to_hex(parent));
     const auto block = kvkey::Digest::from_hex(k.at("blocks")[i].get<std::string>());
     CHECK(k.at("keys")[i] == ns.store_key(block));
+    CHECK(k.at("keys")[i] == kvkey_test::ref::store_key("t0", "k" + to_hex(sid), "m", 0,
+                                                        kvkey_test::ref::hmac_sha256(
+                                                            secret, kvkey_test::ref::object_message(parent, c.slice))));
     const ByteVec header = kvkey_test::bytes_from_hex(k.at("envelopes")[i].get<std::string>());
     const ByteVec p = golden_payload(i, c.payload_size);
     REQUIRE(header.size() == kvkey::envelope_size);
@@ -513,8 +587,32 @@ TEST_CASE("tests/vectors/format-v2.json: kvkey and the reference reproduce it", 
     in.kind = 2;
     in.mode = 2;
     in.nonce.assign(header.begin() + 80, header.begin() + 96);
+    in.secret_id = sid;
     in.digest = kvkey_test::ref::keyed_tag(secret, root, in.nonce, p, header);
     CHECK(to_hex(kvkey_test::ref::envelope(encoding, parent, c.payload_size, c.slice, in)) == to_hex(header));
+  }
+  {
+    const json& sp = doc.at("splice");
+    const GoldenCase& m = cases.at(0);
+    REQUIRE(sp.at("case") == m.name);
+    const kvkey::KeyNamespace<> plain(m.id, m.policy);
+    const auto blocks = plain.block_hashes(toks);
+    const Splice want = make_splice(plain, blocks, m.payload_size);
+    const ByteVec header = kvkey_test::bytes_from_hex(sp.at("header_hex").get<std::string>());
+    // Everything but the digest is what make_splice builds (the digest is B's, and B's seal is deterministic).
+    CHECK(to_hex(header) == to_hex(want.header));
+    const kvkey::Verdict v =
+        plain.verify(header.data(), header.size(), blocks[0], kvkey::Payload(want.payload.data(), want.payload.size()));
+    CHECK(!v.ok());
+    CHECK(sp.at("verdict").at("reason") == std::string(kvkey::to_string(v.reason)));
+    CHECK(sp.at("verdict").at("field") == v.field);
+    // B's own header with B's payload is fine: only the mix is refused.
+    ByteVec original = header;
+    std::copy(blocks[1].data(), blocks[1].data() + 32, original.begin() + 16);
+    CHECK(plain
+              .verify(original.data(), original.size(), blocks[1],
+                      kvkey::Payload(want.payload.data(), want.payload.size()))
+              .ok());
   }
   for (const json& p : doc.at("payloads")) {
     const ByteVec b = kvkey_test::bytes_from_hex(p.at("hex").get<std::string>());
@@ -529,7 +627,7 @@ Entries golden_entries(const GoldenCase& c) {
   for (const json& jc : doc.at("cases")) {
     if (jc.at("name") == c.name) return entries_from_json(jc);
   }
-  FAIL("tests/vectors/format-v2.json has no case " << c.name);
+  FAIL("tests/vectors/format-v3.json has no case " << c.name);
   return {};
 }
 }  // namespace

@@ -69,7 +69,11 @@ TEST_CASE("KeyNamespace<HmacSha256> is built from an identity and a TenantSecret
   // chain as the unkeyed namespace, with the keyed hash.
   CHECK(ns.root() == HmacSha256::mac(TenantSecret{secret}, ns.encoding().data(), ns.encoding().size()));
   CHECK(ns.encoding() == KeyNamespace<>{id}.encoding());
-  CHECK(ns.key_prefix() == KeyNamespace<>{id}.key_prefix());
+  // The key names the secret's public id where a plain key has "p" (docs/format.md, section 5).
+  const std::string plain_prefix = KeyNamespace<>{id}.key_prefix();
+  const std::string id_segment = "/k" + kvkey::secret_id(TenantSecret{secret}).hex() + "/";
+  CHECK(ns.key_prefix() == plain_prefix.substr(0, plain_prefix.find("/p/")) + id_segment +
+                               plain_prefix.substr(plain_prefix.find("/p/") + 3));
 
   // Policies combine with a secret.
   auto single = id;
@@ -125,17 +129,19 @@ TEST_CASE("Another tenant secret cannot reproduce keys, block hashes, roots or h
     // does not help without the secret.
     check_disjoint(outputs(owner, tokens, salt), outputs(other, tokens, salt));
   }
-  // The same key prefix (it is readable on purpose) but different objects.
-  CHECK(owner.key_prefix() == other.key_prefix());
+  // The same readable prefix up to the secret's id, which differs.
+  CHECK(owner.tenant_prefix() == other.tenant_prefix());
+  CHECK(owner.secret_prefix() != other.secret_prefix());
+  CHECK(owner.key_prefix() != other.key_prefix());
 
   for (std::size_t i = 0; i < mine.hashes.size(); ++i) {
-    // The other secret's reader rejects the owner's header: block hashes are
-    // keyed, so the identity agrees but the block does not.
+    // The other secret's reader rejects the owner's header: the identity
+    // agrees, the secret id does not (format v3 names it).
     const auto v = other.verify(mine.headers[i], theirs.hashes[i], payload);
-    CHECK(v.reason == Reason::block_mismatch);
-    CHECK(v.field == "block_hash");
+    CHECK(v.reason == Reason::identity_mismatch);
+    CHECK(v.field == "tenant.secret_id");
     // And the owner rejects a header the other secret forged for the block.
-    CHECK(owner.verify(theirs.headers[i], mine.hashes[i], payload).reason == Reason::block_mismatch);
+    CHECK(owner.verify(theirs.headers[i], mine.hashes[i], payload).field == "tenant.secret_id");
     CHECK(owner.verify(mine.headers[i], mine.hashes[i], payload).ok());
   }
 }

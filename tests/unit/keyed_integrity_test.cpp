@@ -43,7 +43,7 @@ void check_rejected(const kvkey::Verdict& v, Reason r, const std::string& field)
 // mode none with the nonce and tag zeroed (a well-formed size-only header).
 Envelope downgraded(Envelope e, std::uint64_t payload_size) {
   e[L::integrity_mode] = 0;
-  std::fill(e.begin() + L::nonce, e.begin() + L::identity, std::uint8_t{0});
+  std::fill(e.begin() + L::nonce, e.begin() + L::secret_id, std::uint8_t{0});
   kvkey::detail::store_u64(e.data() + L::payload_size, payload_size);
   return e;
 }
@@ -157,10 +157,10 @@ TEST_CASE("verify_header: checks what a header alone shows, for counting lookups
       const Plain plain{id};
       check_rejected(ns.verify_header(plain.seal(blocks[0], payload), blocks[0]), Reason::identity_mismatch,
                      "envelope.namespace_kind");
-      // Another secret: its block hashes differ.
+      // Another secret: the header names the secret that sealed it.
       const Keyed other{id, secret('x'), policy};
       check_rejected(other.verify_header(e, other.block_hashes(kvkey_test::tokens(ns.block_size()))[0]),
-                     Reason::block_mismatch, "block_hash");
+                     Reason::identity_mismatch, "tenant.secret_id");
     }
   }
 }

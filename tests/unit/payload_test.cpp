@@ -165,13 +165,18 @@ TEST_CASE("payload: keyed tags need the secret and bind the header", "[payload][
         kvkey_test::ref::keyed_tag(ByteVec(32, 'k'), kvkey_test::bytes_of(k.ns.root()),
                                    ByteVec(e.begin() + L::nonce, e.begin() + L::nonce + 16), k.bytes, header);
     CHECK(kvkey_test::to_hex(tag) ==
-          kvkey_test::to_hex(ByteVec(e.begin() + L::payload_digest, e.begin() + L::identity)));
+          kvkey_test::to_hex(ByteVec(e.begin() + L::payload_digest, e.begin() + L::secret_id)));
   }
   SECTION("a reader with another secret rejects it") {
     Keyed other{kvkey_test::base_identity(), secret('x')};
-    check_rejected(other.ns.verify(e, other.blocks[0], k.view()), Reason::block_mismatch, "block_hash");
-    // Even handed the writer's block hash, the tag does not verify under another secret.
-    check_rejected(other.ns.verify(e, k.blocks[0], k.view()), Reason::payload_mismatch, "payload");
+    // The header names the secret that sealed it (format v3): another secret's reader says so.
+    check_rejected(other.ns.verify(e, other.blocks[0], k.view()), Reason::identity_mismatch, "tenant.secret_id");
+    check_rejected(other.ns.verify(e, k.blocks[0], k.view()), Reason::identity_mismatch, "tenant.secret_id");
+    // Even with its secret id rewritten to the reader's, the tag does not verify under another secret.
+    Envelope relabelled = e;
+    std::copy(other.ns.secret_id()->bytes.begin(), other.ns.secret_id()->bytes.end(),
+              relabelled.begin() + L::secret_id);
+    check_rejected(other.ns.verify(relabelled, k.blocks[0], k.view()), Reason::payload_mismatch, "payload");
   }
   SECTION("forged payloads: anything but the sealed bytes fails") {
     ByteVec forged = k.other;
@@ -183,7 +188,7 @@ TEST_CASE("payload: keyed tags need the secret and bind the header", "[payload][
     f[L::nonce] ^= 1;
     check_rejected(k.ns.verify(f, k.blocks[0], k.view()), Reason::payload_mismatch, "payload");
     f = e;
-    std::fill(f.begin() + L::payload_digest, f.begin() + L::identity, std::uint8_t{0});
+    std::fill(f.begin() + L::payload_digest, f.begin() + L::secret_id, std::uint8_t{0});
     check_rejected(k.ns.verify(f, k.blocks[0], k.view()), Reason::payload_mismatch, "payload");
     f = e;
     f[L::integrity_mode] = 1;

@@ -22,10 +22,10 @@ bool printable_ascii(const std::string& s) {
 
 bool lowercase_hex(const std::string& s) { return s.find_first_not_of("0123456789abcdef") == std::string::npos; }
 
-// The key's model segment: between the tenant segment and "/e<epoch>/".
+// The key's model segment: between the namespace segment and "/e<epoch>/".
 std::string model_segment_of(const kvkey::KeyNamespace<>& ns) {
   const std::string& p = ns.key_prefix();
-  const std::string tenant_part = ns.tenant_prefix();
+  const std::string tenant_part = ns.secret_prefix();
   const auto epoch_at = p.rfind("/e");
   return p.substr(tenant_part.size(), epoch_at - tenant_part.size());
 }
@@ -37,7 +37,7 @@ std::string key_for(const Identity& id, std::size_t block = 0) {
 
 }  // namespace
 
-TEST_CASE("A store key is kvk1/<tenant>/<model>/e<epoch>/<object hash>", "[store_key]") {
+TEST_CASE("A store key is kvk3/<tenant>/p/<model>/e<epoch>/<object hash>", "[store_key]") {
   Identity id = base_identity();
   id.model.weights_epoch = 42;
   const kvkey::KeyNamespace<> ns(id);
@@ -47,7 +47,7 @@ TEST_CASE("A store key is kvk1/<tenant>/<model>/e<epoch>/<object hash>", "[store
   for (const auto& b : blocks) {
     const std::string key = ns.store_key(b);
     CAPTURE(key);
-    CHECK(key == "kvk1/team-a/Qwen%2FQwen2.5-7B-Instruct/e42/" + ns.object_hash(b).hex());
+    CHECK(key == "kvk3/team-a/p/Qwen%2FQwen2.5-7B-Instruct/e42/" + ns.object_hash(b).hex());
     CHECK(key.rfind(ns.key_prefix(), 0) == 0);
     CHECK(key.rfind(ns.tenant_prefix(), 0) == 0);
     CHECK(key.size() == ns.key_prefix().size() + 64);
@@ -57,9 +57,10 @@ TEST_CASE("A store key is kvk1/<tenant>/<model>/e<epoch>/<object hash>", "[store
     keys.insert(key);
   }
   CHECK(keys.size() == blocks.size());  // different blocks, different keys
-  CHECK(ns.key_prefix() == "kvk1/team-a/Qwen%2FQwen2.5-7B-Instruct/e42/");
-  CHECK(ns.tenant_prefix() == "kvk1/team-a/");
-  CHECK(kvkey::store_key_tag == "kvk1/");
+  CHECK(ns.key_prefix() == "kvk3/team-a/p/Qwen%2FQwen2.5-7B-Instruct/e42/");
+  CHECK(ns.tenant_prefix() == "kvk3/team-a/");
+  CHECK(ns.secret_prefix() == "kvk3/team-a/p/");
+  CHECK(kvkey::store_key_tag == "kvk3/");
 }
 
 TEST_CASE("The object hash binds the block hash and the slice", "[store_key]") {
@@ -80,11 +81,11 @@ TEST_CASE("The epoch segment is the decimal epoch", "[store_key]") {
     Identity id = base_identity();
     id.model.weights_epoch = epoch;
     const kvkey::KeyNamespace<> ns(id);
-    CHECK(ns.key_prefix() == "kvk1/team-a/Qwen%2FQwen2.5-7B-Instruct/e" + std::to_string(epoch) + "/");
+    CHECK(ns.key_prefix() == "kvk3/team-a/p/Qwen%2FQwen2.5-7B-Instruct/e" + std::to_string(epoch) + "/");
   }
 }
 
-TEST_CASE("The model segment percent-encodes and is cut to 96 characters", "[store_key]") {
+TEST_CASE("The model segment percent-encodes and is cut to 80 characters", "[store_key]") {
   struct Case {
     std::string name;
     std::string segment;
@@ -96,16 +97,16 @@ TEST_CASE("The model segment percent-encodes and is cut to 96 characters", "[sto
       {"100%", "100%25"},
       {"caf\xc3\xa9", "caf%C3%A9"},
       {"~!*'()", "%7E%21%2A%27%28%29"},
-      {std::string(96, 'm'), std::string(96, 'm')},
-      {std::string(128, 'm'), std::string(96, 'm')},
+      {std::string(80, 'm'), std::string(80, 'm')},
+      {std::string(128, 'm'), std::string(80, 'm')},
       // A 3-character escape is never split at the cut.
-      {std::string(95, 'm') + "/", std::string(95, 'm')},
-      {std::string(94, 'm') + "/", std::string(94, 'm')},
-      {std::string(93, 'm') + "/x", std::string(93, 'm') + "%2F"},
+      {std::string(79, 'm') + "/", std::string(79, 'm')},
+      {std::string(78, 'm') + "/", std::string(78, 'm')},
+      {std::string(77, 'm') + "/x", std::string(77, 'm') + "%2F"},
       {std::string(40, '/'),
        [] {
          std::string s;
-         for (int i = 0; i < 32; ++i) s += "%2F";
+         for (int i = 0; i < 26; ++i) s += "%2F";
          return s;
        }()},
   };
@@ -116,7 +117,7 @@ TEST_CASE("The model segment percent-encodes and is cut to 96 characters", "[sto
     const kvkey::KeyNamespace<> ns(id);
     CHECK(model_segment_of(ns) == c.segment);
     CHECK(c.segment == kvkey_test::ref::model_segment(c.name));
-    CHECK(model_segment_of(ns).size() <= 96);
+    CHECK(model_segment_of(ns).size() <= 80);
   }
 }
 
@@ -135,8 +136,15 @@ TEST_CASE("Keys stay printable and within max_store_key_size at the limits", "[s
     CHECK(key.size() <= kvkey::max_store_key_size);
     CHECK(printable_ascii(key));
     CHECK(key.find('@') == std::string::npos);
-    CHECK(key.rfind("kvk1/" + id.tenant + "/", 0) == 0);
+    CHECK(key.rfind("kvk3/" + id.tenant + "/p/", 0) == 0);
     CHECK(key.find("/e18446744073709551615/") != std::string::npos);
+    // Keyed: the secret id's 16 hex digits take the place of "p"; still within the bound.
+    const kvkey::KeyNamespace<kvkey::HmacSha256> keyed(id, kvkey::TenantSecret(std::string(32, 's')));
+    const std::string kkey = keyed.store_key(keyed.block_hashes(kvkey_test::tokens(id.kv.block_size)).at(0));
+    CAPTURE(kkey);
+    CHECK(kkey.size() == key.size() + 16);
+    CHECK(kkey.size() <= kvkey::max_store_key_size);
+    CHECK(kkey.rfind("kvk3/" + id.tenant + "/k" + keyed.secret_id()->hex() + "/", 0) == 0);
   }
   // The largest valid identity's keys, with every option present.
   const std::string key = key_for(kvkey_test::largest_identity(), 1);
@@ -156,8 +164,8 @@ TEST_CASE("Model names that differ only beyond the cut still get different keys"
 }
 
 TEST_CASE("tenant_key_prefix validates the tenant", "[store_key]") {
-  CHECK(kvkey::tenant_key_prefix("team-a") == "kvk1/team-a/");
-  CHECK(kvkey::tenant_key_prefix("_single") == "kvk1/_single/");  // the single-tenant name
+  CHECK(kvkey::tenant_key_prefix("team-a") == "kvk3/team-a/");
+  CHECK(kvkey::tenant_key_prefix("_single") == "kvk3/_single/");  // the single-tenant name
   for (const char* bad : {"", "a/b", "a@b", "a b", "_other", ".x", "a%2Fb"}) {
     CAPTURE(bad);
     CHECK_THROWS_MATCHES(kvkey::tenant_key_prefix(bad), kvkey::identity_error,

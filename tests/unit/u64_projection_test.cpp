@@ -1,6 +1,6 @@
 // SPDX-License-Identifier: Apache-2.0
 // kvkey::u64_projection and tests/vectors/u64-projection.json: the 64-bit
-// projection of the block hashes of tests/vectors/format-v2.json, for
+// projection of the block hashes of tests/vectors/format-v3.json, for
 // implementations in other languages (docs/format.md, section 11).
 #include <kvkey/digest.hpp>
 
@@ -23,7 +23,7 @@ json read(const std::string& name) {
   return json::parse(file);
 }
 
-// (case, namespace, index, block hash) for every block hash of format-v2.json.
+// (case, namespace, index, block hash) for every block hash of format-v3.json.
 json blocks_of(const json& v2) {
   json out = json::array();
   const auto add = [&out](const std::string& name, const char* ns, const json& blocks) {
@@ -62,8 +62,8 @@ TEST_CASE("Generate tests/vectors/u64-projection.json", "[.golden-generate]") {
   doc["rule"] =
       "u64 = the first 8 bytes of the block hash read big-endian; u64_hex is its 16 hex digits, "
       "the first 16 hex digits of the block hash";
-  doc["source"] = "the block hashes of tests/vectors/format-v2.json, then edge cases";
-  doc["vectors"] = blocks_of(read("format-v2.json"));
+  doc["source"] = "the block hashes of tests/vectors/format-v3.json, then edge cases";
+  doc["vectors"] = blocks_of(read("format-v3.json"));
   for (json& v : doc["vectors"]) {
     const std::uint64_t u = kvkey::u64_projection(kvkey::Digest::from_hex(v.at("block").get<std::string>()));
     v["u64"] = u;
@@ -74,9 +74,9 @@ TEST_CASE("Generate tests/vectors/u64-projection.json", "[.golden-generate]") {
   REQUIRE(out.good());
 }
 
-TEST_CASE("tests/vectors/u64-projection.json: the projection of format-v2.json's block hashes", "[golden][vectors]") {
+TEST_CASE("tests/vectors/u64-projection.json: the projection of format-v3.json's block hashes", "[golden][vectors]") {
   const json doc = read("u64-projection.json");
-  const json want = blocks_of(read("format-v2.json"));
+  const json want = blocks_of(read("format-v3.json"));
   const json& vectors = doc.at("vectors");
   REQUIRE(vectors.size() == want.size());
   for (std::size_t i = 0; i < vectors.size(); ++i) {

@@ -32,6 +32,7 @@ std::vector<Command> add_verify_command(CLI::App& app);       // verify.cpp
 std::vector<Command> add_diff_command(CLI::App& app);         // diff.cpp
 std::vector<Command> add_legacy_command(CLI::App& app);       // legacy.cpp
 std::vector<Command> add_init_command(CLI::App& app);         // init.cpp
+std::vector<Command> add_purge_command(CLI::App& app);        // purge.cpp: purge, secret-id
 std::vector<Command> add_conformance_command(CLI::App& app);  // conformance.cpp: conformance, conformance-testee
 std::vector<Command> add_schema_command(CLI::App& app);       // schema.cpp
 

@@ -38,7 +38,7 @@ std::string seal(const Json& writer, std::size_t block_index, const std::string*
 /// namespaces, inputs and headers of docs/conformance.md.
 std::vector<Json> random_requests(std::uint64_t seed, std::size_t count);
 
-/// The requests that replay the committed vectors file (tests/vectors/format-v2.json).
+/// The requests that replay the committed vectors file (tests/vectors/format-v3.json).
 /// Throws Failure when the file does not match the library.
 std::vector<Json> vector_requests(const std::string& path);
 

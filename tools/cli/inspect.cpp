@@ -62,6 +62,7 @@ int run_inspect(const std::string& header_path, std::string& out) {
   append_row(out, "block hash", c->block_hash.hex(), label_width);
   append_row(out, "payload size", fmt::format("{} bytes", c->payload_size), label_width);
   append_row(out, "namespace", std::string(kvkey::to_string(c->namespace_kind)), label_width);
+  if (c->secret_id) append_row(out, "secret id", c->secret_id->hex(), label_width);
   append_row(out, "integrity", std::string(kvkey::to_string(c->integrity)), label_width);
   if (c->integrity == kvkey::IntegrityMode::poly1305) {
     append_row(out, "nonce", to_hex({c->nonce.begin(), c->nonce.end()}), label_width);

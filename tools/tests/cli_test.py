@@ -12,6 +12,7 @@ store key, envelope) from docs/format.md with hashlib, so a tool that printed
 something other than what the format defines fails here.
 """
 import hashlib
+import hmac
 import json
 import os
 import re
@@ -85,7 +86,7 @@ class spec:
         m, kv = c["model"], c["kv"]
         q = kv.get("quant", {})
         tenant = "_single" if c.get("policy") == "single_tenant" else c["tenant"]
-        out = b"kvkey.id" + struct.pack("<H", 2)
+        out = b"kvkey.id" + struct.pack("<H", 3)
         out += cls.string(tenant) + cls.string(m["name"]) + cls.string(m["revision"])
         out += struct.pack("<Q", m.get("weights_epoch", 0))
         out += cls.optional(cls.file_fingerprint(config_path, m, "weights_fingerprint", "weights_file"), bytes)
@@ -151,17 +152,17 @@ class spec:
         for byte in c["model"]["name"].encode():
             ch = chr(byte)
             piece = ch if (ch.isascii() and ch.isalnum()) or ch in "._-" else "%%%02X" % byte
-            if len(segment) + len(piece) > 96:
+            if len(segment) + len(piece) > 80:
                 break
             segment += piece
-        return "kvk1/%s/%s/e%d/" % (tenant, segment, c["model"].get("weights_epoch", 0))
+        return "kvk3/%s/p/%s/e%d/" % (tenant, segment, c["model"].get("weights_epoch", 0))
 
     @staticmethod
     def envelope(encoding, slice_, block, payload_size, mode=0, digest=bytes(16)):
         """A plain namespace's envelope: integrity mode 0 (size only) or 1 (xxh3_128 digest)."""
-        head = b"KVKEYENV" + struct.pack("<HHI", 2, 1024, len(encoding)) + block
+        head = b"KVKEYENV" + struct.pack("<HHI", 3, 1024, len(encoding)) + block
         head += struct.pack("<Q", payload_size) + struct.pack("<IIII", *slice_)
-        head += bytes([1, mode]) + bytes(6) + bytes(16) + digest + encoding
+        head += bytes([1, mode]) + bytes(6) + bytes(16) + digest + bytes(8) + encoding  # secret id: plain, zero
         return head + bytes(1024 - len(head))
 
 
@@ -285,9 +286,9 @@ class IdentityTest(ToolTest):
             self.assertEqual(expected, "heads [%d, %d) layers [%d, %d)" % s)
         out = self.ok("identity", example("tp4-rank1"))
         self.assertEqual(row(out, "shard"), "tp_rank 1 of tp_size 4, pp_rank 0 of pp_size 1")
-        self.assertEqual(row(out, "tenant prefix"), "kvk1/team-a/")
+        self.assertEqual(row(out, "tenant prefix"), "kvk3/team-a/")
         self.assertEqual(row(self.ok("identity", example("qwen-epoch1")), "key prefix"),
-                         "kvk1/team-a/Qwen2.5-0.5B-Instruct/e1/")
+                         "kvk3/team-a/p/Qwen2.5-0.5B-Instruct/e1/")
 
     def test_single_tenant_policy(self):
         out = self.ok("identity", example("single-tenant"))
@@ -296,7 +297,7 @@ class IdentityTest(ToolTest):
         self.assertEqual(field_rows(out)["model.weights_fingerprint"],
                          load(example("single-tenant"))["model"]["weights_fingerprint"])
         self.assertEqual(field_rows(out)["kv.dtype"], "bf16")
-        self.assertEqual(row(out, "tenant prefix"), "kvk1/_single/")
+        self.assertEqual(row(out, "tenant prefix"), "kvk3/_single/")
 
     def test_weights_file_is_fingerprinted_relative_to_the_config(self):
         with open(os.path.join(EXAMPLES, "adapter-weights.txt"), "rb") as f:
@@ -432,7 +433,7 @@ class SeedProbeTest(ToolTest):
     def test_block_2_keys_match_seed_probe(self):
         p = subprocess.run([SEED_PROBE], capture_output=True, text=True)
         self.assertEqual(p.returncode, 0, p.stdout)
-        printed = dict(re.findall(r"^  (.+?) +(kvk1/\S+)$", p.stdout, re.M))
+        printed = dict(re.findall(r"^  (.+?) +(kvk3/\S+)$", p.stdout, re.M))
         for label, name in self.LABELS.items():
             self.assertEqual(keys_json(example(name))["blocks"][2]["store_key"], printed[label], label)
 
@@ -487,7 +488,7 @@ class InspectTest(ToolTest):
             self.assertEqual(row(out, "payload size"), "%d bytes" % PAYLOAD)
             self.assertEqual(row(out, "root"), row(ident, "root"), name)
             self.assertEqual(row(out, "store key"), block["store_key"], name)
-            self.assertTrue(out.startswith("header: %s (1024-byte kvkey envelope, format version 2)\n" % header))
+            self.assertTrue(out.startswith("header: %s (1024-byte kvkey envelope, format version 3)\n" % header))
             self.assertEqual((row(out, "namespace"), row(out, "integrity")), ("plain", "none"))
 
     def test_escapes_strings(self):
@@ -502,9 +503,10 @@ class InspectTest(ToolTest):
         with open(self.seal(example("qwen-fp16"), "00" * 32), "rb") as f:
             good = f.read()
         cases = {"zeros.bin": (bytes(1024), r"it does not start with the envelope magic"),
-                 "version.bin": (good[:8] + b"\x01" + good[9:], r"format version 1, this tool reads version 2"),
+                 "version.bin": (good[:8] + b"\x01" + good[9:], r"format version 1, this tool reads version 3"),
                  "padding.bin": (good[:1023] + b"\x01", r"a reserved byte or a byte after the identity encoding is not zero"),
-                 "identity.bin": (good[:112] + b"X" + good[113:], r"its identity encoding is malformed"),
+                 "identity.bin": (good[:120] + b"X" + good[121:], r"its identity encoding is malformed"),
+                 "secret.bin": (good[:112] + b"X" + good[113:], r"its secret_id field is malformed"),
                  "kind.bin": (good[:72] + b"\x07" + good[73:], r"its namespace_kind field is malformed"),
                  "size.bin": (good[:10] + b"\x00\x08" + good[12:], r"its size field is not 1024"),
                  "long.bin": (good + b"\x00", r"it is 1025 bytes"),
@@ -518,10 +520,10 @@ class InspectTest(ToolTest):
 
 
 class PayloadTest(ToolTest):
-    """seal --payload / verify --payload / inspect against tests/vectors/format-v2.json."""
+    """seal --payload / verify --payload / inspect against tests/vectors/format-v3.json."""
 
     def vectors(self):
-        return load(os.path.join(SOURCE, "tests", "vectors", "format-v2.json"))
+        return load(os.path.join(SOURCE, "tests", "vectors", "format-v3.json"))
 
     def config_of(self, case):
         """The tool's identity config for a vectors case (dotted field paths -> sections)."""
@@ -576,6 +578,8 @@ class PayloadTest(ToolTest):
         self.assertEqual((row(out, "namespace"), row(out, "integrity")), ("keyed", "poly1305"))
         self.assertEqual(row(out, "nonce"), keyed["envelopes"][0][160:192])
         self.assertEqual(row(out, "payload tag"), keyed["envelopes"][0][192:224])
+        self.assertEqual(row(out, "secret id"), keyed["secret_id"])
+        self.assertEqual(keyed["envelopes"][0][224:240], keyed["secret_id"])
 
 
 class VerifyTest(ToolTest):
@@ -668,7 +672,7 @@ class DiffTest(ToolTest):
         _, out, _ = self.diff(example("qwen-fp16"), example("lora"))
         self.assertIn("  adapter.name                 A: (absent)\n" + " " * 31 + "B: \"base\"\n", out)
         _, out, _ = self.diff(example("qwen-fp16"), example("qwen-epoch1"))
-        self.assertIn("key prefix: different\n  A: kvk1/team-a/Qwen2.5-0.5B-Instruct/e0/\n", out)
+        self.assertIn("key prefix: different\n  A: kvk3/team-a/p/Qwen2.5-0.5B-Instruct/e0/\n", out)
 
     def test_each_salient_field_is_named(self):
         # Base with quantization so that every quant field may change.
@@ -811,7 +815,7 @@ class LegacyTest(ToolTest):
         self.assertRegex(row(out, "ambiguous"), r"^yes: ")
         store_key = keys_json(example("qwen-fp16"))["blocks"][0]["store_key"]
         self.assert_error(["legacy", "parse", "%s@tp_rank:0@group:0@%s" % (self.MODEL, h), store_key],
-                          r'"kvk1/team-a/\S+": not an lmdeploy legacy key')
+                          r'"kvk3/team-a/\S+": not an lmdeploy legacy key')
 
     def test_errors(self):
         base = ["legacy", "keys", "--tokens", PROBE_TOKENS]
@@ -1018,6 +1022,50 @@ class HostileInputTest(ToolTest):
 
 # ---- docs/cli.md ------------------------------------------------------------------------
 
+class PurgeTest(ToolTest):
+    """kvkey purge and kvkey secret-id: the patterns select exactly what they name."""
+
+    def secret_file(self, name, secret):
+        path = self.tmp_path(name)
+        with open(path, "w") as f:
+            f.write(secret.hex() + "\n")
+        os.chmod(path, 0o600)
+        return path
+
+    def test_secret_id_is_hmac_of_I(self):
+        secret = bytes(range(40))
+        path = self.secret_file("s.hex", secret)
+        want = hmac.new(secret, b"I", hashlib.sha256).digest()[:8].hex()
+        out = self.ok("secret-id", "--secret-file", path, "--tenant", "team-a")
+        self.assertEqual(row(out, "secret id"), want)
+        self.assertEqual(row(out, "key prefix"), "kvk3/team-a/k%s/" % want)
+        self.assertEqual(self.ok("purge", "--tenant", "team-a", "--secret-file", path), "kvk3/team-a/k%s/*\n" % want)
+        self.assertEqual(self.ok("purge", "--tenant", "team-a", "--secret-id", want.upper(), "--as", "prefix"),
+                         "kvk3/team-a/k%s/\n" % want)
+        os.chmod(path, 0o644)  # a secret others can read is refused, as by the library
+        rc, _, err = run("secret-id", "--secret-file", path)
+        self.assertEqual(rc, 2)
+        self.assertIn(path, err)
+
+    def test_patterns(self):
+        self.assertEqual(self.ok("purge", "--tenant", "team-a"), "kvk3/team-a/*\n")
+        self.assertEqual(self.ok("purge", "--tenant", "team-a", "--plain"), "kvk3/team-a/p/*\n")
+        self.assertEqual(self.ok("purge", "--tenant", "team-a", "--plain", "--as", "regex"), "^kvk3/team-a/p/\n")
+        self.assertEqual(self.ok("purge", "--tenant", "t.x", "--as", "regex"), "^kvk3/t\\.x/\n")
+        self.assertEqual(self.ok("purge", "--format-v2"), "kvk1/*\n")
+        self.assertEqual(self.ok("purge", "--format-v2", "--tenant", "team-b"), "kvk1/team-b/*\n")
+        # The keys an identity file produces fall under its tenant's plain pattern.
+        prefix = keys_json(example("qwen-fp16"))["key_prefix"]
+        self.assertTrue(prefix.startswith(self.ok("purge", "--tenant", "team-a", "--plain", "--as", "prefix").strip()))
+
+    def test_errors(self):
+        self.assert_error(["purge"], r"--tenant is required")
+        self.assert_error(["purge", "--tenant", "bad/tenant"], r"tenant")
+        self.assert_error(["purge", "--tenant", "t", "--secret-id", "xyz"], r"--secret-id \"xyz\": expected 16 hex digits")
+        self.assert_error(["purge", "--tenant", "t", "--plain", "--secret-id", "00" * 8], r"at most one of")
+        self.assert_error(["purge", "--format-v2", "--plain"], r"format v2 keys carry no secret id")
+
+
 class DocsTest(ToolTest):
     """Every ```console block of docs/cli.md is real output: run it again and compare."""
 
@@ -1153,7 +1201,7 @@ class ErrorsTest(ToolTest):
         self.assert_error([], r"A subcommand is required \(see kvkey --help\)")
         self.assert_error(["idenity", example("qwen-fp16")],
                           r"unknown subcommand 'idenity' \(known: identity, keys, seal, inspect, verify, diff, legacy, init, "
-                          r"conformance, conformance-testee\)$")
+                          r"purge, secret-id, conformance, conformance-testee\)$")
         self.assert_error(["keys", example("qwen-fp16")], r"keys: --tokens is required \(see kvkey keys --help\)")
         self.assert_error(["identity"], r"identity: CONFIG is required")
         self.assert_error(["identity", example("qwen-fp16"), "--frobnicate"], r"identity: .*--frobnicate")
@@ -1162,7 +1210,7 @@ class ErrorsTest(ToolTest):
         out = self.ok("--help")
         for sub in ["identity", "keys", "seal", "inspect", "verify", "diff", "legacy"]:
             self.assertRegex(out, r"\n  %s +\S" % sub)
-        self.assertRegex(self.ok("--version"), r"^kvkey \d+\.\d+\.\d+ \(byte format version 2\)\n$")
+        self.assertRegex(self.ok("--version"), r"^kvkey \d+\.\d+\.\d+ \(byte format version 3\)\n$")
 
 
 if __name__ == "__main__":

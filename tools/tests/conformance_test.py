@@ -17,7 +17,7 @@ import unittest
 TOOL = os.environ.get("KVKEY_TOOL", "")
 SOURCE = os.environ.get("KVKEY_SOURCE_DIR", os.path.join(os.path.dirname(__file__), "..", ".."))
 PYTHONPATH = os.environ.get("KVKEY_PYTHONPATH", "")
-VECTORS = os.path.join(SOURCE, "tests", "vectors", "format-v2.json")
+VECTORS = os.path.join(SOURCE, "tests", "vectors", "format-v3.json")
 CASES = "400"
 
 

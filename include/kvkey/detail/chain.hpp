@@ -37,7 +37,8 @@ namespace detail {
 inline constexpr std::uint8_t domain_salt = 'S';
 inline constexpr std::uint8_t domain_block = 'B';
 inline constexpr std::uint8_t domain_object = 'O';
-inline constexpr std::uint8_t domain_payload = 'P';  // keyed namespaces' payload key
+inline constexpr std::uint8_t domain_payload = 'P';    // keyed namespaces' payload key
+inline constexpr std::uint8_t domain_secret_id = 'I';  // keyed namespaces' public secret id
 
 // A Hash whose result() returns it to its initial state can be reused for many
 // messages; any other Hash (e.g. Boost.Hash2's) is copied afresh per message.

@@ -17,11 +17,11 @@ namespace detail {
 
 /// The readable model segment of a store key: bytes outside [A-Za-z0-9._-] are
 /// percent-encoded (so '/', '@' and spaces cannot create ambiguity), cut to at
-/// most 96 characters without splitting an escape. Readability only: the object
+/// most 80 characters without splitting an escape. Readability only: the object
 /// hash in the key carries the full identity.
 inline std::string model_key_segment(std::string_view name) {
   static constexpr char hex[] = "0123456789ABCDEF";
-  static constexpr std::size_t max_len = 96;
+  static constexpr std::size_t max_len = 80;
   std::string out;
   for (char ch : name) {
     const auto c = static_cast<unsigned char>(ch);

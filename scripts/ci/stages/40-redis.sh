@@ -54,5 +54,5 @@ py=/usr/bin/python3
 extra="$("$root/scripts/ci/python-module.sh" "$root/build/redis-python")"
 if [ -n "$extra" ]; then export PYTHONPATH="$extra${PYTHONPATH:+:$PYTHONPATH}"; fi
 (cd "$root/python/tests" && "$py" -m pytest -q -s -p no:cacheprovider -k "not cluster" \
-  test_redis_stores.py test_redis_wire_faults.py) || status=$?
+  test_redis_stores.py test_redis_wire_faults.py test_rotation_redis.py) || status=$?
 exit "$status"

@@ -103,7 +103,7 @@ for testee in "$kvkey conformance-testee" \
               "env PYTHONPATH=$root/build/python/python /usr/bin/python3 tools/conformance/testee.py" \
               "go run ./ports/go/cmd/kvkey-testee" \
               "cargo run --quiet --offline --locked --manifest-path ports/rust/Cargo.toml --bin kvkey-testee"; do
-  "$kvkey" conformance --testee "$testee" --vectors tests/vectors/format-v2.json --cases "$cases" --seed "$seed" \
+  "$kvkey" conformance --testee "$testee" --vectors tests/vectors/format-v3.json --cases "$cases" --seed "$seed" \
     || status=1
 done
 exit "$status"

@@ -243,7 +243,7 @@ def test_purge_and_epochs():
     for d in deps:
         for f in range(300, 306):
             d.save(conn, d.hashes(f))
-    prefixes = [f"kvk1/{t}/" for t in names]
+    prefixes = [f"{kvkey.store_key_tag}{t}/" for t in names]
     before = [per_primary(conn, p) for p in prefixes]
     assert all(n > 0 for counts in before for n in counts), f"a tenant is missing on a primary: {before}"
 
@@ -300,7 +300,7 @@ def test_purge_and_epochs():
     assert new_after == new_count and new_exact["exact"] == len(families) * 4 * 2
     assert wrong == 0
     for t in names + [support.tenant("epochs")]:
-        conn.purge(f"kvk1/{t}/")
+        conn.purge(f"{kvkey.store_key_tag}{t}/")
 
 
 def test_purge_and_keys_take_any_bytes():
