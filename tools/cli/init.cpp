@@ -2,6 +2,7 @@
 // `kvkey init`: an identity file from the model (and adapter) directory an
 // engine loads (kvkey/model_dir.hpp).
 
+#include <kvkey/identity_file.hpp>
 #include <kvkey/errors.hpp>
 #include <kvkey/identity.hpp>
 #include <kvkey/model_dir.hpp>
@@ -186,7 +187,7 @@ int run_init(const InitOptions& o, std::string& out) {
   const std::vector<kvkey::FieldSource>& sources = made.sources;
 
   // Exactly the identity file format `kvkey identity` reads (docs/cli.md).
-  const Json j = identity_file_json(id);
+  const Json j = kvkey::identity_file_json(id);
   const std::string text = j.dump(2) + "\n";
 
   if (o.sources) {

@@ -3,6 +3,7 @@
 
 #include <kvkey/errors.hpp>
 #include <kvkey/fingerprint.hpp>
+#include <kvkey/identity_file.hpp>
 #include <kvkey/input_file.hpp>
 #include <kvkey/model_dir.hpp>
 
@@ -27,51 +28,6 @@ std::pair<std::size_t, std::size_t> line_column(std::string_view text, std::size
 std::string parse_error_detail(std::string_view what) {
   return escape(kvkey::json_error_reason(what), 2 * quote_limit + 60);
 }
-
-// Rejects duplicate object keys (nlohmann keeps the last one silently, which
-// would hide a mistake in a configuration file) and nesting deeper than
-// max_json_depth (before the parser builds it).
-struct ConfigCheck {
-  struct Frame {
-    bool object;
-    std::set<std::string> keys;
-    std::string current;
-  };
-  const std::string& path;
-  std::vector<Frame> frames;
-  std::string duplicate;  // dotted path of the first duplicate
-
-  bool operator()(int depth, nlohmann::json::parse_event_t event, Json& parsed) {
-    using Event = nlohmann::json::parse_event_t;
-    switch (event) {
-      case Event::object_start:
-      case Event::array_start:
-        if (static_cast<std::size_t>(depth) >= max_json_depth) {
-          fail("{}: invalid JSON: nested deeper than {} levels", display_name(path), max_json_depth);
-        }
-        frames.push_back({event == Event::object_start, {}, {}});
-        break;
-      case Event::object_end:
-      case Event::array_end:
-        if (!frames.empty()) frames.pop_back();
-        break;
-      case Event::key: {
-        Frame& f = frames.back();
-        f.current = parsed.get<std::string>();
-        if (!f.keys.insert(f.current).second && duplicate.empty()) {
-          for (const Frame& outer : frames) {
-            if (!outer.object) continue;
-            if (!duplicate.empty()) duplicate += '.';
-            duplicate += escape(outer.current, quote_limit);
-          }
-        }
-        break;
-      }
-      case Event::value: break;
-    }
-    return true;
-  }
-};
 
 // Runs f, whose kvkey errors (from kvkey::InputFile: the library's messages
 // name the file as display_name does) become the tool's failures.
@@ -147,18 +103,13 @@ kvkey::Digest fingerprint_regular_file(const std::string& path) {
 }
 
 Json parse_json(std::string_view text, const std::string& path) {
-  ConfigCheck check{path, {}, {}};
-  Json j;
   try {
-    j = Json::parse(text.begin(), text.end(), std::ref(check));
-  } catch (const nlohmann::json::parse_error& e) {
-    const auto [line, column] = line_column(text, e.byte == 0 ? 0 : e.byte - 1);
-    fail("{}:{}:{}: invalid JSON: {}", display_name(path), line, column, parse_error_detail(e.what()));
-  } catch (const nlohmann::json::exception& e) {  // e.g. out_of_range: a number beyond double
-    fail("{}: invalid JSON: {}", display_name(path), parse_error_detail(e.what()));
+    return kvkey::parse_strict_json<Json>(text, max_json_depth);
+  } catch (const kvkey::input_error& e) {
+    if (!e.field().empty()) fail("{}: {}: {}", display_name(path), e.field(), e.detail());
+    const bool at = !e.detail().empty() && e.detail()[0] >= '0' && e.detail()[0] <= '9';  // LINE:COLUMN: ...
+    fail("{}{}{}", display_name(path), at ? ":" : ": ", escape(e.detail(), 2 * quote_limit + 80));
   }
-  if (!check.duplicate.empty()) fail("{}: {}: duplicate key", display_name(path), check.duplicate);
-  return j;
 }
 
 namespace {

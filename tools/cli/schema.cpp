@@ -112,19 +112,19 @@ struct Collector {
       using T = typename std::decay_t<decltype(info)>::type;
       const T& value = defaults.*(info.member);
       const bool salient = (info.flags & kvkey::field_not_salient) == 0;
-      Json f = {{"path", std::string(info.path)},
-                {"key", std::string(info.key)},
-                {"part", std::string(kvkey::Fields<P>::name)},
-                {"type", type_name<T>()},
-                {"optional", is_optional<T>::value},
-                {"default", default_json(value)},
-                {"rule", rule_name(info.kind)},
-                {"max_bytes", info.limit == 0 ? Json(nullptr) : Json(info.limit)},
-                {"salient", salient},
-                {"encoding_index", encoding_index(info.path)},
-                {"file_required", (info.flags & kvkey::field_required) != 0},
-                {"file_alt_key", (info.flags & kvkey::field_file_alt) != 0 ? Json(file_key_of(info.key))
-                                                                              : Json(nullptr)}};
+      Json f = {
+          {"path", std::string(info.path)},
+          {"key", std::string(info.key)},
+          {"part", std::string(kvkey::Fields<P>::name)},
+          {"type", type_name<T>()},
+          {"optional", is_optional<T>::value},
+          {"default", default_json(value)},
+          {"rule", rule_name(info.kind)},
+          {"max_bytes", info.limit == 0 ? Json(nullptr) : Json(info.limit)},
+          {"salient", salient},
+          {"encoding_index", encoding_index(info.path)},
+          {"file_required", (info.flags & kvkey::field_required) != 0},
+          {"file_alt_key", (info.flags & kvkey::field_file_alt) != 0 ? Json(file_key_of(info.key)) : Json(nullptr)}};
       if constexpr (kvkey::is_identity_part_v<T>) {
         f["object"] = std::string(kvkey::Fields<T>::name);
       } else if constexpr (std::is_same_v<T, std::optional<kvkey::Adapter>>) {
@@ -208,8 +208,8 @@ Json identity_schema() {
   validation.push_back(step("tenant", "empty", {{"when", {{"policy", "single_tenant"}}}}));
   for (const Json& s : c.steps) validation.push_back(s);
   const Json none = {{"field", "kv.quant.scheme"}, {"equals", "none"}};
-  for (const char* f : {"kv.quant.group_size", "kv.quant.scale_dtype", "kv.quant.zero_point",
-                        "kv.quant.scales_fingerprint"}) {
+  for (const char* f :
+       {"kv.quant.group_size", "kv.quant.scale_dtype", "kv.quant.zero_point", "kv.quant.scales_fingerprint"}) {
     validation.push_back(step(f, "default", {{"when", none}}));
   }
   validation.push_back(step("shard.tp_size", "positive"));
@@ -241,8 +241,8 @@ Json identity_schema() {
         {"divides", "divides the field `other` (other % value == 0)"},
         {"secret_length", "min_bytes..max_bytes bytes"}}},
       {"charsets", {{"unsafe_code_points", unsafe_ranges()}}},
-      {"policy", {{"key", "policy"}, {"after", "tenant"}, {"values", {"required", "single_tenant"}},
-                  {"default", "required"}}},
+      {"policy",
+       {{"key", "policy"}, {"after", "tenant"}, {"values", {"required", "single_tenant"}}, {"default", "required"}}},
       {"identity_file", {{"max_bytes", max_config_size}, {"max_depth", max_json_depth}}},
       {"parts", c.parts},
       {"fields", c.fields},

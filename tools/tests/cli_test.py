@@ -1120,7 +1120,8 @@ class ErrorsTest(ToolTest):
                  "date.toml": ('tenant = "a"\n[model]\nname = "x"\nrevision = 2024-01-01\n',
                                r"date\.toml:4:12: model\.revision: TOML dates and times are not identity values"),
                  "duplicate.toml": ('tenant = "a"\ntenant = "b"\n', r"duplicate\.toml:2:\d+: invalid TOML: "),
-                 "order.toml": ('tenant = "a"\nzeta = 1\nalpha = 2\n', r"order\.toml: zeta: unknown key"),
+                 # of several unknown keys the first in byte order, whatever the file's order
+                 "order.toml": ('tenant = "a"\nzeta = 1\nalpha = 2\n', r"order\.toml: alpha: unknown key"),
                  "typo.toml": ('tenant = "a"\n[model]\nname = "x"\nrevision = "r"\n[kv]\nd_type = "fp16"\n',
                                r"typo\.toml: kv\.d_type: unknown key \(did you mean kv\.dtype\?\)"),
                  "negative.toml": ('tenant = "a"\n[model]\nname = "x"\nrevision = "r"\nweights_epoch = -1\n',
@@ -1172,7 +1173,7 @@ class ErrorsTest(ToolTest):
             self.assert_error(["identity", config(change)], r"c\.json: " + pattern)
         with open(self.tmp_path("array.json"), "w") as f:
             f.write("[1, 2]")
-        self.assert_error(["identity", self.tmp_path("array.json")], r"array\.json: the top level: expected an object, got array")
+        self.assert_error(["identity", self.tmp_path("array.json")], r"array\.json: expected an object, got array")
 
     def test_token_errors(self):
         self.assert_error(["keys", example("qwen-fp16"), "--tokens", self.data("bad-tokens.txt")],
@@ -1201,7 +1202,7 @@ class ErrorsTest(ToolTest):
         self.assert_error([], r"A subcommand is required \(see kvkey --help\)")
         self.assert_error(["idenity", example("qwen-fp16")],
                           r"unknown subcommand 'idenity' \(known: identity, keys, seal, inspect, verify, diff, legacy, init, "
-                          r"purge, secret-id, conformance, conformance-testee\)$")
+                          r"purge, secret-id, conformance, conformance-testee, schema\)$")
         self.assert_error(["keys", example("qwen-fp16")], r"keys: --tokens is required \(see kvkey keys --help\)")
         self.assert_error(["identity"], r"identity: CONFIG is required")
         self.assert_error(["identity", example("qwen-fp16"), "--frobnicate"], r"identity: .*--frobnicate")
