@@ -48,7 +48,7 @@ def main() -> None:
     client = redis.Redis(host=args.host, port=args.port)
     store = RedisStore(client)
     ranks = namespaces(f"bench-{secrets.token_hex(3)}", args.ranks)
-    conn = kvkey.Connector(store, ranks)
+    conn = kvkey.Connector(store, ranks, payload_size=args.payload)  # stand-in bytes, not the identity's size
     hashes = ranks[0].block_hashes(range(args.blocks * 16))
     payload = bytes(args.payload)
     for r in range(args.ranks):

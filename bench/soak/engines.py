@@ -173,7 +173,8 @@ class KvkeyEngine:
         c = self._connectors.get(base)
         if c is None:
             ranks = [kvkey.KeyNamespace(identity(dataclasses.replace(base, rank=r))) for r in range(TP_SIZE)]
-            c = self._connectors[base] = kvkey.Connector(self.store, ranks, metrics=self.metrics)
+            c = self._connectors[base] = kvkey.Connector(self.store, ranks, metrics=self.metrics,
+                                                         payload_size=tr.payload_size(base.dtype))
         return c
 
     def serve(self, req: Request) -> Served:

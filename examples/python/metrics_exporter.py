@@ -50,7 +50,7 @@ def workload(metrics: kvkey.Metrics, client: "redis.Redis[bytes]", seed: int) ->
     """Runs the workload; returns the (reason, field) -> count it injected."""
     rng = random.Random(seed)
     ns = namespace()
-    conn = kvkey.Connector(kvkey.stores.RedisStore(client), ns, metrics=metrics)
+    conn = kvkey.Connector(kvkey.stores.RedisStore(client), ns, metrics=metrics, payload_size=PAYLOAD)  # stand-in bytes
     tokens = [rng.randrange(1, 150000) for _ in range(96 * BLOCK)]
     hashes = ns.block_hashes(tokens)
     payloads = [rng.randbytes(PAYLOAD) for _ in hashes]

@@ -84,6 +84,10 @@ class AnyKeyNamespace {
   [[nodiscard]] AnyKeyNamespace with_epoch(std::uint64_t epoch) const {
     return visit([&](const auto& n) { return AnyKeyNamespace(n.with_epoch(epoch)); });
   }
+  /// The same namespace for tensor-parallel rank tp_rank (KeyNamespace::for_rank).
+  [[nodiscard]] AnyKeyNamespace for_rank(std::uint32_t tp_rank) const {
+    return visit([&](const auto& n) { return AnyKeyNamespace(n.for_rank(tp_rank)); });
+  }
   [[nodiscard]] IntegrityMode integrity_mode() const noexcept {
     return visit([](const auto& n) { return n.integrity_mode(); });
   }

@@ -1,27 +1,43 @@
 // SPDX-License-Identifier: Apache-2.0
-// kvkey::Connector: saves, looks up and loads one rank's KV blocks through any
-// kvkey::Store (kvkey/store.hpp), one stored value per block (docs/format.md,
-// "Stored values"). Lookups read each block's header and count a block only
-// when the header verifies for this namespace and block; loads verify header
-// and payload. A value that does not verify is a miss, never an error.
+// kvkey::Connector: saves, looks up and loads a deployment's KV blocks through
+// any kvkey::Store (kvkey/store.hpp), one stored value per block and rank
+// (docs/format.md, "Stored values"). The one implementation of the connector
+// semantics: the Python kvkey.Connector and kvkey.aio.Connector are this class
+// with Python stores plugged in (docs/connectors.md).
 //
 //   kvkey::MemoryStore store;
-//   kvkey::Connector<> c(store, ns);
-//   c.save(blocks, payloads);
-//   std::size_t reusable = c.lookup(blocks);                 // leading blocks whose headers verify
-//   std::size_t all = kvkey::lookup_all_ranks(store, {&rank0, &rank1}, blocks);  // ... on every rank
-//   std::vector<std::optional<kvkey::Bytes>> kv = c.load(blocks);  // verified payloads, nullopt = miss
+//   kvkey::Connector<> c(store, {rank0, rank1});                // one namespace per rank
+//   c.save(blocks, payloads, /*rank=*/0);                       // sealed, batched put
+//   std::size_t reusable = c.lookup(blocks);                    // leading blocks verified on every rank
+//   auto kv = c.load(blocks, 0);                                // verified payloads, nullopt = miss
+//   auto res = c.load_into(blocks, destinations, 0);            // verified, then scattered per layer
+//
+// Lookups read each value's header and count a block only when its header
+// verifies on every rank; loads verify header and payload. A value that does
+// not verify is a miss, never an error; a store error is a miss too (kept in
+// last_error(), raised on request).
 #ifndef KVKEY_CONNECTOR_HPP
 #define KVKEY_CONNECTOR_HPP
 
 #include <algorithm>
+#include <chrono>
 #include <cstddef>
 #include <cstdint>
+#include <cstring>
+#include <exception>
+#include <functional>
+#include <limits>
+#include <list>
+#include <memory>
+#include <mutex>
 #include <optional>
 #include <string>
+#include <type_traits>
+#include <unordered_map>
 #include <utility>
 #include <vector>
 
+#include "kvkey/any_key_namespace.hpp"
 #include "kvkey/config.hpp"
 #include "kvkey/digest.hpp"
 #include "kvkey/envelope.hpp"
@@ -34,157 +50,687 @@
 
 KVKEY_BEGIN_NAMESPACE
 
-template <class Hash>
-std::size_t lookup_all_ranks(Store& store, const std::vector<const KeyNamespace<Hash>*>& ranks,
-                             const std::vector<Digest>& blocks, Metrics* metrics = nullptr);
+/// What one connector call did, by the rule of docs/operations.md ("What to
+/// monitor"): the numbers a Metrics records for it. Connector::Options::observer
+/// receives one per call (front ends with their own recorders replay it).
+struct ConnectorCall {
+  enum class Op : std::uint8_t { save, lookup, load };
+  Op op = Op::lookup;
+  /// save: saved, failed; lookup: hit, miss, rejected; load: loaded, missing, rejected.
+  std::size_t counts[3] = {0, 0, 0};
+  std::vector<Verdict> rejections;        ///< one per rejected block: the first rank's verdict that refused it
+  std::size_t false_hits = 0;             ///< blocks a lookup counted that this load found missing or rejected
+  std::uint64_t payload_bytes = 0;        ///< verified payload bytes served
+  std::vector<std::string> store_errors;  ///< the kind of each failed store call or key
 
-/// One rank's blocks in a Store. Holds references: the store, the namespace
-/// and the metrics (if any) must outlive it. As thread-safe as the store
-/// (MemoryStore: fully). Given a kvkey::Metrics, it records every save, lookup
-/// and load: blocks by result, each rejection by reason and field, verified
-/// payload bytes (kvkey/metrics.hpp).
-template <class Hash = Sha256>
+  /// Records the call in m, as every kvkey connector does.
+  void record(Metrics& m) const {
+    if (op == Op::lookup) {
+      for (const Verdict& v : rejections) m.record_rejection(v);
+      m.record_lookup(counts[0], counts[1], counts[2]);
+    } else if (op == Op::load) {
+      m.record_load(counts[0], counts[1], counts[2]);
+      for (const Verdict& v : rejections) m.record_rejection(v);
+      if (false_hits != 0) m.record_false_hits(false_hits);
+      if (payload_bytes != 0) m.record_payload_bytes(payload_bytes);
+    } else {
+      m.record_save(counts[0], counts[1]);
+    }
+    for (const std::string& k : store_errors) m.record_store_error(k);
+  }
+};
+
+/// What a connector logs about a store that keeps failing (Options::log).
+struct StoreFailureLog {
+  std::string kind;         ///< the kind of the latest failure
+  std::uint64_t count = 0;  ///< failures since the previous log line (this one included)
+  std::uint64_t total = 0;  ///< failures since the connector was made
+  std::string message;      ///< the latest failure's message
+};
+
+/// What load_into did for one block.
+struct LoadResult {
+  enum class Status : std::uint8_t { loaded, missing, rejected };
+  Status status = Status::missing;
+  Verdict verdict{Reason::ok, {}};  ///< rejected: why (loaded: ok)
+  std::size_t nbytes = 0;           ///< bytes written into the destinations
+  bool loaded() const noexcept { return status == Status::loaded; }
+};
+
+/// A verified payload inside a value the store returned (Connector::load_views).
+struct LoadedView {
+  ConstBuffer payload;                             ///< the verified bytes (empty unless loaded)
+  std::shared_ptr<const StoreValue::Owner> owner;  ///< keeps them alive
+  LoadResult result;
+};
+
+namespace detail {
+template <class N>
+struct connector_namespace {
+  using type = KeyNamespace<N>;
+};
+template <class H>
+struct connector_namespace<KeyNamespace<H>> {
+  using type = KeyNamespace<H>;
+};
+template <>
+struct connector_namespace<AnyKeyNamespace> {
+  using type = AnyKeyNamespace;
+};
+
+struct DigestHash {
+  std::size_t operator()(const Digest& d) const noexcept {
+    std::size_t h = 0;
+    std::memcpy(&h, d.data(), sizeof h);
+    return h;
+  }
+};
+}  // namespace detail
+
+/// A deployment's blocks in a Store. N is the hash (Sha256, HmacSha256: the
+/// namespace is KeyNamespace<N>) or the namespace type itself (AnyKeyNamespace).
+/// Holds a reference to the store (and the metrics), which must outlive it,
+/// and copies of the namespaces. As thread-safe as the store.
+template <class N = Sha256>
 class Connector {
  public:
-  Connector(Store& store, const KeyNamespace<Hash>& ns, Metrics* metrics = nullptr) noexcept
-      : store_(&store), ns_(&ns), metrics_(metrics) {}
+  using Namespace = typename detail::connector_namespace<N>::type;
 
-  const KeyNamespace<Hash>& key_namespace() const noexcept { return *ns_; }
-  Store& store() const noexcept { return *store_; }
+  struct Options {
+    /// Records every call (ConnectorCall::record); nullptr: none.
+    Metrics* metrics = nullptr;
+    /// Every rank's payload size; nullopt: each rank's ns.payload_size() where
+    /// the identity determines it, else unchecked. A save of another size is
+    /// input_error; a value of another size is rejected (size_mismatch).
+    std::optional<std::uint64_t> payload_size;
+    /// Store errors are misses (kept in last_error()); true: rethrown.
+    bool raise_errors = false;
+    /// Blocks per store call of a lookup (it stops after the batch where the count ends).
+    std::size_t lookup_batch = 512;
+    /// Called once per call with what it did (after metrics are recorded).
+    std::function<void(const ConnectorCall&)> observer;
+    /// Called when the store fails, rate-limited: the first failure at once,
+    /// then at most one line per log_interval, with the count since the last.
+    std::function<void(const StoreFailureLog&)> log;
+    std::chrono::milliseconds log_interval{10000};
+  };
 
-  /// Stores seal_value(block, payload) under store_key(block).
-  void save(const Digest& block, Payload payload) const {
-    put(block, payload);
-    if (metrics_ != nullptr) metrics_->record_save(1, 0);
-  }
-  /// save for each (block, payload); input_error when the counts differ.
-  void save(const std::vector<Digest>& blocks, const std::vector<Payload>& payloads) const {
-    if (blocks.size() != payloads.size()) {
-      throw input_error("save: " + std::to_string(blocks.size()) + " blocks but " + std::to_string(payloads.size()) +
-                        " payloads");
+  /// One rank (rank 0).
+  Connector(Store& store, const Namespace& ns, Metrics* metrics = nullptr)
+      : Connector(store, std::vector<Namespace>{ns}, with_metrics(metrics)) {}
+  /// A deployment's ranks, in rank order (one per distinct KV slice is
+  /// enough): lookup counts a block only when every rank's header verifies;
+  /// save and load act on one rank. input_error when ranks is empty, when the
+  /// ranks are of different deployments, or lookup_batch is 0.
+  Connector(Store& store, std::vector<Namespace> ranks, Options options = {})
+      : store_(&store), ranks_(std::move(ranks)), opt_(std::move(options)), state_(std::make_shared<State>()) {
+    if (ranks_.empty()) throw input_error("Connector: no namespace given");
+    for (std::size_t i = 1; i < ranks_.size(); ++i) {
+      if (!(ranks_[i].root() == ranks_[0].root()) || ranks_[i].key_prefix() != ranks_[0].key_prefix() ||
+          keyed(ranks_[i]) != keyed(ranks_[0])) {
+        throw input_error("ns", "Connector: ns[" + std::to_string(i) +
+                                    "] belongs to another deployment than ns[0] (the ranks of one deployment differ "
+                                    "only in their shard)");
+      }
     }
-    for (std::size_t i = 0; i < blocks.size(); ++i) put(blocks[i], payloads[i]);
-    if (metrics_ != nullptr) metrics_->record_save(blocks.size(), 0);
+    if (opt_.lookup_batch == 0) throw input_error("lookup_batch", "Connector: lookup_batch is 0, must be at least 1");
   }
 
-  /// The number of leading blocks whose stored header verifies for this
-  /// namespace and block (read with one get_prefix_many of envelope_size
-  /// bytes). The payloads are checked by load.
-  std::size_t lookup(const std::vector<Digest>& blocks) const {
-    return lookup_all_ranks<Hash>(*store_, {ns_}, blocks, metrics_);
+  const Namespace& key_namespace(std::size_t rank = 0) const { return ranks_.at(rank); }
+  const std::vector<Namespace>& ranks() const noexcept { return ranks_; }
+  Store& store() const noexcept { return *store_; }
+  const Options& options() const noexcept { return opt_; }
+
+  /// The same connector (store, options) for weights epoch `epoch`; false-hit
+  /// memory and last_error start afresh.
+  [[nodiscard]] Connector with_epoch(std::uint64_t epoch) const {
+    std::vector<Namespace> rotated;
+    rotated.reserve(ranks_.size());
+    for (const Namespace& ns : ranks_) rotated.push_back(ns.with_epoch(epoch));
+    return Connector(*store_, std::move(rotated), opt_);
   }
 
-  /// The number of leading blocks for which the store has some value, verified
-  /// or not: the existence-only lookup, for comparison. A foreign or damaged
-  /// value counts here; lookup() does not count it.
-  std::size_t lookup_existing(const std::vector<Digest>& blocks) const {
-    const std::vector<bool> found = store_->exists_many(keys(blocks));
-    std::size_t n = 0;
-    while (n < blocks.size() && n < found.size() && found[n]) ++n;
-    return n;
+  /// The payload size this connector expects of rank's values, if any.
+  std::optional<std::uint64_t> payload_size(std::size_t rank = 0) const {
+    if (opt_.payload_size) return opt_.payload_size;
+    return ranks_.at(rank).payload_size();
   }
 
-  /// The verified payload of block, or nullopt (absent, or it does not verify).
-  std::optional<Bytes> load(const Digest& block) const {
-    std::vector<std::optional<Bytes>> values;
-    values.push_back(store_->get(ns_->store_key(block)));
-    return std::move(opened_all(std::move(values), {block}).front());
+  /// The latest store failure (nullptr: none), as thrown by the store.
+  std::exception_ptr last_error() const {
+    const std::lock_guard<std::mutex> lock(state_->mu);
+    return state_->last_error;
   }
-  /// load for each block, fetched with one get_many.
-  std::vector<std::optional<Bytes>> load(const std::vector<Digest>& blocks) const {
-    return opened_all(store_->get_many(keys(blocks)), blocks);
+
+  /// Forgets the latest store failure (last_error() is nullptr until the next one).
+  void clear_last_error() const {
+    const std::lock_guard<std::mutex> lock(state_->mu);
+    state_->last_error = nullptr;
+  }
+
+  // ---- save ---------------------------------------------------------------------
+
+  /// Stores seal_value(block, payload) of rank under store_key(block), one
+  /// put_many for all. Returns how many values the store took.
+  std::size_t save(const std::vector<Digest>& blocks, const std::vector<Payload>& payloads,
+                   std::size_t rank = 0) const {
+    const Namespace& ns = at(rank);
+    if (blocks.size() != payloads.size()) {
+      throw input_error("payloads", "save: " + std::to_string(blocks.size()) + " block hashes but " +
+                                        std::to_string(payloads.size()) + " payloads");
+    }
+    const std::optional<std::uint64_t> want = payload_size(rank);
+    for (std::size_t i = 0; i < payloads.size() && want; ++i) {
+      if (payloads[i].size() != *want) {
+        throw input_error("payloads", "save: payloads[" + std::to_string(i) + "] has " +
+                                          std::to_string(payloads[i].size()) +
+                                          " bytes, this deployment's blocks have " + std::to_string(*want));
+      }
+    }
+    ConnectorCall call;
+    call.op = ConnectorCall::Op::save;
+    std::vector<std::string> keys = keys_of(ns, blocks);
+    std::size_t saved = 0;
+    try {
+      std::vector<StoreValue> values;
+      values.reserve(blocks.size());
+      for (std::size_t i = 0; i < blocks.size(); ++i) {
+        values.push_back(store_->allocate_value(static_cast<std::size_t>(value_size(payloads[i].size()))));
+      }
+      {
+        for (std::size_t i = 0; i < blocks.size(); ++i) {
+          auto* out = const_cast<std::uint8_t*>(values[i].data);  // allocate_value's memory is writable
+          (void)ns.seal_value(blocks[i], payloads[i], out, values[i].size);
+        }
+      }
+      const std::vector<StoreWrite> written = store_->put_many(keys, values);
+      if (written.size() != keys.size()) {
+        throw store_error("protocol", "put: " + std::to_string(written.size()) + " replies for " +
+                                          std::to_string(keys.size()) + " keys");
+      }
+      for (const StoreWrite& w : written) {
+        if (w.stored) ++saved;
+        if (!w.error.empty()) key_failed(call, w.error, "put: a key failed");
+      }
+    } catch (const store_error&) {
+      call.counts[0] = 0;
+      call.counts[1] = blocks.size();
+      failed(call, std::current_exception());
+      return 0;
+    }
+    call.counts[0] = saved;
+    call.counts[1] = blocks.size() - saved;
+    done(call);
+    return saved;
+  }
+  /// One block.
+  bool save(const Digest& block, Payload payload, std::size_t rank = 0) const {
+    return save(std::vector<Digest>{block}, std::vector<Payload>{payload}, rank) == 1;
+  }
+
+  // ---- lookup -------------------------------------------------------------------
+
+  /// The number of leading blocks whose header verifies, for this deployment
+  /// and that block, on every rank (and, where the store reports the value's
+  /// size or the payload size is known, whose sizes agree): reads the first
+  /// envelope_size bytes of each value, lookup_batch blocks per read_prefix_many,
+  /// stopping after the batch where the count ends. max_tokens caps the count
+  /// at max_tokens / block_size blocks (pass prompt_len - 1).
+  std::size_t lookup(const std::vector<Digest>& blocks, std::optional<std::size_t> max_tokens = std::nullopt) const {
+    const std::size_t n = max_blocks(blocks.size(), max_tokens);
+    ConnectorCall call;
+    call.op = ConnectorCall::Op::lookup;
+    std::size_t hits = 0;
+    std::size_t rejected_blocks = 0;
+    const std::size_t shards = ranks_.size();
+    for (std::size_t start = 0; start < n; start += opt_.lookup_batch) {
+      const std::size_t end = std::min(n, start + opt_.lookup_batch);
+      std::vector<std::string> keys;
+      keys.reserve((end - start) * shards);
+      for (std::size_t b = start; b < end; ++b) {
+        for (const Namespace& ns : ranks_) keys.push_back(ns.store_key(blocks[b]));
+      }
+      std::vector<StoreValue> headers;
+      try {
+        headers = checked(store_->read_prefix_many(keys, envelope_size), keys.size(), "get_prefix");
+      } catch (const store_error&) {
+        call.counts[0] = 0;
+        call.counts[1] = blocks.size() - rejected_blocks;
+        call.counts[2] = rejected_blocks;
+        failed(call, std::current_exception());
+        return 0;
+      }
+      bool counting = hits == start;
+      for (std::size_t b = start; b < end; ++b) {
+        bool block_ok = true;
+        std::optional<Verdict> refused;
+        for (std::size_t r = 0; r < shards; ++r) {
+          StoreValue& h = headers[(b - start) * shards + r];
+          if (!h.error.empty()) key_failed(call, h.error, "get_prefix: a key failed");
+          if (!h.present) {
+            block_ok = false;
+            continue;
+          }
+          Verdict v = check_header(r, h, blocks[b]);
+          if (!v.ok()) {
+            block_ok = false;
+            if (!refused) refused = std::move(v);
+          }
+        }
+        if (refused) {
+          ++rejected_blocks;
+          call.rejections.push_back(std::move(*refused));
+        }
+        if (counting && block_ok) {
+          ++hits;
+        } else {
+          counting = false;
+        }
+      }
+      if (hits < end) break;  // the count ended in this batch
+    }
+    remember(blocks, hits);
+    call.counts[0] = hits;
+    call.counts[1] = blocks.size() - hits - rejected_blocks;
+    call.counts[2] = rejected_blocks;
+    done(call);
+    return hits;
+  }
+
+  /// Like lookup, but counts a block when its keys exist (probe_many), without
+  /// reading a header: cheaper, and it counts foreign, stale and damaged values
+  /// that a load then rejects. For comparison.
+  std::size_t lookup_existing(const std::vector<Digest>& blocks,
+                              std::optional<std::size_t> max_tokens = std::nullopt) const {
+    const std::size_t n = max_blocks(blocks.size(), max_tokens);
+    ConnectorCall call;
+    call.op = ConnectorCall::Op::lookup;
+    std::vector<std::string> keys;
+    keys.reserve(n * ranks_.size());
+    for (std::size_t b = 0; b < n; ++b) {
+      for (const Namespace& ns : ranks_) keys.push_back(ns.store_key(blocks[b]));
+    }
+    std::vector<StoreValue> found;
+    try {
+      if (!keys.empty()) found = checked(store_->probe_many(keys), keys.size(), "exists");
+    } catch (const store_error&) {
+      call.counts[1] = blocks.size();
+      failed(call, std::current_exception());
+      return 0;
+    }
+    std::size_t hits = 0;
+    bool counting = true;
+    for (std::size_t b = 0; b < n; ++b) {
+      for (std::size_t r = 0; r < ranks_.size(); ++r) {
+        const StoreValue& v = found[b * ranks_.size() + r];
+        if (!v.error.empty()) key_failed(call, v.error, "exists: a key failed");
+        counting = counting && v.present;
+      }
+      if (counting) ++hits;
+    }
+    remember(blocks, hits);
+    call.counts[0] = hits;
+    call.counts[1] = blocks.size() - hits;
+    done(call);
+    return hits;
+  }
+
+  // ---- load ---------------------------------------------------------------------
+
+  /// Per block, the verified payload of rank's value inside the value the
+  /// store returned (no copy; a value from an unstable store was copied first)
+  /// and what happened. One read_many.
+  std::vector<LoadedView> load_views(const std::vector<Digest>& blocks, std::size_t rank = 0) const {
+    const Namespace& ns = at(rank);
+    std::vector<LoadedView> out(blocks.size());
+    ConnectorCall call;
+    call.op = ConnectorCall::Op::load;
+    const std::vector<std::string> keys = keys_of(ns, blocks);
+    std::vector<StoreValue> values;
+    try {
+      if (!keys.empty()) values = checked(store_->read_many(keys), keys.size(), "get");
+    } catch (const store_error&) {
+      finish_load(call, blocks, out, std::current_exception());
+      return out;
+    }
+    const std::optional<std::uint64_t> want = payload_size(rank);
+    for (std::size_t i = 0; i < blocks.size(); ++i) {
+      StoreValue& v = values[i];
+      if (!v.error.empty()) key_failed(call, v.error, "get: a key failed");
+      if (!v.present) continue;
+      pin(v);
+      const OpenedValue o = ns.open_value(v.data, v.size, blocks[i]);
+      Verdict verdict = o.verdict;
+      if (verdict.ok() && want && o.payload.size != *want) verdict = ns.verify(v.data, envelope_size, blocks[i], *want);
+      if (!verdict.ok()) {
+        out[i].result = {LoadResult::Status::rejected, std::move(verdict), 0};
+        continue;
+      }
+      out[i].payload = o.payload;
+      out[i].owner = std::move(v.owner);
+      out[i].result = {LoadResult::Status::loaded, std::move(verdict), o.payload.size};
+    }
+    finish_load(call, blocks, out, nullptr);
+    return out;
+  }
+
+  /// Per block, a copy of the verified payload, or nullopt (missing, rejected,
+  /// or the store failed).
+  std::vector<std::optional<Bytes>> load(const std::vector<Digest>& blocks, std::size_t rank = 0) const {
+    std::vector<std::optional<Bytes>> out(blocks.size());
+    std::vector<LoadedView> views = load_views(blocks, rank);
+    for (std::size_t i = 0; i < views.size(); ++i) {
+      if (!views[i].result.loaded()) continue;
+      const auto* p = static_cast<const std::uint8_t*>(views[i].payload.data);
+      out[i].emplace(p, p + views[i].payload.size);
+    }
+    return out;
+  }
+  std::optional<Bytes> load(const Digest& block, std::size_t rank = 0) const {
+    return std::move(load(std::vector<Digest>{block}, rank).front());
+  }
+
+  /// Writes each block's verified payload into its destination: the parts
+  /// (per-layer K and V, say) whose concatenation is the payload, of exactly
+  /// the payload's size in all. Each value is read (read_into, staged in
+  /// connector memory where the store reads into memory) and verified whole
+  /// before anything is written; a block that is missing or rejected (a
+  /// payload of another size than its destination included: size_mismatch)
+  /// leaves every part of its destination untouched.
+  std::vector<LoadResult> load_into(const std::vector<Digest>& blocks,
+                                    const std::vector<std::vector<MutableBuffer>>& destinations,
+                                    std::size_t rank = 0) const {
+    const Namespace& ns = at(rank);
+    if (destinations.size() != blocks.size()) {
+      throw input_error("buffers", "load_into: " + std::to_string(blocks.size()) + " blocks but " +
+                                       std::to_string(destinations.size()) + " destinations");
+    }
+    std::vector<std::size_t> sizes(blocks.size(), 0);
+    for (std::size_t i = 0; i < blocks.size(); ++i) {
+      for (const MutableBuffer& b : destinations[i]) {
+        if (b.data == nullptr && b.size != 0) {
+          throw input_error("buffers", "load_into: destination " + std::to_string(i) + " has a null part");
+        }
+        sizes[i] += b.size;
+      }
+    }
+    std::vector<LoadedView> out(blocks.size());
+    ConnectorCall call;
+    call.op = ConnectorCall::Op::load;
+    const std::vector<std::string> keys = keys_of(ns, blocks);
+    // Staging for a store that reads into memory: uninitialised, connector-owned.
+    std::unique_ptr<std::uint8_t[]> staging;
+    std::vector<MutableBuffer> stage(blocks.size());
+    if (store_->reads_into() && !blocks.empty()) {
+      std::size_t total = 0;
+      for (std::size_t s : sizes) total += envelope_size + s;
+      staging.reset(new std::uint8_t[total]);
+      for (std::size_t i = 0, off = 0; i < blocks.size(); off += envelope_size + sizes[i], ++i) {
+        stage[i] = {staging.get() + off, envelope_size + sizes[i]};
+      }
+    }
+    std::vector<StoreValue> values;
+    try {
+      if (!keys.empty()) values = checked(store_->read_into(keys, stage), keys.size(), "get_into");
+    } catch (const store_error&) {
+      finish_load(call, blocks, out, std::current_exception());
+      return results(out);
+    }
+    const std::optional<std::uint64_t> want = payload_size(rank);
+    for (std::size_t i = 0; i < blocks.size(); ++i) {
+      StoreValue& v = values[i];
+      if (!v.error.empty()) key_failed(call, v.error, "get_into: a key failed");
+      if (!v.present) continue;
+      pin(v);
+      Verdict verdict{Reason::ok, {}};
+      OpenedValue o;
+      if (staged(v, stage[i]) && v.size > stage[i].size) {
+        verdict = ns.verify(v.data, std::min<std::size_t>(envelope_size, stage[i].size), blocks[i],
+                            v.size - std::min<std::size_t>(v.size, envelope_size));
+        if (verdict.ok()) verdict = {Reason::size_mismatch, "payload_size"};  // did not fit: never served
+      } else {
+        o = ns.open_value(v.data, v.size, blocks[i]);
+        verdict = o.verdict;
+        if (verdict.ok() && o.payload.size != sizes[i]) {
+          verdict = ns.verify(v.data, envelope_size, blocks[i], sizes[i]);
+        } else if (verdict.ok() && want && o.payload.size != *want) {
+          verdict = ns.verify(v.data, envelope_size, blocks[i], *want);
+        }
+      }
+      if (!verdict.ok()) {
+        out[i].result = {LoadResult::Status::rejected, std::move(verdict), 0};
+        continue;
+      }
+      const auto* src = static_cast<const std::uint8_t*>(o.payload.data);
+      for (const MutableBuffer& d : destinations[i]) {
+        if (d.size != 0) std::memcpy(d.data, src, d.size);
+        src += d.size;
+      }
+      out[i].payload = o.payload;
+      out[i].result = {LoadResult::Status::loaded, std::move(verdict), o.payload.size};
+    }
+    finish_load(call, blocks, out, nullptr);
+    return results(out);
+  }
+  /// One contiguous destination per block.
+  std::vector<LoadResult> load_into(const std::vector<Digest>& blocks, const std::vector<MutableBuffer>& destinations,
+                                    std::size_t rank = 0) const {
+    std::vector<std::vector<MutableBuffer>> parts;
+    parts.reserve(destinations.size());
+    for (const MutableBuffer& d : destinations) parts.push_back({d});
+    return load_into(blocks, parts, rank);
   }
 
  private:
-  std::vector<std::string> keys(const std::vector<Digest>& blocks) const {
+  struct State {
+    std::mutex mu;
+    std::list<Digest> order;  // most recent last
+    std::unordered_map<Digest, std::list<Digest>::iterator, detail::DigestHash> counted;
+    std::exception_ptr last_error;
+    std::uint64_t failures = 0;
+    std::uint64_t unlogged = 0;
+    std::chrono::steady_clock::time_point logged_at{};
+    bool logged = false;
+  };
+  static constexpr std::size_t counted_limit = std::size_t{1} << 16;  // hashes remembered for false hits
+
+  static Options with_metrics(Metrics* m) {
+    Options o;
+    o.metrics = m;
+    return o;
+  }
+  static bool keyed(const Namespace& ns) {
+    if constexpr (std::is_same_v<Namespace, AnyKeyNamespace>) {
+      return ns.keyed();
+    } else {
+      return Namespace::namespace_kind == NamespaceKind::keyed;
+    }
+  }
+
+  const Namespace& at(std::size_t rank) const {
+    if (rank >= ranks_.size()) {
+      throw input_error("rank",
+                        "rank is " + std::to_string(rank) + ", must lie in [0, " + std::to_string(ranks_.size()) + ")");
+    }
+    return ranks_[rank];
+  }
+  std::size_t max_blocks(std::size_t n, std::optional<std::size_t> max_tokens) const {
+    if (!max_tokens) return n;
+    return std::min<std::size_t>(n, *max_tokens / ranks_[0].block_size());
+  }
+  static std::vector<std::string> keys_of(const Namespace& ns, const std::vector<Digest>& blocks) {
     std::vector<std::string> out;
     out.reserve(blocks.size());
-    for (const Digest& b : blocks) out.push_back(ns_->store_key(b));
+    for (const Digest& b : blocks) out.push_back(ns.store_key(b));
     return out;
   }
-
-  void put(const Digest& block, Payload payload) const {
-    const Bytes value = ns_->seal_value(block, payload);
-    store_->put(ns_->store_key(block), value.data(), value.size());
+  static std::vector<StoreValue> checked(std::vector<StoreValue> replies, std::size_t n, const char* call) {
+    if (replies.size() != n) {
+      throw store_error("protocol", std::string(call) + " returned " + std::to_string(replies.size()) +
+                                        " replies for " + std::to_string(n) + " keys");
+    }
+    return replies;
+  }
+  static bool staged(const StoreValue& v, const MutableBuffer& stage) {
+    const auto* begin = static_cast<const std::uint8_t*>(stage.data);
+    return begin != nullptr && v.data >= begin && v.data <= begin + stage.size;
+  }
+  // A value whose bytes may change under the connector is copied first.
+  static void pin(StoreValue& v) {
+    if (v.stable) return;
+    StoreValue c = StoreValue::owned(Bytes(v.data, v.data + v.size));
+    c.total_size = v.total_size;
+    v = std::move(c);
   }
 
-  // The verified payload of each block (nullopt: absent or rejected), and the load recorded.
-  std::vector<std::optional<Bytes>> opened_all(std::vector<std::optional<Bytes>> values,
-                                               const std::vector<Digest>& blocks) const {
-    std::vector<std::optional<Bytes>> out(blocks.size());
-    std::size_t missing = 0;
-    std::size_t loaded = 0;
-    std::uint64_t bytes = 0;
-    for (std::size_t i = 0; i < blocks.size(); ++i) {
-      if (i >= values.size() || !values[i]) {
-        ++missing;
+  // A header's verdict on rank r, and where the store told the value's size,
+  // or the payload size is known, whether the header agrees.
+  Verdict check_header(std::size_t r, StoreValue& h, const Digest& block) const {
+    const Namespace& ns = ranks_[r];
+    std::optional<std::uint64_t> total = h.total_size;
+    std::size_t len = h.size;
+    if (len > envelope_size) {
+      if (!total) total = len;
+      len = envelope_size;
+    }
+    pin(h);
+    Verdict v = ns.verify_header(h.data, len, block);
+    if (!v.ok()) return v;
+    if (total) {
+      const std::uint64_t payload = *total >= envelope_size ? *total - envelope_size : 0;
+      Verdict s = ns.verify(h.data, len, block, payload);
+      if (s.reason == Reason::size_mismatch) return s;
+    }
+    if (const std::optional<std::uint64_t> want = payload_size(r)) {
+      Verdict s = ns.verify(h.data, len, block, *want);
+      if (s.reason == Reason::size_mismatch) return s;
+    }
+    return v;
+  }
+
+  void remember(const std::vector<Digest>& blocks, std::size_t n) const {
+    State& s = *state_;
+    const std::lock_guard<std::mutex> lock(s.mu);
+    for (std::size_t i = 0; i < n; ++i) {
+      auto it = s.counted.find(blocks[i]);
+      if (it != s.counted.end()) {
+        s.order.splice(s.order.end(), s.order, it->second);
         continue;
       }
-      out[i] = opened(std::move(values[i]), blocks[i]);
-      if (out[i]) {
-        ++loaded;
-        bytes += out[i]->size();
+      s.order.push_back(blocks[i]);
+      s.counted.emplace(blocks[i], std::prev(s.order.end()));
+      if (s.counted.size() > counted_limit) {
+        s.counted.erase(s.order.front());
+        s.order.pop_front();
       }
     }
-    if (metrics_ != nullptr) {
-      metrics_->record_load(loaded, missing, blocks.size() - loaded - missing);
-      metrics_->record_payload_bytes(bytes);
+  }
+  // How many of these blocks a lookup counted (each forgotten once told).
+  std::size_t false_hits(const std::vector<Digest>& blocks, const std::vector<LoadedView>& out) const {
+    State& s = *state_;
+    const std::lock_guard<std::mutex> lock(s.mu);
+    std::size_t n = 0;
+    for (std::size_t i = 0; i < blocks.size(); ++i) {
+      if (out[i].result.loaded()) continue;
+      auto it = s.counted.find(blocks[i]);
+      if (it == s.counted.end()) continue;
+      s.order.erase(it->second);
+      s.counted.erase(it);
+      ++n;
     }
-    return out;
+    return n;
   }
 
-  // The verified payload of a present value; a rejection is recorded.
-  std::optional<Bytes> opened(std::optional<Bytes> value, const Digest& block) const {
-    const Verdict v = ns_->open_value(value->data(), value->size(), block).verdict;
-    if (!v.ok()) {
-      if (metrics_ != nullptr) metrics_->record_rejection(v);
-      return std::nullopt;
+  void finish_load(ConnectorCall& call, const std::vector<Digest>& blocks, std::vector<LoadedView>& out,
+                   std::exception_ptr error) const {
+    std::size_t loaded = 0;
+    for (const LoadedView& v : out) {
+      if (v.result.loaded()) {
+        ++loaded;
+        call.payload_bytes += v.result.nbytes;
+      } else if (v.result.status == LoadResult::Status::rejected) {
+        call.rejections.push_back(v.result.verdict);
+      }
     }
-    value->erase(value->begin(), value->begin() + static_cast<std::ptrdiff_t>(envelope_size));
-    return value;
+    call.counts[0] = loaded;
+    call.counts[2] = call.rejections.size();
+    call.counts[1] = blocks.size() - loaded - call.counts[2];
+    call.false_hits = false_hits(blocks, out);
+    if (error) {
+      failed(call, error);
+    } else {
+      done(call);
+    }
+  }
+  static std::vector<LoadResult> results(const std::vector<LoadedView>& out) {
+    std::vector<LoadResult> r;
+    r.reserve(out.size());
+    for (const LoadedView& v : out) r.push_back(v.result);
+    return r;
+  }
+
+  // One key failed: counted and logged; the rest of the batch stands (last_error is
+  // for failed calls: the store keeps its own per-key record).
+  void key_failed(ConnectorCall& call, const std::string& kind, const char* what) const {
+    const store_error e(kind, std::string(what) + " (" + kind + ")");
+    call.store_errors.emplace_back(e.kind());
+    note_failure(nullptr, e.kind(), e.what());
+  }
+  // The store call failed: recorded, then kept and logged, or rethrown.
+  void failed(ConnectorCall& call, std::exception_ptr error) const {
+    std::string kind = "other";
+    std::string message;
+    try {
+      std::rethrow_exception(error);
+    } catch (const store_error& e) {
+      kind = std::string(e.kind());
+      message = e.what();
+    }
+    call.store_errors.push_back(kind);
+    done(call);
+    note_failure(error, kind, message);
+    if (opt_.raise_errors) std::rethrow_exception(error);
+  }
+  void note_failure(std::exception_ptr error, std::string_view kind, const std::string& message) const {
+    State& s = *state_;
+    StoreFailureLog line;
+    {
+      const std::lock_guard<std::mutex> lock(s.mu);
+      if (error) s.last_error = std::move(error);
+      ++s.failures;
+      ++s.unlogged;
+      const auto now = std::chrono::steady_clock::now();
+      if (!opt_.log || (s.logged && now - s.logged_at < opt_.log_interval)) return;
+      line = {std::string(kind), s.unlogged, s.failures, message};
+      s.unlogged = 0;
+      s.logged = true;
+      s.logged_at = now;
+    }
+    opt_.log(line);
+  }
+  void done(const ConnectorCall& call) const {
+    if (opt_.metrics != nullptr) call.record(*opt_.metrics);
+    if (opt_.observer) opt_.observer(call);
   }
 
   Store* store_;
-  const KeyNamespace<Hash>* ns_;
-  Metrics* metrics_ = nullptr;
+  std::vector<Namespace> ranks_;
+  Options opt_;
+  std::shared_ptr<State> state_;
 };
 
-/// Connector::lookup over a deployment's ranks: the number of leading blocks
-/// whose stored header verifies on every rank in `ranks` (each rank's
-/// namespace; block hashes are the same on every rank of a deployment), read
-/// with one get_prefix_many of all ranks' keys, block-major. With metrics, one
-/// lookup is recorded: the counted blocks as hits, the first block that failed
-/// as rejected (and its verdict) when a header was there, everything else as
-/// misses.
+/// Connector::lookup over ranks given as pointers (kept for existing callers):
+/// the number of leading blocks whose header verifies on every rank.
 template <class Hash>
 std::size_t lookup_all_ranks(Store& store, const std::vector<const KeyNamespace<Hash>*>& ranks,
-                             const std::vector<Digest>& blocks, Metrics* metrics) {
+                             const std::vector<Digest>& blocks, Metrics* metrics = nullptr) {
   if (ranks.empty()) return 0;
-  std::vector<std::string> keys;
-  keys.reserve(blocks.size() * ranks.size());
-  for (const Digest& b : blocks) {
-    for (const KeyNamespace<Hash>* ns : ranks) keys.push_back(ns->store_key(b));
-  }
-  const std::vector<std::optional<Bytes>> headers = store.get_prefix_many(keys, envelope_size);
-  std::size_t n = 0;
-  Verdict refused{Reason::ok, {}};
-  for (; n < blocks.size() && refused.ok(); ++n) {
-    bool missing = false;
-    for (std::size_t r = 0; r < ranks.size() && refused.ok() && !missing; ++r) {
-      const std::size_t k = n * ranks.size() + r;
-      missing = k >= headers.size() || !headers[k];
-      if (!missing) {
-        refused = ranks[r]->verify_header(headers[k]->data(), std::min(headers[k]->size(), envelope_size), blocks[n]);
-      }
-    }
-    if (missing || !refused.ok()) break;
-  }
-  if (metrics != nullptr) {
-    const std::size_t rejected = refused.ok() ? 0 : 1;
-    metrics->record_rejection(refused);
-    metrics->record_lookup(n, blocks.size() - n - rejected, rejected);
-  }
-  return n;
+  std::vector<KeyNamespace<Hash>> copies;
+  copies.reserve(ranks.size());
+  for (const KeyNamespace<Hash>* ns : ranks) copies.push_back(*ns);
+  typename Connector<Hash>::Options opt;
+  opt.metrics = metrics;
+  return Connector<Hash>(store, std::move(copies), opt).lookup(blocks);
 }
 
 KVKEY_END_NAMESPACE

@@ -143,6 +143,17 @@ class KeyNamespace {
     return KeyNamespace(id, chain_.hasher(), policy_, chain_.native());
   }
 
+  /// The namespace of tensor-parallel rank `tp_rank` of this deployment:
+  /// identical but for shard.tp_rank (hasher and Policy kept). One per rank
+  /// is what a multi-rank Connector takes; identity_error when tp_rank is not
+  /// below shard.tp_size.
+  [[nodiscard]] KeyNamespace for_rank(std::uint32_t tp_rank) const {
+    Identity id = id_;
+    if (policy_.tenant == TenantPolicy::single_tenant) id.tenant.clear();
+    id.shard.tp_rank = tp_rank;
+    return KeyNamespace(id, chain_.hasher(), policy_, chain_.native());
+  }
+
   // ---- the chain ------------------------------------------------------------
 
   /// Hashes of every full block of tokens (a partial tail is not hashed).

@@ -10,23 +10,106 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <cstring>
 #include <functional>
 #include <map>
+#include <memory>
 #include <mutex>
 #include <optional>
+#include <stdexcept>
 #include <string>
 #include <string_view>
+#include <utility>
 #include <vector>
 
 #include "kvkey/config.hpp"
 #include "kvkey/encode.hpp"
+#include "kvkey/metrics.hpp"
 
 KVKEY_BEGIN_NAMESPACE
 
+/// A store call that could not complete. kind() is one of store_error_kinds
+/// ("connection", "timeout", "protocol", "server", "other"; any other kind
+/// given is "other"). A connector counts it as a miss (Connector::Options).
+class store_error : public std::runtime_error {
+ public:
+  store_error(std::string_view kind, const std::string& what)
+      : std::runtime_error(what), kind_(store_error_kinds[detail::store_error_index(kind)]) {}
+  /// The error's kind, one of store_error_kinds.
+  std::string_view kind() const noexcept { return kind_; }
+
+ private:
+  std::string_view kind_;
+};
+
+/// One writable piece of a destination (load_into) or of a staging buffer.
+struct MutableBuffer {
+  void* data = nullptr;
+  std::size_t size = 0;
+};
+
+/// One key's reply to a batch read (Store::read_many, read_prefix_many,
+/// read_into, probe_many): missing, present (its bytes), or failed (error
+/// names the store_error kind of this key alone; the rest of the batch stands).
+///
+/// Buffer ownership (docs/connectors.md, "Buffer ownership"): `data` stays
+/// valid while `owner` lives. `stable` promises the bytes do not change while
+/// `owner` lives (the store handed them over: they are the caller's); a store
+/// that reuses its buffers (an arena) says false, and the connector copies the
+/// bytes before it verifies them, so what it serves is what it verified.
+struct StoreValue {
+  /// Keeps a value's bytes alive (polymorphic, so front ends can recognise their own).
+  struct Owner {
+    virtual ~Owner() = default;
+  };
+  /// An Owner holding the bytes themselves.
+  struct OwnedBytes : Owner {
+    explicit OwnedBytes(Bytes b) : bytes(std::move(b)) {}
+    Bytes bytes;
+  };
+
+  bool present = false;
+  const std::uint8_t* data = nullptr;
+  std::size_t size = 0;
+  /// The whole value's size where the store knows it (a prefix read); nullopt: unknown.
+  std::optional<std::uint64_t> total_size;
+  /// Non-empty: this key's read failed, with this store_error kind.
+  std::string error;
+  std::shared_ptr<const Owner> owner;
+  bool stable = true;
+
+  /// A present value that owns its bytes.
+  static StoreValue owned(Bytes b) {
+    StoreValue v;
+    auto o = std::make_shared<const OwnedBytes>(std::move(b));
+    v.present = true;
+    v.data = o->bytes.data();
+    v.size = o->bytes.size();
+    v.owner = std::move(o);
+    return v;
+  }
+  /// The reply for one key whose read failed with this kind.
+  static StoreValue failed(std::string kind) {
+    StoreValue v;
+    v.error = std::move(kind);
+    return v;
+  }
+};
+
+/// One key's reply to Store::put_many: stored, or not (error: the kind, when
+/// the store failed for this key; empty when it declined without an error).
+struct StoreWrite {
+  bool stored = true;
+  std::string error;
+};
+
 /// A store of values (byte strings) under kvkey store keys. Implementations
-/// report failures by throwing (any exception); a missing key is not a failure.
-/// The batch forms default to one call per key: override them where the store
-/// can pipeline (Redis: one round trip for all keys).
+/// report a failed call by throwing store_error (any other exception is a bug
+/// and passes through the connector); a missing key is not a failure. The
+/// batch forms default to one call per key: override them where the store can
+/// pipeline (Redis: one round trip for all keys). The read_* members are what
+/// kvkey::Connector calls; their defaults wrap get_many, get_prefix_many and
+/// exists_many, and a zero-copy store overrides them (docs/connectors.md).
 class Store {
  public:
   virtual ~Store() = default;
@@ -67,7 +150,56 @@ class Store {
     return out;
   }
 
+  /// get_many as StoreValues (owned, stable bytes).
+  virtual std::vector<StoreValue> read_many(const std::vector<std::string>& keys) { return wrap(get_many(keys)); }
+  /// get_prefix_many as StoreValues.
+  virtual std::vector<StoreValue> read_prefix_many(const std::vector<std::string>& keys, std::size_t n) {
+    return wrap(get_prefix_many(keys, n));
+  }
+  /// Reads each value for Connector::load_into. staging[i] is connector-owned
+  /// memory of the size the value should have; a store that can read straight
+  /// into memory (Mooncake's batch_get_into) writes the value there and
+  /// returns a StoreValue pointing into it (its size the value's whole size:
+  /// larger than staging[i] means the value did not fit, and only its first
+  /// staging[i].size bytes were written). The connector verifies a block
+  /// before it copies anything into the caller's destinations, so rejected
+  /// bytes only ever reach staging. Default: read_many (staging unused).
+  virtual std::vector<StoreValue> read_into(const std::vector<std::string>& keys,
+                                            const std::vector<MutableBuffer>& staging) {
+    (void)staging;
+    return read_many(keys);
+  }
+  /// True when read_into writes into the staging memory (the connector then
+  /// provides it); false (the default): read_into is read_many, no staging.
+  virtual bool reads_into() const noexcept { return false; }
+  /// exists_many as StoreValues (present or not, no bytes).
+  virtual std::vector<StoreValue> probe_many(const std::vector<std::string>& keys) {
+    const std::vector<bool> found = exists_many(keys);
+    std::vector<StoreValue> out(found.size());
+    for (std::size_t i = 0; i < found.size(); ++i) out[i].present = found[i];
+    return out;
+  }
+  /// Memory for one value of `size` bytes that the connector seals into and
+  /// then passes to put_many (a store with registered or pooled memory hands
+  /// out its own). Default: heap bytes.
+  virtual StoreValue allocate_value(std::size_t size) { return StoreValue::owned(Bytes(size)); }
+  /// put for each (key, value), in order; one StoreWrite per key. The values
+  /// come from allocate_value; the store may keep their owners.
+  virtual std::vector<StoreWrite> put_many(const std::vector<std::string>& keys,
+                                           const std::vector<StoreValue>& values) {
+    std::vector<StoreWrite> out(keys.size());
+    for (std::size_t i = 0; i < keys.size() && i < values.size(); ++i) put(keys[i], values[i].data, values[i].size);
+    return out;
+  }
+
  protected:
+  static std::vector<StoreValue> wrap(std::vector<std::optional<Bytes>> values) {
+    std::vector<StoreValue> out;
+    out.reserve(values.size());
+    for (std::optional<Bytes>& v : values) out.push_back(v ? StoreValue::owned(std::move(*v)) : StoreValue{});
+    return out;
+  }
+
   Store() = default;
   Store(const Store&) = default;
   Store& operator=(const Store&) = default;
@@ -103,6 +235,17 @@ class MemoryStore : public Store {
   bool exists(std::string_view key) override {
     const std::lock_guard<std::mutex> lock(mu_);
     return map_.find(key) != map_.end();
+  }
+  /// Prefixes with each value's total size (so a lookup also rejects a value
+  /// whose length disagrees with its header).
+  std::vector<StoreValue> read_prefix_many(const std::vector<std::string>& keys, std::size_t n) override {
+    std::vector<StoreValue> out = wrap(get_prefix_many(keys, n));
+    const std::lock_guard<std::mutex> lock(mu_);
+    for (std::size_t i = 0; i < keys.size() && i < out.size(); ++i) {
+      const auto it = map_.find(keys[i]);
+      if (out[i].present && it != map_.end()) out[i].total_size = it->second.size();
+    }
+    return out;
   }
   /// The number of values stored.
   std::size_t size() const {

@@ -41,6 +41,7 @@ from ._kvkey import (  # noqa: F401  (re-exports)
     secret_key_prefix,
     single_tenant_name,
     store_key_tag,
+    u64_projection,
 )
 from . import compat  # noqa: F401
 from . import stores  # noqa: F401
@@ -90,12 +91,3 @@ __all__ = [
     "u64_projection",
 ]
 
-
-def u64_projection(digest: bytes) -> int:
-    """The 64-bit projection of a block hash for indexes keyed on u64
-    (docs/format.md, section 11): its first 8 bytes read big-endian, so the
-    value's 16 hex digits are the first 16 hex digits of the digest."""
-    b = bytes(memoryview(digest))
-    if len(b) != 32:
-        raise InputError(f"digest must be 32 bytes, got {len(b)}")
-    return int.from_bytes(b[:8], "big")

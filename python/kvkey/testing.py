@@ -16,10 +16,12 @@ block that does not load, or a lookup that stops before it). See docs/python.md.
 
 from __future__ import annotations
 
+import asyncio
 import collections
 import dataclasses
 import functools
 import hashlib
+import inspect
 import os
 import secrets
 import threading
@@ -235,6 +237,10 @@ class _Case:
             if counted < expected:
                 r.lost += expected - counted
                 r.errors.append(f"lookup counted {counted} blocks; {expected} have headers that verify")
+        # Payloads served by load are checked only after every other read of this check:
+        # what was served must stay what was verified, whatever the store does with its
+        # buffers afterwards (a store that recycles them under a zero-copy connector fails).
+        served: List[Tuple[str, Any]] = []
         for rank, ns in enumerate(d.ranks):
             rank_keys = [ns.store_key(h) for h in hashes]
             for key, p in zip(rank_keys, conn.load(hashes, rank=rank)):
@@ -242,10 +248,8 @@ class _Case:
                 if p is None:
                     if strict and allowed:
                         r.lost += 1
-                elif bytes(p) in allowed:
-                    r.loaded += 1
                 else:
-                    r.wrong_loads += 1
+                    served.append((key, p))
             sizes = [len(next(iter(self.allowed[k]))) if self.allowed.get(k) else len(d.payload(rank, h))
                      for k, h in zip(rank_keys, hashes)]
             sentinel = [bytes([0xA5]) * n for n in sizes]
@@ -268,6 +272,12 @@ class _Case:
                     r.missing += 1
                 if strict and allowed:
                     r.lost += 1
+        conn.lookup(hashes)  # one more read of every rank's values
+        for key, p in served:
+            if bytes(p) in self.allowed.get(key, set()):
+                r.loaded += 1
+            else:
+                r.wrong_loads += 1
 
     def cleanup(self) -> None:
         for prefix in sorted(self.tenants):
@@ -286,7 +296,9 @@ class _Case:
 
 # ---- the matrix -----------------------------------------------------------------------------
 
-_Damage = Callable[["_Case", _Deployment, List[bytes]], None]
+# A damage hits one rank (every case runs it on each rank in turn).
+_Damage = Callable[["_Case", _Deployment, List[bytes], int], None]
+_Change = Callable[[bytes, "_Case", _Deployment, List[bytes], int], Optional[bytes]]
 
 FIELD_CHANGES: List[Tuple[str, Dict[str, Any]]] = [
     ("tenant", {}),  # another tenant: see _foreign
@@ -315,83 +327,82 @@ FIELD_CHANGES: List[Tuple[str, Dict[str, Any]]] = [
 def _foreign(field: str, changes: Dict[str, Any]) -> _Damage:
     """Another deployment's value for the same block hash, written under our key."""
 
-    def damage(case: _Case, d: _Deployment, hashes: List[bytes]) -> None:
+    def damage(case: _Case, d: _Deployment, hashes: List[bytes], rank: int) -> None:
         suffix = "-x" if field == "tenant" else ""
         ch = dict(changes)
         if field == "shard.tp_size":
             other = case.deployment(suffix, ch, ranks=1)
         else:
             other = case.deployment(suffix, ch)
-        h = hashes[2]
-        case.put_raw(d.ranks[0].store_key(h), other.ranks[0].seal_value(h, other.payload(0, h)))
+        h, r = hashes[2], min(rank, len(other.ranks) - 1)
+        case.put_raw(d.ranks[rank].store_key(h), other.ranks[r].seal_value(h, other.payload(r, h)))
 
     return damage
 
 
-def _rewrite(change: Callable[[bytes, _Case, _Deployment, List[bytes]], Optional[bytes]],
-             rank: int = 0, block: int = 2) -> _Damage:
-    def damage(case: _Case, d: _Deployment, hashes: List[bytes]) -> None:
+def _rewrite(change: _Change, block: int = 2) -> _Damage:
+    def damage(case: _Case, d: _Deployment, hashes: List[bytes], rank: int) -> None:
         ns = d.ranks[rank]
         good = case.value(ns, hashes[block])
-        case.put_raw(ns.store_key(hashes[block]), change(good, case, d, hashes))
+        case.put_raw(ns.store_key(hashes[block]), change(good, case, d, hashes, rank))
 
     return damage
 
 
-def _flip(offset: int) -> Callable[[bytes, _Case, _Deployment, List[bytes]], Optional[bytes]]:
-    def change(v: bytes, case: _Case, d: _Deployment, hashes: List[bytes]) -> bytes:
+def _flip(offset: int) -> _Change:
+    def change(v: bytes, case: _Case, d: _Deployment, hashes: List[bytes], rank: int) -> bytes:
         at = offset if offset >= 0 else len(v) + offset
         return v[:at] + bytes([v[at] ^ 0x04]) + v[at + 1:]
 
     return change
 
 
-def _torn(cut: int) -> Callable[[bytes, _Case, _Deployment, List[bytes]], Optional[bytes]]:
+def _torn(cut: int) -> _Change:
     """The first ``cut`` bytes of a newer value of the block, the rest of the old one."""
 
-    def change(v: bytes, case: _Case, d: _Deployment, hashes: List[bytes]) -> bytes:
-        newer = d.ranks[0].seal_value(hashes[2], d.payload(0, hashes[2], 3))
+    def change(v: bytes, case: _Case, d: _Deployment, hashes: List[bytes], rank: int) -> bytes:
+        newer = d.ranks[rank].seal_value(hashes[2], d.payload(rank, hashes[2], 3))
         at = cut if cut >= 0 else len(v) + cut
         return newer[:at] + v[at:]
 
     return change
 
 
-def _transplant(case: _Case, d: _Deployment, hashes: List[bytes]) -> None:
-    """Block 3's header with block 2's payload under block 2's key (rank 0), and rank 0's
-    header of block 2 with rank 1's payload under rank 1's key."""
-    ns0, ns1 = d.ranks[0], d.ranks[1]
+def _transplant(case: _Case, d: _Deployment, hashes: List[bytes], rank: int) -> None:
+    """Block 3's header with block 2's payload under block 2's key (this rank), and this
+    rank's header of block 2 with the next rank's payload under the next rank's key."""
+    ns0, ns1 = d.ranks[rank], d.ranks[(rank + 1) % len(d.ranks)]
     v2, v3, r1 = case.value(ns0, hashes[2]), case.value(ns0, hashes[3]), case.value(ns1, hashes[2])
     case.put_raw(ns0.store_key(hashes[2]), v3[:_HEADER] + v2[_HEADER:])
     case.put_raw(ns1.store_key(hashes[2]), v2[:_HEADER] + r1[_HEADER:])
 
 
-def _transplant_payload(case: _Case, d: _Deployment, hashes: List[bytes]) -> None:
+def _transplant_payload(case: _Case, d: _Deployment, hashes: List[bytes], rank: int) -> None:
     """Block 2's header with block 3's payload (of the same size) under block 2's key:
     the header verifies, the bytes do not."""
-    ns = d.ranks[0]
+    ns = d.ranks[rank]
     v2, v3 = case.value(ns, hashes[2]), case.value(ns, hashes[3])
     case.put_raw(ns.store_key(hashes[2]), v2[:_HEADER] + v3[_HEADER:])
 
 
-def _swap_blocks(case: _Case, d: _Deployment, hashes: List[bytes]) -> None:
-    ns = d.ranks[0]
+def _swap_blocks(case: _Case, d: _Deployment, hashes: List[bytes], rank: int) -> None:
+    ns = d.ranks[rank]
     v2, v3 = case.value(ns, hashes[2]), case.value(ns, hashes[3])
     case.put_raw(ns.store_key(hashes[2]), v3)
     case.put_raw(ns.store_key(hashes[3]), v2)
 
 
-def _swap_ranks(case: _Case, d: _Deployment, hashes: List[bytes]) -> None:
-    ns0, ns1 = d.ranks[0], d.ranks[1]
+def _swap_ranks(case: _Case, d: _Deployment, hashes: List[bytes], rank: int) -> None:
+    ns0, ns1 = d.ranks[rank], d.ranks[(rank + 1) % len(d.ranks)]
     a, b = case.value(ns0, hashes[2]), case.value(ns1, hashes[2])
     case.put_raw(ns0.store_key(hashes[2]), b)
     case.put_raw(ns1.store_key(hashes[2]), a)
 
 
-def _version(version: int) -> Callable[[bytes, _Case, _Deployment, List[bytes]], Optional[bytes]]:
+def _version(version: int) -> _Change:
     """The value with another format version in its header (offset 8, u16le)."""
 
-    def change(v: bytes, case: _Case, d: _Deployment, hashes: List[bytes]) -> bytes:
+    def change(v: bytes, case: _Case, d: _Deployment, hashes: List[bytes], rank: int) -> bytes:
         return v[:8] + version.to_bytes(2, "little") + v[10:]
 
     return change
@@ -402,8 +413,8 @@ def _fault_cases() -> List[Tuple[str, _Damage, bool]]:
     cases: List[Tuple[str, _Damage, bool]] = []
     for field, changes in FIELD_CHANGES:
         cases.append((f"foreign {field}", _foreign(field, changes), False))
-    cases.append(("foreign shard (rank 1's value under rank 0's key)", _rewrite(
-        lambda v, c, d, hs: c.value(d.ranks[1], hs[2])), False))
+    cases.append(("foreign shard (another rank's value under this rank's key)", _rewrite(
+        lambda v, c, d, hs, r: c.value(d.ranks[(r + 1) % len(d.ranks)], hs[2])), False))
     for offset, what in [(0, "magic"), (8, "format version"), (12, "identity length"), (16, "block hash"),
                          (48, "payload size"), (56, "slice"), (72, "namespace kind"), (73, "integrity mode"),
                          (75, "reserved"), (84, "nonce"), (100, "payload digest"), (130, "identity"),
@@ -442,27 +453,29 @@ def _fault_cases() -> List[Tuple[str, _Damage, bool]]:
 
 
 def _keyed_mix(reader_keyed: bool, other_secret: bool = False) -> _Damage:
-    def damage(case: _Case, d: _Deployment, hashes: List[bytes]) -> None:
+    def damage(case: _Case, d: _Deployment, hashes: List[bytes], rank: int) -> None:
         if other_secret or not reader_keyed:
             other = case.deployment("", secret=kv.TenantSecret(secrets.token_bytes(32)))
         else:
             other = case.deployment("")
         h = hashes[2]
-        case.put_raw(d.ranks[0].store_key(h), other.ranks[0].seal_value(h, other.payload(0, h)))
+        case.put_raw(d.ranks[rank].store_key(h), other.ranks[rank].seal_value(h, other.payload(rank, h)))
 
     return damage
 
 
 def _run_fault(case: _Case, damage: _Damage, keyed: bool) -> None:
-    d = case.deployment(secret=kv.TenantSecret(secrets.token_bytes(32)) if keyed else None)
-    conn = case.connector(d)
-    hashes = d.hashes()
-    case.save(conn, d, hashes)
-    case.check(conn, d, hashes)  # all intact
-    damage(case, d, hashes)
-    case.check(conn, d, hashes)
-    case.save(conn, d, hashes, version=1)  # the engine recomputes and saves again
-    case.check(conn, d, hashes)
+    """The damage on each rank in turn, each time on a fresh deployment."""
+    for rank in range(TP):
+        d = case.deployment(secret=kv.TenantSecret(secrets.token_bytes(32)) if keyed else None)
+        conn = case.connector(d)
+        hashes = d.hashes(family=rank)  # keys of their own for each rank's turn
+        case.save(conn, d, hashes)
+        case.check(conn, d, hashes)  # all intact
+        damage(case, d, hashes, rank)
+        case.check(conn, d, hashes)
+        case.save(conn, d, hashes, version=1)  # the engine recomputes and saves again
+        case.check(conn, d, hashes)
 
 
 def _epoch_bump(case: _Case) -> None:
@@ -614,6 +627,69 @@ def _baseline(case: _Case, keyed: bool) -> None:
     case.check(conn, d, hashes)
 
 
+class _Loop:
+    """An event loop in a thread of its own, for the async stores and connectors."""
+
+    def __init__(self) -> None:
+        self.loop = asyncio.new_event_loop()
+        self._thread = threading.Thread(target=self.loop.run_forever, daemon=True)
+        self._thread.start()
+
+    def run(self, awaitable: Any) -> Any:
+        async def wrapped() -> Any:
+            return await awaitable
+
+        return asyncio.run_coroutine_threadsafe(wrapped(), self.loop).result()
+
+    def close(self) -> None:
+        self.loop.call_soon_threadsafe(self.loop.stop)
+        self._thread.join()
+        self.loop.close()
+
+
+def _is_async(store: Any) -> bool:
+    return any(inspect.iscoroutinefunction(getattr(store, m, None)) for m in ("get", "put"))
+
+
+class _SyncStore:
+    """An async store's methods run to completion on the kit's loop (the kit's own reads
+    and damaging writes); ``inner`` is the async store the connector under test uses."""
+
+    def __init__(self, inner: Any, loop: _Loop) -> None:
+        self.inner, self._loop = inner, loop
+        for name in ("get", "get_prefix", "put", "exists", "delete"):
+            method = getattr(inner, name, None)
+            if method is not None:
+                setattr(self, name, functools.partial(self._call, method))
+        if hasattr(inner, "scan_prefix"):
+            self.scan_prefix = self._scan
+
+    def _call(self, method: Callable[..., Any], *args: Any) -> Any:
+        result = method(*args)
+        return self._loop.run(result) if inspect.isawaitable(result) else result
+
+    def _scan(self, prefix: str) -> Any:
+        async def collect() -> List[str]:
+            return [k async for k in self.inner.scan_prefix(prefix)]
+
+        return iter(self._loop.run(collect()))
+
+
+class _SyncAio:
+    """A kvkey.aio.Connector driven from the kit's threads: each call awaited on the loop."""
+
+    def __init__(self, conn: Any, loop: _Loop) -> None:
+        self._conn, self._loop = conn, loop
+
+    def __getattr__(self, name: str) -> Any:
+        method = getattr(self._conn, name)
+        if name == "with_epoch":
+            return lambda epoch: _SyncAio(method(epoch), self._loop)
+        if not inspect.iscoroutinefunction(method):
+            return method
+        return lambda *a, **k: self._loop.run(method(*a, **k))
+
+
 def check_store(make_store: Callable[[], Store], *, make_connector: Optional[_MakeConnector] = None,
                 cases: Optional[Sequence[str]] = None) -> Report:
     """Runs the fault matrix against stores from ``make_store()`` (called once per case;
@@ -621,8 +697,41 @@ def check_store(make_store: Callable[[], Store], *, make_connector: Optional[_Ma
     its keys at the end). ``make_connector(store, namespaces)`` builds the connector
     under test (default ``kvkey.Connector``). ``cases``: run only the cases whose name
     contains one of these strings. Returns a ``Report``; never raises for what a case
-    finds (an exception inside a case is one of its errors)."""
+    finds (an exception inside a case is one of its errors).
+
+    An async store (coroutine ``get`` / ``put``, e.g. ``kvkey.stores.aio.RedisStore``) is
+    run on an event loop of the kit's own, made inside it (make_store is called on
+    that loop's thread), and the connector under test is ``kvkey.aio.Connector`` (or
+    ``make_connector(store, namespaces)`` returning one), driven from the kit's threads."""
+    if _is_async(make_store()):
+        return _check_async_store(make_store, make_connector, cases)
     connect = make_connector or (lambda store, ranks: Connector(store, ranks))
+    return _check(make_store, connect, cases)
+
+
+def _check_async_store(make_store: Callable[[], Any], make_connector: Optional[_MakeConnector],
+                       cases: Optional[Sequence[str]]) -> Report:
+    from . import aio  # noqa: PLC0415 - asyncio only where an async store is checked
+
+    loop = _Loop()
+    try:
+        async def made() -> Any:
+            return make_store()
+
+        def make() -> Any:
+            return _SyncStore(loop.run(made()), loop)
+
+        def connect(store: Any, ranks: Any) -> Any:
+            inner = store.inner if isinstance(store, _SyncStore) else store
+            conn = make_connector(inner, ranks) if make_connector else aio.Connector(inner, ranks)
+            return _SyncAio(conn, loop)
+
+        return _check(make, connect, cases)
+    finally:
+        loop.close()
+
+
+def _check(make_store: Callable[[], Any], connect: _MakeConnector, cases: Optional[Sequence[str]]) -> Report:
     run = secrets.token_hex(3)
     plan: List[Tuple[str, Callable[[_Case], None]]] = [
         ("baseline", lambda c: _baseline(c, False)),

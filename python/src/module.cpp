@@ -21,6 +21,7 @@
 #include <vector>
 
 #include "batch.hpp"
+#include "connector.hpp"
 #include "convert.hpp"
 #include "fields.hpp"
 #include "messages.hpp"
@@ -457,6 +458,15 @@ void bind_namespace(py::module_& m) {
           py::arg("epoch"),
           "This namespace under weights epoch `epoch`, identical in every other respect: identity, tenant secret "
           "(a keyed namespace stays keyed) and policy (single_tenant, payload_check). Switch every rank together.")
+      .def(
+          "for_rank",
+          [](const Namespace& ns, const py::object& rank) {
+            return ns.for_rank(to_uint<std::uint32_t>(rank, "tp_rank"));
+          },
+          py::arg("tp_rank"),
+          "This deployment's namespace for tensor-parallel rank `tp_rank`: identical but for shard.tp_rank "
+          "(tenant secret and policy kept). [ns.for_rank(r) for r in range(tp_size)] is what a multi-rank "
+          "Connector takes. IdentityError when tp_rank >= shard.tp_size.")
       .def_property_readonly(
           "identity", [](const Namespace& ns) { return PyIdentity(ns.identity()); },
           "the validated identity as encoded (a copy)")
@@ -763,7 +773,8 @@ PYBIND11_MODULE(_kvkey, m) {
 
   bind_identity(m);
   bind_namespace(m);
-  bind_values<Namespace, PyVerdict>(m);  // value.hpp
+  bind_values<Namespace, PyVerdict>(m);     // value.hpp
+  bind_connector<Namespace, PyVerdict>(m);  // connector.hpp
   bind_model_dir(m);
   bind_metrics(m);
 
@@ -815,6 +826,17 @@ PYBIND11_MODULE(_kvkey, m) {
       "s (str, or bytes-like: then bytes are returned) as a literal inside a Redis glob (SCAN MATCH, KEYS): '*', "
       "'?', '[', ']' and '\\' get a backslash in front. glob_escape(ns.key_prefix) + '*' matches every key under "
       "the prefix.");
+
+  m.def(
+      "u64_projection", [](const py::object& d) { return kvkey::u64_projection(to_digest(d, "digest")); },
+      py::arg("digest"),
+      "The 64-bit projection of a block hash for indexes keyed on u64 (docs/format.md, section 11): its first 8 "
+      "bytes read big-endian, so the value's 16 hex digits are the first 16 hex digits of the digest.");
+  m.attr("store_error_kinds") = [] {
+    py::tuple kinds(kvkey::store_error_kinds.size());
+    for (std::size_t k = 0; k < kinds.size(); ++k) kinds[k] = py::str(std::string(kvkey::store_error_kinds[k]));
+    return kinds;
+  }();
 
   py::module_ compat = m.def_submodule("compat_lmdeploy");
   bind_lmdeploy(compat);

@@ -47,14 +47,27 @@ template <class Hash>
 py::bytes seal_value_bytes(const kvkey::KeyNamespace<Hash>& ns, const py::handle& block_hash,
                            const py::handle& payload) {
   const kvkey::Digest block = to_digest(block_hash, "block_hash");
-  const ByteString bytes(payload, "payload", ByteString::Str::refuse, "bytes-like (the KV bytes)");
-  const std::size_t size = kvkey::value_size(bytes.size());
+  // A list or tuple of buffers (per-layer K and V): the value holds their concatenation.
+  std::deque<ByteString> held;
+  std::vector<kvkey::ConstBuffer> parts;
+  if (PyList_Check(payload.ptr()) || PyTuple_Check(payload.ptr())) {
+    const py::sequence seq = py::reinterpret_borrow<py::sequence>(payload);
+    for (std::size_t i = 0; i < seq.size(); ++i) {
+      held.emplace_back(seq[i], "payload[" + std::to_string(i) + "]", ByteString::Str::refuse,
+                        "bytes-like (the KV bytes)");
+    }
+  } else {
+    held.emplace_back(payload, "payload", ByteString::Str::refuse, "bytes-like (the KV bytes), or a list of them");
+  }
+  for (const ByteString& b : held) parts.push_back({b.data(), b.size()});
+  const kvkey::Payload p(parts.data(), parts.size());
+  const std::size_t size = kvkey::value_size(p.size());
   auto out = py::reinterpret_steal<py::bytes>(PyBytes_FromStringAndSize(nullptr, static_cast<Py_ssize_t>(size)));
   if (!out) throw py::error_already_set();
   auto* dst = reinterpret_cast<std::uint8_t*>(PyBytes_AS_STRING(out.ptr()));
   {
     py::gil_scoped_release release;  // the buffers are held; no Python object is touched
-    (void)ns.seal_value(block, kvkey::Payload(bytes.data(), bytes.size()), dst, size);
+    (void)ns.seal_value(block, p, dst, size);
   }
   return out;
 }
@@ -71,7 +84,7 @@ void bind_values(py::module_& m) {
          py::arg("block_hash"), py::arg("payload"),
          "One store value: the envelope_size-byte header, then the payload's bytes (docs/format.md, \"Stored "
          "values\"). payload: the KV bytes (any bytes-like object or numpy array, read in place with the GIL "
-         "released).")
+         "released), or a list of them (per-layer K and V; the value holds their concatenation).")
       .def(
           "open_value",
           [](const Ns& ns, const py::object& value, const py::object& block_hash) {

@@ -66,6 +66,17 @@ def make_identity(**changes):
     return i
 
 
+# A quantized cache with scales leaves the payload size open (ns.payload_size is None), so a
+# connector over it takes payloads of any size: for tests whose payloads are not a real
+# block's bytes. (A connector checks the size whenever the identity fixes it.)
+UNSIZED = dict(kv__dtype="int8", kv__quant__scheme="per_token_head", kv__quant__group_size=64,
+               kv__quant__scale_dtype="fp16")
+
+
+def make_unsized_identity(**changes):
+    return make_identity(**{**UNSIZED, **changes})
+
+
 @pytest.fixture
 def identity():
     return make_identity()

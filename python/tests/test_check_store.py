@@ -2,8 +2,11 @@
 broken ones (stale or lossy stores, a connector that skips verification)."""
 
 import kvkey
+from kvkey.connector import BlockResult
 from kvkey.stores import MemoryStore
 from kvkey.testing import check_store
+
+from test_connector_core import ArenaStore
 
 
 def test_memory_store_passes_every_case():
@@ -20,8 +23,8 @@ def test_memory_store_passes_every_case():
                      "stale writer racing an epoch bump", "concurrent writers of one key"]:
         assert expected in names, expected
     assert len(report.cases) >= 60
-    foreign = report.case("foreign kv.dtype")
-    assert foreign.rejected == 1 and foreign.reasons == {"identity_mismatch kv.dtype": 1}
+    foreign = report.case("foreign kv.dtype")  # the damage hits each of the two ranks in turn
+    assert foreign.rejected == 2 and foreign.reasons == {"identity_mismatch kv.dtype": 2}
     assert "check_store: ok" in str(report) and "foreign kv.dtype" in str(report)
 
 
@@ -46,24 +49,71 @@ class LossyStore(MemoryStore):
         return None
 
 
-class Unverified(kvkey.Connector):
+class Unverified:
     """A connector that trusts the store: existence counts, and every value longer than a
     header is served as a payload."""
 
-    def lookup(self, block_hashes, *, max_tokens=None):
-        return self.lookup_existing(block_hashes, max_tokens=max_tokens)
+    def __init__(self, store, ranks):
+        self.store, self.ranks = store, list(ranks)
+        self.inner = kvkey.Connector(store, self.ranks)
 
-    def _open(self, ns, hashes):
-        values = self.store.get([ns.store_key(h) for h in hashes])
-        payloads = [None if v is None else memoryview(v)[kvkey.envelope_size:] for v in values]
-        return payloads, [None] * len(hashes), values
+    def save(self, hashes, payloads, *, rank=0):
+        return self.inner.save(hashes, payloads, rank=rank)
+
+    def lookup(self, hashes, *, max_tokens=None):
+        return self.inner.lookup_existing(hashes, max_tokens=max_tokens)
+
+    def load(self, hashes, *, rank=0):
+        values = self.store.get([self.ranks[rank].store_key(h) for h in hashes])
+        return [None if v is None else memoryview(v)[kvkey.envelope_size:] for v in values]
+
+    def load_into(self, hashes, buffers, *, rank=0):
+        out = []
+        for p, b in zip(self.load(hashes, rank=rank), buffers):
+            if p is None or len(p) != len(b):
+                out.append(BlockResult("missing"))
+            else:
+                memoryview(b).cast("B")[:] = p
+                out.append(BlockResult("loaded", None, len(p)))
+        return out
 
 
-class ExistenceLookup(kvkey.Connector):
+class ExistenceLookup(Unverified):
     """Verifies loads, but counts blocks by existence."""
 
-    def lookup(self, block_hashes, *, max_tokens=None):
-        return self.lookup_existing(block_hashes, max_tokens=max_tokens)
+    def load(self, hashes, *, rank=0):
+        return self.inner.load(hashes, rank=rank)
+
+    def load_into(self, hashes, buffers, *, rank=0):
+        return self.inner.load_into(hashes, buffers, rank=rank)
+
+
+class SkipsRank1(Unverified):
+    """Checks rank 0 fully, but looks up with rank 0's headers only and serves rank 1's
+    payloads unverified."""
+
+    def lookup(self, hashes, *, max_tokens=None):
+        return kvkey.Connector(self.store, self.ranks[:1]).lookup(hashes, max_tokens=max_tokens)
+
+    def load(self, hashes, *, rank=0):
+        return self.inner.load(hashes, rank=0) if rank == 0 else super().load(hashes, rank=rank)
+
+    def load_into(self, hashes, buffers, *, rank=0):
+        if rank == 0:
+            return self.inner.load_into(hashes, buffers, rank=0)
+        return super().load_into(hashes, buffers, rank=rank)
+
+
+class RecyclingStore(ArenaStore):
+    """Answers get with views into one buffer that the next call overwrites (a receive
+    arena), and says it hands its values over (owned_values): it does not."""
+
+    def __init__(self):
+        super().__init__(owned=True)
+
+
+class HonestRecyclingStore(ArenaStore):
+    """The same arena, and the store says its values are not the caller's."""
 
 
 def test_a_stale_store_is_caught():
@@ -92,7 +142,7 @@ def test_a_lookup_by_existence_is_caught():
     report = check_store(MemoryStore, make_connector=ExistenceLookup)
     assert not report.ok
     assert report.wrong_loads == 0  # loads still verify
-    assert report.case("foreign tenant").counted_rejected == 1
+    assert report.case("foreign tenant").counted_rejected == 2  # rank 0's turn and rank 1's
     assert report.case("payload bit flip (first byte)").counted_rejected == 0  # its header verifies
 
 
@@ -126,5 +176,21 @@ def test_a_store_with_only_get_and_put_passes():
         dtype=kvkey.KvDtype.fp16, block_size=4, num_layers=1, num_kv_heads=1, head_dim=8, layout="l")))
     conn = kvkey.Connector(store, ns)
     hashes = ns.block_hashes(range(8))
-    conn.save(hashes, [b"a" * 64, b"b" * 64])
+    conn.save(hashes, [b"a" * 128, b"b" * 128])  # the identity's payload size: 2 x 1 x 1 x 8 x 4 x 2
     assert conn.lookup(hashes) == 2 and conn.lookup_existing(hashes) == 2
+
+
+def test_a_connector_that_skips_rank_1s_checks_is_caught():
+    report = check_store(MemoryStore, make_connector=SkipsRank1)
+    assert not report.ok
+    assert report.wrong_loads > 0 and report.counted_rejected > 0
+    for name in ["foreign kv.dtype", "payload bit flip (middle byte)", "header bit flip at 16 (block hash)"]:
+        assert not report.case(name).ok, name
+
+
+def test_a_store_that_recycles_its_buffers_under_a_zero_copy_connector_is_caught():
+    report = check_store(RecyclingStore, cases=["baseline", "payload bit flip (middle byte)"])
+    assert not report.ok and report.wrong_loads > 0, str(report)
+    # The same store, honest about its buffers: the connector copies, and nothing is wrong.
+    report = check_store(HonestRecyclingStore, cases=["baseline", "payload bit flip (middle byte)"])
+    assert report.ok, str(report)

@@ -9,7 +9,9 @@ import pytest
 import kvkey
 from kvkey.stores import MemoryStore, StoreError
 
-from conftest import make_identity
+# Payloads of any size (conftest.UNSIZED); test_payload_size_is_enforced_when_given and
+# tests/test_connector_core.py cover the size checks.
+from conftest import make_unsized_identity as make_identity
 
 H = kvkey.envelope_size
 
@@ -112,7 +114,7 @@ def test_load_into_refuses_unusable_buffers(setup):
 def test_lookup_verifies_headers_and_existence_only_does_not(setup):
     ns, store, conn, hashes = setup
     conn.save(hashes, payloads(hashes))
-    foreign = kvkey.KeyNamespace(make_identity(kv__dtype="bf16"))
+    foreign = kvkey.KeyNamespace(make_identity(kv__dtype="uint8"))
     store.values[ns.store_key(hashes[2])] = foreign.seal_value(hashes[2], payloads(hashes)[2])
     assert conn.lookup(hashes) == 2
     assert conn.lookup_existing(hashes) == 4  # counts what a load will reject
@@ -353,7 +355,7 @@ def test_kvkey_metrics_records_what_the_connector_saw(setup):
     m = kvkey.Metrics()
     conn = kvkey.Connector(store, ns, metrics=m)
     conn.save(hashes, payloads(hashes))
-    foreign = kvkey.KeyNamespace(make_identity(kv__dtype="bf16"))
+    foreign = kvkey.KeyNamespace(make_identity(kv__dtype="uint8"))
     store.values[ns.store_key(hashes[2])] = foreign.seal_value(hashes[2], payloads(hashes)[2])
     assert conn.lookup_existing(hashes) == 4
     conn.load(hashes)

@@ -26,7 +26,7 @@ import redis.connection
 import kvkey
 from kvkey.stores import RedisClusterStore
 
-from conftest import make_identity, server_env
+from conftest import make_unsized_identity as make_identity, server_env  # payloads of any size
 from test_redis_wire_faults import HOST, MODES, drive
 from test_redis_wire_faults import Oracle as NodeOracle
 

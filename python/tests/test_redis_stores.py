@@ -22,7 +22,7 @@ import kvkey
 from kvkey.stores import RedisClusterStore, RedisStore, StoreError
 from kvkey.testing import check_store
 
-from conftest import make_identity, server_env
+from conftest import make_unsized_identity as make_identity, server_env  # payloads of any size
 
 HOST = "127.0.0.1"
 
@@ -274,7 +274,7 @@ def test_redis_through_a_faulty_wire(client, faults):
     payloads = [bytes([b]) * 8192 for b in range(48)]
     clean = kvkey.Connector(RedisStore(client), ns)
     assert clean.save(hashes, payloads) == 48
-    foreign = kvkey.KeyNamespace(make_identity(tenant=ns.identity.tenant, kv__dtype="bf16"))
+    foreign = kvkey.KeyNamespace(make_identity(tenant=ns.identity.tenant, kv__dtype="uint8"))
     client.set(ns.store_key(hashes[40]), foreign.seal_value(hashes[40], payloads[40]))
     errors = collections.Counter()
 

@@ -20,7 +20,7 @@ import redis
 import kvkey
 from kvkey.stores import RedisStore, StoreError
 
-from conftest import make_identity, server_env
+from conftest import make_unsized_identity as make_identity, server_env  # payloads of any size
 
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[2] / "tests" / "integration"))
 from fault_proxy import FaultProxy  # noqa: E402

@@ -89,6 +89,12 @@ inline kvkey::Identity bf16_identity(std::uint32_t block_size) {
   return id;
 }
 
+/// base_identity quantized (int8, per-token scales): its payload size is not
+/// determined by the identity, so a connector checks none unless told.
+inline kvkey::Identity unsized_identity() {
+  return with_optionals(base_identity(), {kvkey::KvDtype::int8, "weights", "scales", "lora", "lora weights"});
+}
+
 /// A valid identity with every optional present, a quantization scheme and a
 /// 2-way tensor-parallel shard.
 inline kvkey::Identity rich_identity() {

@@ -250,8 +250,8 @@ TEST_CASE("The exposition is valid Prometheus text", "[metrics]") {
 
 TEST_CASE("kvkey::Connector records its saves, lookups, loads and rejections", "[metrics]") {
   kvkey::MemoryStore store;
-  const kvkey::KeyNamespace<kvkey::Sha256> ns(kvkey_test::bf16_identity(16));
-  kvkey::Identity other_tenant = kvkey_test::bf16_identity(16);
+  const kvkey::KeyNamespace<kvkey::Sha256> ns(kvkey_test::unsized_identity());  // 512-byte payloads
+  kvkey::Identity other_tenant = kvkey_test::unsized_identity();
   other_tenant.tenant = "tenant-b";
   const kvkey::KeyNamespace<kvkey::Sha256> other(other_tenant);
   const std::vector<kvkey::Digest> blocks = ns.block_hashes(kvkey_test::tokens(64));
@@ -278,14 +278,15 @@ TEST_CASE("kvkey::Connector records its saves, lookups, loads and rejections", "
   CHECK(s.save_saved == 4);
   CHECK(s.lookups == 2);
   CHECK(s.lookup_hit == 4 + 1);
-  CHECK(s.lookup_rejected == 1);  // block 1; blocks 2 and 3 are after the count ended
-  CHECK(s.lookup_miss == 2);
+  CHECK(s.lookup_rejected == 2);  // block 1, and block 2 by its size (MemoryStore reports it)
+  CHECK(s.lookup_miss == 1);
   CHECK(s.loads == 2);
   CHECK(s.load_loaded == 1);
   CHECK(s.load_rejected == 2);
   CHECK(s.load_missing == 2);
   CHECK(s.rejected(Reason::identity_mismatch, "tenant") == 2);  // at the lookup and at the load
-  CHECK(s.rejected(Reason::size_mismatch, "payload_size") == 1);
-  CHECK(s.rejected_total() == 3);
+  CHECK(s.rejected(Reason::size_mismatch, "payload_size") == 2);
+  CHECK(s.rejected_total() == 4);
   CHECK(s.payload_verified_bytes == 512);
+  CHECK(s.false_hits == 3);  // blocks 1 to 3: counted by the first lookup, then not loaded
 }

@@ -47,12 +47,15 @@ cmake --build "$bench" -j"$jobs" --target kvkey_redis_lookup_bench
 "$bench/bench/kvkey_redis_lookup_bench" 5 || status=$?
 
 # The Python stores on the same server: kvkey.stores.RedisStore, the connector and
-# kvkey.testing.check_store (python/tests/test_redis_stores.py), and RedisStore through
-# the fault proxy (python/tests/test_redis_wire_faults.py). They use the installed
-# module (stage 30-python) or, failing that, one built here.
+# kvkey.testing.check_store (python/tests/test_redis_stores.py), RedisStore through
+# the fault proxy (python/tests/test_redis_wire_faults.py), kvkey.aio.Connector over
+# kvkey.stores.aio.RedisStore (test_aio.py) and the engine-shaped example of
+# docs/python.md (examples/python/engine_tp2.py, test_engine_example.py). They use the
+# installed module (stage 30-python) or, failing that, one built here.
 py=/usr/bin/python3
 extra="$("$root/scripts/ci/python-module.sh" "$root/build/redis-python")"
 if [ -n "$extra" ]; then export PYTHONPATH="$extra${PYTHONPATH:+:$PYTHONPATH}"; fi
 (cd "$root/python/tests" && "$py" -m pytest -q -s -p no:cacheprovider -k "not cluster" \
-  test_redis_stores.py test_redis_wire_faults.py test_rotation_redis.py) || status=$?
+  test_redis_stores.py test_redis_wire_faults.py test_rotation_redis.py test_aio.py \
+  test_engine_example.py) || status=$?
 exit "$status"

@@ -1,0 +1,155 @@
+// SPDX-License-Identifier: Apache-2.0
+// kvkey_redis::RedisStore: the hiredis connection of this example as a
+// kvkey::Store, so kvkey::Connector (kvkey/connector.hpp) is the connector over
+// Redis: every batch is one pipeline (GETRANGE + STRLEN for headers, GET, SET,
+// EXISTS), ended by the ECHO sentinel of Connection ("Staying in step" in
+// redis_connector.hpp), bounded by Options::call_deadline.
+//
+//   kvkey_redis::RedisStore store({.host = "127.0.0.1", .port = 6379});
+//   kvkey::Connector<> conn(store, {ns.for_rank(0), ns.for_rank(1)});
+//
+// A call that fails throws kvkey::store_error (kind: connection for connect
+// and io, timeout, protocol, server) and drops the connection. A key whose
+// reply has the wrong type (a list under a kvkey key, say) fails alone: it is
+// a miss for that block, counted as a protocol error, and the rest of the
+// batch is served. One hiredis connection, behind a mutex: a store shared by
+// threads serialises their calls (give each thread its own for parallelism).
+#ifndef KVKEY_EXAMPLES_REDIS_KVKEY_STORE_HPP
+#define KVKEY_EXAMPLES_REDIS_KVKEY_STORE_HPP
+
+#include <kvkey/store.hpp>
+
+#include <cstddef>
+#include <cstdint>
+#include <mutex>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "redis_connector.hpp"
+
+namespace kvkey_redis {
+
+class RedisStore : public kvkey::Store {
+ public:
+  explicit RedisStore(Options options = {}) : conn_(std::move(options)) {}
+
+  void put(std::string_view key, const std::uint8_t* data, std::size_t size) override {
+    const std::string_view v(reinterpret_cast<const char*>(data), size);
+    run([&] { (void)conn_.command({"SET", key, v}); });
+  }
+  std::optional<kvkey::Bytes> get(std::string_view key) override { return bytes(read_many({std::string(key)})); }
+  std::optional<kvkey::Bytes> get_prefix(std::string_view key, std::size_t n) override {
+    return bytes(read_prefix_many({std::string(key)}, n));
+  }
+  bool remove(std::string_view key) override {
+    return run([&] { return conn_.command({"UNLINK", key})->integer == 1; });
+  }
+  bool exists(std::string_view key) override { return probe_many({std::string(key)}).at(0).present; }
+
+  std::vector<kvkey::StoreValue> read_prefix_many(const std::vector<std::string>& keys, std::size_t n) override {
+    const std::string last = std::to_string(n == 0 ? 0 : n - 1);
+    std::vector<Connection::Command> commands;
+    commands.reserve(2 * keys.size());
+    for (const std::string& k : keys) {
+      commands.push_back({"GETRANGE", k, "0", last});
+      commands.push_back({"STRLEN", k});
+    }
+    return run([&] {
+      const std::vector<Reply> replies = conn_.pipeline(commands);
+      std::vector<kvkey::StoreValue> out(keys.size());
+      for (std::size_t i = 0; i < keys.size(); ++i) {
+        const redisReply& data = *replies[2 * i];
+        const redisReply& size = *replies[2 * i + 1];
+        if (data.type != REDIS_REPLY_STRING || size.type != REDIS_REPLY_INTEGER || size.integer < 0) {
+          out[i] = kvkey::StoreValue::failed("protocol");  // this key alone (say, a list under it)
+        } else if (data.len > 0) {  // GETRANGE answers "" for a missing key: an empty value reads as missing
+          out[i] = kvkey::StoreValue::owned(kvkey::Bytes(data.str, data.str + data.len));
+          out[i].total_size = static_cast<std::uint64_t>(size.integer);
+        }
+      }
+      return out;
+    });
+  }
+  std::vector<kvkey::StoreValue> read_many(const std::vector<std::string>& keys) override {
+    std::vector<Connection::Command> commands;
+    commands.reserve(keys.size());
+    for (const std::string& k : keys) commands.push_back({"GET", k});
+    return run([&] {
+      const std::vector<Reply> replies = conn_.pipeline(commands);
+      std::vector<kvkey::StoreValue> out(keys.size());
+      for (std::size_t i = 0; i < keys.size(); ++i) {
+        const redisReply& r = *replies[i];
+        if (r.type == REDIS_REPLY_STRING) {
+          out[i] = kvkey::StoreValue::owned(kvkey::Bytes(r.str, r.str + r.len));
+        } else if (r.type != REDIS_REPLY_NIL) {
+          out[i] = kvkey::StoreValue::failed("protocol");
+        }
+      }
+      return out;
+    });
+  }
+  std::vector<kvkey::StoreValue> probe_many(const std::vector<std::string>& keys) override {
+    std::vector<Connection::Command> commands;
+    commands.reserve(keys.size());
+    for (const std::string& k : keys) commands.push_back({"EXISTS", k});
+    return run([&] {
+      const std::vector<Reply> replies = conn_.pipeline(commands);
+      std::vector<kvkey::StoreValue> out(keys.size());
+      for (std::size_t i = 0; i < keys.size(); ++i) {
+        const redisReply& r = *replies[i];
+        if (r.type != REDIS_REPLY_INTEGER || (r.integer != 0 && r.integer != 1)) {
+          out[i] = kvkey::StoreValue::failed("protocol");
+        } else {
+          out[i].present = r.integer == 1;
+        }
+      }
+      return out;
+    });
+  }
+  std::vector<kvkey::StoreWrite> put_many(const std::vector<std::string>& keys,
+                                          const std::vector<kvkey::StoreValue>& values) override {
+    std::vector<Connection::Command> commands;
+    commands.reserve(keys.size());
+    for (std::size_t i = 0; i < keys.size() && i < values.size(); ++i) {
+      commands.push_back(
+          {"SET", keys[i], std::string_view(reinterpret_cast<const char*>(values[i].data), values[i].size)});
+    }
+    return run([&] {
+      const std::vector<Reply> replies = conn_.pipeline(commands);
+      std::vector<kvkey::StoreWrite> out(replies.size());
+      for (std::size_t i = 0; i < replies.size(); ++i) {
+        const redisReply& r = *replies[i];
+        out[i].stored = r.type == REDIS_REPLY_STATUS && std::string_view(r.str, r.len) == "OK";
+        if (!out[i].stored) out[i].error = "protocol";
+      }
+      return out;
+    });
+  }
+
+  Connection& connection() noexcept { return conn_; }
+
+ private:
+  // Runs one call; the example's StoreError becomes a kvkey::store_error of its metrics kind.
+  template <class F>
+  auto run(F&& f) -> decltype(f()) {
+    const std::lock_guard<std::mutex> lock(mu_);
+    try {
+      return f();
+    } catch (const StoreError& e) {
+      throw kvkey::store_error(metrics_kind(e.kind()), e.what());
+    }
+  }
+  static std::optional<kvkey::Bytes> bytes(const std::vector<kvkey::StoreValue>& v) {
+    if (v.empty() || !v[0].present) return std::nullopt;
+    return kvkey::Bytes(v[0].data, v[0].data + v[0].size);
+  }
+
+  std::mutex mu_;
+  Connection conn_;
+};
+
+}  // namespace kvkey_redis
+
+#endif  // KVKEY_EXAMPLES_REDIS_KVKEY_STORE_HPP
