@@ -347,13 +347,17 @@ class IdentityReader {
 
 /// Parses JSON text strictly: one JSON text (RFC 8259) and nothing after it
 /// but whitespace, objects and arrays nested at most max_depth deep, no key
-/// twice in an object, no number beyond a double. A UTF-8 byte order mark at
+/// twice in an object, no number beyond a double, no NUL byte. A UTF-8 byte order mark at
 /// the start is skipped. Throws input_error: field() empty and detail()
 /// "LINE:COLUMN: invalid JSON: REASON" (syntax, invalid UTF-8, a lone
 /// surrogate) or "invalid JSON: ..." (nesting, a number out of range); or
 /// field() the dotted path of the first duplicate key, detail() "duplicate key".
 template <class BasicJson = nlohmann::json>
 [[nodiscard]] BasicJson parse_strict_json(std::string_view text, std::size_t max_depth) {
+  if (const auto nul = text.find('\0'); nul != std::string_view::npos) {  // nlohmann would stop there
+    const TextPosition at = text_position(text, nul);
+    throw input_error(std::to_string(at.line) + ":" + std::to_string(at.column) + ": invalid JSON: a NUL byte");
+  }
   detail::StrictJsonCheck check{max_depth, {}, {}};
   BasicJson j;
   try {

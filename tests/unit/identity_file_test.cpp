@@ -59,7 +59,8 @@ TEST_CASE("the committed example identity files are read as the engine reads the
 TEST_CASE("an identity file that is not one is refused on identity_file", "[identity_file]") {
   for (const std::string& text : std::vector<std::string>{
            "", "[]", "7", "{} {}", "{\"tenant\": NaN}", "{\"a\": 1e400}", "{\"a\": \"\\ud800\"}", "{\"a\": \"\xff\"}",
-           std::string(40, '[') + std::string(40, ']'), std::string(kvkey::max_identity_file_size + 1, ' ')}) {
+           std::string("{}\0x", 4), std::string(40, '[') + std::string(40, ']'),
+           std::string(kvkey::max_identity_file_size + 1, ' ')}) {
     CAPTURE(text.substr(0, 40));
     CHECK(refused_on(text) == "identity_file");
   }

@@ -105,5 +105,8 @@ for testee in "$kvkey conformance-testee" \
               "cargo run --quiet --offline --locked --manifest-path ports/rust/Cargo.toml --bin kvkey-testee"; do
   "$kvkey" conformance --testee "$testee" --vectors tests/vectors/format-v3.json --cases "$cases" --seed "$seed" \
     || status=1
+  # Hostile lines (docs/conformance.md, "Lines that are not requests"): every one answered, none fatal.
+  "$kvkey" conformance --testee "$testee" --mutate --cases "$cases" --seed "$seed" \
+    || status=1
 done
 exit "$status"
