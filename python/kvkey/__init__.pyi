@@ -153,14 +153,16 @@ class Identity:
     def copy(self) -> Identity: ...
     def validated(self, *, single_tenant: bool = False) -> Identity: ...
     @staticmethod
-    def from_model_dir(path: Union[str, bytes, "os.PathLike[str]", "os.PathLike[bytes]"], *, tenant: str,
-                       kv_dtype: _DtypeLike, block_size: SupportsIndex, layout: str,
+    def from_model_dir(path: Union[str, bytes, "os.PathLike[str]", "os.PathLike[bytes]"], *,
+                       tenant: Optional[str] = None, kv_dtype: Union[KvDtype, str, SupportsIndex, Any],
+                       block_size: SupportsIndex, layout: str,
                        tp_size: SupportsIndex = 1, tp_rank: SupportsIndex = 0,
                        pp_size: SupportsIndex = 1, pp_rank: SupportsIndex = 0,
                        adapter_dir: Union[None, str, bytes, "os.PathLike[str]", "os.PathLike[bytes]"] = None,
                        revision: Optional[str] = None, name: Optional[str] = None,
                        adapter_name: Optional[str] = None, weights_epoch: SupportsIndex = 0,
-                       overrides: Optional[Dict[str, Any]] = None, verify: bool = False) -> Identity: ...
+                       overrides: Optional[Dict[str, Any]] = None, verify: bool = False,
+                       single_tenant: bool = False) -> Identity: ...
     @staticmethod
     def from_json(text: Union[str, bytes]) -> Identity: ...
     @staticmethod

@@ -35,12 +35,20 @@ struct Refusal {
   throw Refusal{"input_error", std::move(field), std::move(message)};
 }
 
+// A hex digit's value (either case), or -1.
+int hex_digit(char c) {
+  if (c >= '0' && c <= '9') return c - '0';
+  if (c >= 'a' && c <= 'f') return c - 'a' + 10;
+  if (c >= 'A' && c <= 'F') return c - 'A' + 10;
+  return -1;
+}
+
 std::optional<std::string> from_hex(std::string_view hex) {
   if (hex.size() % 2 != 0) return std::nullopt;
   std::string out(hex.size() / 2, '\0');
   for (std::size_t i = 0; i < out.size(); ++i) {
-    const int hi = kvkey::detail::hex_digit_value(hex[2 * i]);
-    const int lo = kvkey::detail::hex_digit_value(hex[2 * i + 1]);
+    const int hi = hex_digit(hex[2 * i]);
+    const int lo = hex_digit(hex[2 * i + 1]);
     if (hi < 0 || lo < 0) return std::nullopt;
     out[i] = static_cast<char>((hi << 4) | lo);
   }

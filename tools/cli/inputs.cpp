@@ -2,6 +2,7 @@
 #include "cli/inputs.hpp"
 
 #include <kvkey/errors.hpp>
+#include <kvkey/geometry.hpp>
 #include <kvkey/fingerprint.hpp>
 #include <kvkey/identity_file.hpp>
 #include <kvkey/input_file.hpp>
@@ -66,6 +67,14 @@ kvkey::KvDtype parse_dtype(const std::string& name, std::string_view where) {
   fail("{}: unknown dtype {} (known: {})", where, quote(name), kvkey::known_dtype_names());
 }
 
+kvkey::KvDtype parse_engine_dtype(const std::string& name, std::string_view where) {
+  try {
+    return kvkey::kv_dtype_from_engine(name);
+  } catch (const kvkey::input_error& e) {
+    fail("{}: {}", where, e.detail());
+  }
+}
+
 std::uint64_t parse_uint_option(std::string_view text, int bits, std::string_view what) {
   const std::uint64_t max =
       bits == 32 ? std::numeric_limits<std::uint32_t>::max() : std::numeric_limits<std::uint64_t>::max();
@@ -78,6 +87,17 @@ std::string display_name(const std::string& path) { return path == "-" ? "stdin"
 
 std::string read_at_most(const std::string& path, std::size_t max) {
   return reading([&] { return open_input(path).read_at_most(max); });
+}
+
+std::string read_at_most_then(const std::string& path, std::size_t head,
+                              const std::function<std::size_t(const std::string&)>& more) {
+  return reading([&] {
+    kvkey::InputFile f = open_input(path);
+    std::string s = f.read_at_most(head);
+    const std::size_t n = more(s);
+    if (n != 0) s += f.read_at_most(n);
+    return s;
+  });
 }
 
 std::string read_limited(const std::string& path, std::size_t limit, std::string_view what) {
