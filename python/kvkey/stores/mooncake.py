@@ -30,7 +30,7 @@ import ctypes
 import mmap
 import threading
 import time
-from typing import Any, Dict, Iterator, List, Optional, Sequence, Tuple
+from typing import Any, Dict, Generator, Iterator, List, Optional, Sequence, Tuple
 
 from .. import InputError, KeyNamespace, Verdict, envelope_size
 from ..connector import BlockResult, Connector
@@ -468,7 +468,7 @@ class MooncakeStore:
         return out
 
     def get_into_batches(self, keys: Sequence[str], addresses: Sequence[int],
-                         sizes: Sequence[int]) -> Iterator[Tuple[int, int, List[int]]]:
+                         sizes: Sequence[int]) -> Generator[Tuple[int, int, List[int]], None, None]:
         """``get_into_registered`` one ``batch`` at a time: yields ``(start, end, codes)``
         for ``keys[start:end]`` as each batch lands, while the next batch is already being
         read (in the store's read thread), so the caller's work on one batch (verifying
