@@ -72,15 +72,29 @@ enum class Damage : std::uint8_t {
 
 /// The stable names of Damage (the Python kit maps them to its damage functions).
 [[nodiscard]] inline std::string_view to_string(Damage d) noexcept {
-  static constexpr std::string_view names[] = {
-      "none",   "foreign",      "other_rank", "flip",    "torn",              "cut",
-      "extend", "empty",        "random_bytes", "text", "payload_only",      "deleted",
-      "transplant_header",      "transplant_payload",    "swap_blocks",       "swap_ranks",
-      "version", "plain_value", "keyed_value"};
+  static constexpr std::string_view names[] = {"none",
+                                               "foreign",
+                                               "other_rank",
+                                               "flip",
+                                               "torn",
+                                               "cut",
+                                               "extend",
+                                               "empty",
+                                               "random_bytes",
+                                               "text",
+                                               "payload_only",
+                                               "deleted",
+                                               "transplant_header",
+                                               "transplant_payload",
+                                               "swap_blocks",
+                                               "swap_ranks",
+                                               "version",
+                                               "plain_value",
+                                               "keyed_value"};
   return names[static_cast<std::size_t>(d)];
 }
 [[nodiscard]] inline std::string_view to_string(Scenario s) noexcept {
-  static constexpr std::string_view names[] = {"baseline",     "fault",       "epoch_bump",
+  static constexpr std::string_view names[] = {"baseline",     "fault",        "epoch_bump",
                                                "cross_tenant", "stale_writer", "concurrent_writers"};
   return names[static_cast<std::size_t>(s)];
 }
@@ -130,12 +144,13 @@ inline const std::vector<CaseSpec>& cases() {
     };
     c.push_back({"baseline", Scenario::baseline, D::none, 0, {}, false});
     c.push_back({"baseline, keyed", Scenario::baseline, D::none, 0, {}, true});
-    for (const std::string& f : foreign_fields()) c.push_back({"foreign " + f, Scenario::fault, D::foreign, 0, f, false});
+    for (const std::string& f : foreign_fields())
+      c.push_back({"foreign " + f, Scenario::fault, D::foreign, 0, f, false});
     fault("foreign shard (another rank's value under this rank's key)", D::other_rank);
     const std::pair<int, const char*> header_bits[] = {
-        {0, "magic"},           {8, "format version"}, {12, "identity length"}, {16, "block hash"},
-        {48, "payload size"},   {56, "slice"},         {72, "namespace kind"},  {73, "integrity mode"},
-        {75, "reserved"},       {84, "nonce"},         {100, "payload digest"}, {130, "identity"},
+        {0, "magic"},         {8, "format version"}, {12, "identity length"}, {16, "block hash"},
+        {48, "payload size"}, {56, "slice"},         {72, "namespace kind"},  {73, "integrity mode"},
+        {75, "reserved"},     {84, "nonce"},         {100, "payload digest"}, {130, "identity"},
         {1000, "padding"}};
     for (const auto& [at, what] : header_bits) {
       fault("header bit flip at " + std::to_string(at) + " (" + what + ")", D::flip, at);
@@ -204,9 +219,9 @@ struct CaseResult {
 };
 
 /// The names of CaseResult's fields, in order (the Python kit's CaseResult has the same).
-inline constexpr std::string_view report_fields[] = {"name",    "lookups",     "counted", "counted_rejected",
-                                                     "loaded",  "rejected",    "missing", "wrong_loads",
-                                                     "lost",    "reasons",     "errors"};
+inline constexpr std::string_view report_fields[] = {"name",   "lookups",  "counted", "counted_rejected",
+                                                     "loaded", "rejected", "missing", "wrong_loads",
+                                                     "lost",   "reasons",  "errors"};
 
 /// What check_store found: ok() when every case is.
 struct Report {
@@ -269,8 +284,7 @@ class ConnectorUnderTest {
 class ConnectorAdapter : public ConnectorUnderTest {
  public:
   ConnectorAdapter(Store& store, std::vector<AnyKeyNamespace> ranks) : conn_(store, std::move(ranks)) {}
-  std::size_t save(const std::vector<Digest>& blocks, const std::vector<Payload>& payloads,
-                   std::size_t rank) override {
+  std::size_t save(const std::vector<Digest>& blocks, const std::vector<Payload>& payloads, std::size_t rank) override {
     return conn_.save(blocks, payloads, rank);
   }
   std::size_t lookup(const std::vector<Digest>& blocks) override { return conn_.lookup(blocks); }
@@ -287,8 +301,7 @@ class ConnectorAdapter : public ConnectorUnderTest {
   Connector<AnyKeyNamespace> conn_;
 };
 
-using MakeConnector =
-    std::function<std::unique_ptr<ConnectorUnderTest>(Store&, const std::vector<AnyKeyNamespace>&)>;
+using MakeConnector = std::function<std::unique_ptr<ConnectorUnderTest>(Store&, const std::vector<AnyKeyNamespace>&)>;
 
 /// Options of check_store.
 struct CheckOptions {
@@ -348,26 +361,46 @@ inline Identity identity(const std::string& tenant, std::size_t tp_size, std::si
 /// The one difference of the foreign writer of `field` (tenant: its own tenant, see Case::deployment).
 inline void change_field(Identity& i, const std::string& field) {
   if (field == "tenant") return;
-  if (field == "model.name") i.model.name = "kvkey-check-other";
-  else if (field == "model.revision") i.model.revision = "fedcba9876543210fedcba9876543210fedcba98";
-  else if (field == "model.weights_epoch") i.model.weights_epoch = 1;
-  else if (field == "model.weights_fingerprint") i.model.weights_fingerprint = fingerprint("other weights");
-  else if (field == "model.positional_fingerprint") i.model.positional_fingerprint = fingerprint("rope x4");
-  else if (field == "kv.dtype") i.kv.dtype = KvDtype::uint8;
-  else if (field == "kv.quant.scheme") i.kv.quant.scheme = "per_token";
-  else if (field == "kv.quant.group_size") i.kv.quant.group_size = 4;
-  else if (field == "kv.quant.scale_dtype") i.kv.quant.scale_dtype = KvDtype::bf16;
-  else if (field == "kv.quant.zero_point") i.kv.quant.zero_point = true;
-  else if (field == "kv.quant.scales_fingerprint") i.kv.quant.scales_fingerprint = fingerprint("scales");
-  else if (field == "kv.block_size") i.kv.block_size = 8;
-  else if (field == "kv.num_layers") i.kv.num_layers = 3;
-  else if (field == "kv.num_kv_heads") i.kv.num_kv_heads = 4;
-  else if (field == "kv.head_dim") i.kv.head_dim = 16;
-  else if (field == "kv.layout") i.kv.layout = "kvkey.check.v2";
-  else if (field == "kv.mla") i.kv.mla = true;
-  else if (field == "shard.tp_size") i.shard = Shard{};
-  else if (field == "adapter") i.adapter = Adapter("lora-a", fingerprint("lora-a weights"));
-  else throw input_error("field", "check_store: no foreign writer for identity field " + field);
+  if (field == "model.name")
+    i.model.name = "kvkey-check-other";
+  else if (field == "model.revision")
+    i.model.revision = "fedcba9876543210fedcba9876543210fedcba98";
+  else if (field == "model.weights_epoch")
+    i.model.weights_epoch = 1;
+  else if (field == "model.weights_fingerprint")
+    i.model.weights_fingerprint = fingerprint("other weights");
+  else if (field == "model.positional_fingerprint")
+    i.model.positional_fingerprint = fingerprint("rope x4");
+  else if (field == "kv.dtype")
+    i.kv.dtype = KvDtype::uint8;
+  else if (field == "kv.quant.scheme")
+    i.kv.quant.scheme = "per_token";
+  else if (field == "kv.quant.group_size")
+    i.kv.quant.group_size = 4;
+  else if (field == "kv.quant.scale_dtype")
+    i.kv.quant.scale_dtype = KvDtype::bf16;
+  else if (field == "kv.quant.zero_point")
+    i.kv.quant.zero_point = true;
+  else if (field == "kv.quant.scales_fingerprint")
+    i.kv.quant.scales_fingerprint = fingerprint("scales");
+  else if (field == "kv.block_size")
+    i.kv.block_size = 8;
+  else if (field == "kv.num_layers")
+    i.kv.num_layers = 3;
+  else if (field == "kv.num_kv_heads")
+    i.kv.num_kv_heads = 4;
+  else if (field == "kv.head_dim")
+    i.kv.head_dim = 16;
+  else if (field == "kv.layout")
+    i.kv.layout = "kvkey.check.v2";
+  else if (field == "kv.mla")
+    i.kv.mla = true;
+  else if (field == "shard.tp_size")
+    i.shard = Shard{};
+  else if (field == "adapter")
+    i.adapter = Adapter("lora-a", fingerprint("lora-a weights"));
+  else
+    throw input_error("field", "check_store: no foreign writer for identity field " + field);
 }
 
 /// One deployment's ranks and the payloads it writes (they depend on the
@@ -388,7 +421,8 @@ struct Deployment {
   }
   std::vector<Digest> hashes(std::size_t family = 0) const {
     std::vector<std::uint32_t> tokens(blocks_per_prompt * ranks[0].identity().kv.block_size);
-    for (std::size_t t = 0; t < tokens.size(); ++t) tokens[t] = static_cast<std::uint32_t>((family * 7919 + t * 104729) % 65536);
+    for (std::size_t t = 0; t < tokens.size(); ++t)
+      tokens[t] = static_cast<std::uint32_t>((family * 7919 + t * 104729) % 65536);
     return ranks[0].block_hashes(tokens.data(), tokens.size());
   }
   Deployment with_epoch(std::uint64_t epoch) const {
@@ -451,8 +485,8 @@ class Case {
   }
 
   /// Saves through the connector; what it saved becomes the only bytes allowed.
-  void save(ConnectorUnderTest& conn, const Deployment& d, const std::vector<Digest>& hashes,
-            std::uint64_t version = 0, std::vector<std::size_t> ranks = {}) {
+  void save(ConnectorUnderTest& conn, const Deployment& d, const std::vector<Digest>& hashes, std::uint64_t version = 0,
+            std::vector<std::size_t> ranks = {}) {
     if (ranks.empty()) {
       for (std::size_t r = 0; r < d.ranks.size(); ++r) ranks.push_back(r);
     }
@@ -508,7 +542,7 @@ class Case {
       complete.push_back(whole);
     }
     if (strict) {
-      for (std::size_t b = 0; b < std::min(counted, hashes.size()); ++b) r.counted_rejected += verifies[b] ? 0 : 1;
+      for (std::size_t b = 0; b < std::min(counted, hashes.size()); ++b) r.counted_rejected += verifies[b] ? 0u : 1u;
       const std::size_t expected =
           static_cast<std::size_t>(std::find(complete.begin(), complete.end(), false) - complete.begin());
       if (counted < expected) {
@@ -586,7 +620,8 @@ class Case {
 
 inline Bytes splice(const Bytes& head_from, const Bytes& tail_from, std::size_t at) {
   Bytes out(head_from.begin(), head_from.begin() + static_cast<std::ptrdiff_t>(std::min(at, head_from.size())));
-  if (at < tail_from.size()) out.insert(out.end(), tail_from.begin() + static_cast<std::ptrdiff_t>(at), tail_from.end());
+  if (at < tail_from.size())
+    out.insert(out.end(), tail_from.begin() + static_cast<std::ptrdiff_t>(at), tail_from.end());
   return out;
 }
 

@@ -34,7 +34,8 @@ kvkey::Identity scenario_identity(const std::string& tenant) {
 
 kvkey::Bytes payload(std::size_t size, std::size_t rank, std::size_t block, std::size_t version) {
   kvkey::Bytes p(size);
-  for (std::size_t j = 0; j < size; ++j) p[j] = static_cast<std::uint8_t>((j + 31 * block + 7 * rank + 101 * version) % 256);
+  for (std::size_t j = 0; j < size; ++j)
+    p[j] = static_cast<std::uint8_t>((j + 31 * block + 7 * rank + 101 * version) % 256);
   return p;
 }
 

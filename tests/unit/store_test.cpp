@@ -101,8 +101,7 @@ class RecyclingStore : public kvkey::MemoryStore {
 // existence (header checks skipped). Everything of rank 0 goes through kvkey::Connector.
 class SkipsRank1 : public kvkey::testing::ConnectorAdapter {
  public:
-  SkipsRank1(kvkey::Store& store, const std::vector<kvkey::AnyKeyNamespace>& ranks, bool skip_payload,
-             bool skip_header)
+  SkipsRank1(kvkey::Store& store, const std::vector<kvkey::AnyKeyNamespace>& ranks, bool skip_payload, bool skip_header)
       : ConnectorAdapter(store, ranks),
         rank0_(store, std::vector<kvkey::AnyKeyNamespace>{ranks[0]}),
         store_(store),
