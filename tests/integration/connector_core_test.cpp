@@ -15,6 +15,7 @@
 #include <cstdint>
 #include <iostream>
 #include <memory>
+#include <string>
 #include <vector>
 
 TEST_CASE("kvkey::Connector over the hiredis store adapter", "[redis][connector]") {
@@ -63,6 +64,32 @@ TEST_CASE("kvkey::Connector over the hiredis store adapter", "[redis][connector]
   CHECK(m.snapshot().rejected(kvkey::Reason::identity_mismatch, "tenant") == 1);
   CHECK(conn.load(blocks, 1)[3] == std::nullopt);
   CHECK(m.snapshot().false_hits == 1);
+}
+
+TEST_CASE("The hiredis store adapter lists and purges keys by prefix", "[redis][connector]") {
+  kvkey_redis::RedisStore store(it::shared_server());
+  kvkey::Identity id = it::base_identity(it::unique_tenant("purge-adapter"));
+  const it::Deployment d("purge-adapter", id);
+  const kvkey::Connector<> conn(store, d.rank(0));
+  const std::vector<kvkey::Digest> blocks = d.rank(0).block_hashes(it::prompt(1, 1, 3));
+  std::vector<std::vector<std::uint8_t>> payloads;
+  std::vector<kvkey::Payload> views;
+  for (const kvkey::Digest& b : blocks) payloads.push_back(d.payload(0, b));
+  for (const auto& p : payloads) views.emplace_back(p.data(), p.size());
+  REQUIRE(conn.save(blocks, views) == 3);
+  const kvkey::KeyNamespace<> epoch1 = d.rank(0).with_epoch(1);
+  const kvkey::Connector<> conn1(store, epoch1);
+  REQUIRE(conn1.save(blocks[0], views[0]));
+  const std::vector<std::string> keys = store.keys(d.rank(0).key_prefix());
+  REQUIRE(keys.size() == 3);
+  CHECK(keys[0].rfind(d.rank(0).key_prefix(), 0) == 0);
+  CHECK(store.keys(d.rank(0).tenant_prefix()).size() == 4);
+  CHECK_THROWS_AS(store.purge(""), kvkey::input_error);
+  CHECK(store.purge(d.rank(0).key_prefix()) == 3);  // one epoch of the model
+  CHECK(conn.lookup(blocks) == 0);
+  CHECK(conn1.lookup({blocks[0]}) == 1);
+  CHECK(store.purge(d.rank(0).tenant_prefix()) == 1);  // the rest of the tenant
+  CHECK(store.keys(d.rank(0).tenant_prefix()).empty());
 }
 
 TEST_CASE("check_store: the example's hiredis store adapter", "[redis][connector]") {
