@@ -3,6 +3,7 @@
 #   scripts/install-deps.sh example   # build the C++ library and examples
 #   scripts/install-deps.sh test      # everything the test suite uses (default)
 #   scripts/install-deps.sh bench     # the library, Google Benchmark, gnuplot, numpy, nlohmann-json (scripts/bench.sh)
+#   scripts/install-deps.sh mooncake  # what scripts/mooncake.sh build needs to build the vendored Mooncake Store
 set -euo pipefail
 
 profile="${1:-test}"
@@ -13,11 +14,17 @@ test_pkgs=("${example_pkgs[@]}" clang libclang-rt-14-dev catch2 nlohmann-json3-d
   redis-server redis-tools python3-redis libhiredis-dev libbenchmark-dev gnuplot-nox
   prometheus python3-prometheus-client python3-matplotlib clang-format-14 clang-tidy-14
   golang-go librust-sha2-dev librust-hmac-dev librust-xxhash-rust-dev librust-serde-json-dev)
+# The Mooncake Store build (../shared/vendor/mooncake/README.md): master, TCP transport, Python binding.
+mooncake_pkgs=(build-essential cmake ninja-build pkg-config python3-dev libibverbs-dev libgoogle-glog-dev libgflags-dev
+  libjsoncpp-dev libnuma-dev libboost-dev libcurl4-openssl-dev libyaml-cpp-dev libzstd-dev libxxhash-dev
+  libmsgpack-cxx-dev liburing-dev)
+test_pkgs+=("${mooncake_pkgs[@]}")
 case "$profile" in
   example) pkgs=("${example_pkgs[@]}") ;;
   test) pkgs=("${test_pkgs[@]}") ;;
   bench) pkgs=("${example_pkgs[@]}" libbenchmark-dev gnuplot-nox python3-numpy nlohmann-json3-dev) ;;
-  *) echo "install-deps.sh: unknown profile '$profile' (use: example | test | bench)" >&2; exit 2 ;;
+  mooncake) pkgs=("${mooncake_pkgs[@]}") ;;
+  *) echo "install-deps.sh: unknown profile '$profile' (use: example | test | bench | mooncake)" >&2; exit 2 ;;
 esac
 
 missing=()

@@ -21,8 +21,8 @@
 # script's recipe version: ${KVKEY_CACHE_DIR:-$XDG_CACHE_HOME/kvkey or ~/.cache/kvkey}/mooncake/<key>.
 # A second `build` on the same machine finds it and returns in a second.
 #
-# `start` settings (environment): MOONCAKE_RPC_PORT (default 50051), MOONCAKE_HTTP_PORT (8080),
-# MOONCAKE_METRICS_PORT (9003), MOONCAKE_STATE_DIR (/tmp/kvkey-mooncake), MOONCAKE_LEASE_TTL_MS
+# `start` settings (environment): MOONCAKE_RPC_PORT, MOONCAKE_HTTP_PORT, MOONCAKE_METRICS_PORT
+# (default: free ports on 127.0.0.1), MOONCAKE_STATE_DIR (/tmp/kvkey-mooncake), MOONCAKE_LEASE_TTL_MS
 # (master's --default_kv_lease_ttl, default 5000).
 set -euo pipefail
 
@@ -30,9 +30,9 @@ RECIPE=1 # bump when the build steps below change, so old caches are not reused
 here="$(cd "$(dirname "$0")/.." && pwd)"
 cache_root="${KVKEY_CACHE_DIR:-${XDG_CACHE_HOME:-$HOME/.cache}/kvkey}/mooncake"
 state_dir="${MOONCAKE_STATE_DIR:-/tmp/kvkey-mooncake}"
-pkgs=(build-essential cmake ninja-build pkg-config python3-dev libibverbs-dev libgoogle-glog-dev libgflags-dev
-  libjsoncpp-dev libnuma-dev libboost-dev libcurl4-openssl-dev libyaml-cpp-dev libzstd-dev libxxhash-dev
-  libmsgpack-cxx-dev liburing-dev)
+# free_port
+# shellcheck source=scripts/lib/services.sh
+. "$here/scripts/lib/services.sh"
 
 die() {
   echo "mooncake.sh: $*" >&2
@@ -91,16 +91,28 @@ cache_key_dir() {
 }
 
 install_pkgs() {
-  local missing=() p
-  for p in "${pkgs[@]}"; do
-    dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+  "$here/scripts/install-deps.sh" mooncake
+}
+
+# The executables' RUNPATH names the build tree, which is gone once the build is
+# assembled: bin/mooncake_master (and bin/mooncake_client) become wrappers that run the
+# binaries from libexec/ with lib/ (libasio.so) on LD_LIBRARY_PATH, so MOONCAKE_MASTER runs
+# as is. Idempotent; it also completes a cache assembled before it existed.
+wrap_executables() {
+  local dir="$1" exe
+  for exe in mooncake_master mooncake_client; do
+    [ -f "$dir/bin/$exe" ] || continue
+    if [ ! -f "$dir/libexec/$exe" ]; then
+      mkdir -p "$dir/libexec"
+      cp -p "$dir/bin/$exe" "$dir/libexec/$exe.tmp.$$" && mv "$dir/libexec/$exe.tmp.$$" "$dir/libexec/$exe"
+    fi
+    if ! grep -q "libexec/$exe" "$dir/bin/$exe" 2>/dev/null; then
+      printf '#!/bin/sh\n# Runs %s with the libraries of this Mooncake build (written by kvkey scripts/mooncake.sh).\nd="$(cd "$(dirname "$0")/.." && pwd)"\nLD_LIBRARY_PATH="$d/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}" exec "$d/libexec/%s" "$@"\n' \
+        "$exe" "$exe" >"$dir/bin/$exe.tmp.$$"
+      chmod +x "$dir/bin/$exe.tmp.$$"
+      mv "$dir/bin/$exe.tmp.$$" "$dir/bin/$exe"
+    fi
   done
-  [ "${#missing[@]}" -eq 0 ] && return 0
-  local sudo=""
-  [ "$(id -u)" -ne 0 ] && sudo="sudo"
-  echo "mooncake.sh: installing ${missing[*]}"
-  $sudo apt-get update -qq
-  DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
 }
 
 cmd_build() {
@@ -111,6 +123,7 @@ cmd_build() {
   local dir
   dir="$(cache_key_dir)" || how_to_provide
   if [ -f "$dir/done" ]; then
+    wrap_executables "$dir"
     echo "mooncake.sh: cached build in $dir"
     return 0
   fi
@@ -174,7 +187,7 @@ cmd_build() {
     die "the assembled Python package does not import (in $dir.tmp/python)"
   rm -rf "$dir"
   mv "$dir.tmp" "$dir"
-  # The package's libasio.so is found through the module's RUNPATH or LD_LIBRARY_PATH; record both.
+  wrap_executables "$dir"
   date -u +%FT%TZ >"$dir/done"
   echo "mooncake.sh: built into $dir"
 }
@@ -189,6 +202,7 @@ locate() {
   local dir
   dir="$(cache_key_dir)" || how_to_provide
   [ -f "$dir/done" ] || die "no Mooncake build in $dir: run 'scripts/mooncake.sh build' first (about 15 minutes on 2 cores)"
+  wrap_executables "$dir"
   master="$dir/bin/mooncake_master"
   pythonpath="$dir/python"
 }
@@ -202,7 +216,8 @@ cmd_env() {
 cmd_start() {
   local master pythonpath
   locate
-  local rpc="${MOONCAKE_RPC_PORT:-50051}" http="${MOONCAKE_HTTP_PORT:-8080}" metrics="${MOONCAKE_METRICS_PORT:-9003}"
+  local rpc="${MOONCAKE_RPC_PORT:-$(free_port)}" http="${MOONCAKE_HTTP_PORT:-$(free_port)}"
+  local metrics="${MOONCAKE_METRICS_PORT:-$(free_port)}"
   mkdir -p "$state_dir"
   if [ -f "$state_dir/master.pid" ] && kill -0 "$(cat "$state_dir/master.pid")" 2>/dev/null; then
     cmd_stop >/dev/null

@@ -1,18 +1,25 @@
 #!/usr/bin/env bash
 # The engine-shaped soak (bench/soak/): the same traffic keyed the legacy
-# lmdeploy way and with kvkey, against a redis-server this script starts on a
-# free loopback port and stops on exit.
-#   scripts/soak.sh [--quick] [--seed N] [--metrics-out FILE] [--plot FILE]
+# lmdeploy way and with kvkey, against a redis-server (or, with --store mooncake,
+# a Mooncake master: scripts/mooncake.sh) this script starts on free loopback
+# ports and stops on exit.
+#   scripts/soak.sh [--store redis|mooncake] [--quick] [--seed N] [--metrics-out FILE] [--plot FILE]
 # The kvkey Python module is taken from build/python/python (the CI's CMake
 # build) or build/dev/python when present, else the installed one. Exits
 # non-zero when the kvkey run used one wrong block.
 set -euo pipefail
 root="$(cd "$(dirname "$0")/.." && pwd)"
-for arg in "$@"; do
-  case "$arg" in
-    -h|--help) sed -n '2,8p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+store=redis
+args=()
+while [ "$#" -gt 0 ]; do
+  case "$1" in
+    -h|--help) sed -n '2,9p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+    --store) store="${2:?--store needs redis or mooncake}"; shift 2 ;;
+    --store=*) store="${1#--store=}"; shift ;;
+    *) args+=("$1"); shift ;;
   esac
 done
+case "$store" in redis | mooncake) ;; *) echo "soak: --store is redis or mooncake, not $store" >&2; exit 2 ;; esac
 if [ -z "${PYTHONPATH:-}" ]; then
   for d in "$root/build/python/python" "$root/build/dev/python"; do
     if [ -f "$d/kvkey/__init__.py" ]; then export PYTHONPATH="$d"; break; fi
@@ -22,8 +29,20 @@ fi
 work="$(mktemp -d /tmp/kvkey-soak-XXXXXX)"
 # shellcheck source=scripts/lib/services.sh
 . "$root/scripts/lib/services.sh"
+if [ "$store" = mooncake ]; then
+  export MOONCAKE_STATE_DIR="$work/mooncake"
+  eval "$("$root/scripts/mooncake.sh" env)"  # fails, saying how, without a Mooncake build
+  trap '"$root/scripts/mooncake.sh" stop >/dev/null; rm -rf "$work"' EXIT
+  trap 'exit 130' INT TERM
+  eval "$("$root/scripts/mooncake.sh" start)"
+  echo "soak: Mooncake master $MOONCAKE_MASTER on $MOONCAKE_MASTER_ADDR"
+  export PYTHONPATH="$MOONCAKE_PYTHONPATH${PYTHONPATH:+:$PYTHONPATH}"
+  /usr/bin/python3 "$root/bench/soak/soak.py" --store mooncake --master "$MOONCAKE_MASTER_ADDR" \
+    --metadata "$MOONCAKE_METADATA_URL" "${args[@]}"
+  exit
+fi
 trap 'stop_services; rm -rf "$work"' EXIT
 trap 'exit 130' INT TERM
 start_redis || { echo "soak: could not start redis-server" >&2; exit 1; }
 echo "soak: $(redis-server --version | cut -d' ' -f1-3) on 127.0.0.1:$redis_port"
-/usr/bin/python3 "$root/bench/soak/soak.py" --redis-port "$redis_port" "$@"
+/usr/bin/python3 "$root/bench/soak/soak.py" --redis-port "$redis_port" "${args[@]}"

@@ -19,8 +19,6 @@ lineage component in which the writer differed (or to a store fault).
 import dataclasses
 from typing import Dict, List, Optional, Tuple
 
-import redis
-
 import kvkey
 from kvkey.compat import lmdeploy as lm
 
@@ -77,8 +75,8 @@ def _damage(fault: Fault, value: bytes, other: bytes, header: int) -> bytes:
 class LegacyEngine:
     name = "legacy"
 
-    def __init__(self, client: "redis.Redis[bytes]") -> None:
-        self.r = client
+    def __init__(self, store: object) -> None:
+        self.store = store  # a kvkey.stores.Store holding raw KV values under legacy keys
         self.oracle = _Oracle()
 
     def _hashes(self, req: Request) -> List[bytes]:
@@ -93,18 +91,10 @@ class LegacyEngine:
         digests = tr.prefix_digests(req.tokens)
         out = Served(blocks=len(hashes))
         keys = [[self._key(h, r) for r in range(TP_SIZE)] for h in hashes]
-        pipe = self.r.pipeline(transaction=False)
-        for ks in keys:
-            for k in ks:
-                pipe.exists(k)
-        found = pipe.execute()
+        found = self.store.exists([k for ks in keys for k in ks])  # type: ignore[attr-defined]
         while out.counted < len(hashes) and all(found[out.counted * TP_SIZE:(out.counted + 1) * TP_SIZE]):
             out.counted += 1
-        pipe = self.r.pipeline(transaction=False)
-        for ks in keys[:out.counted]:
-            for k in ks:
-                pipe.get(k)
-        values = pipe.execute()
+        values = self.store.get([k for ks in keys[:out.counted] for k in ks])  # type: ignore[attr-defined]
         for b in range(out.counted):
             got = []
             for r in range(TP_SIZE):
@@ -118,18 +108,17 @@ class LegacyEngine:
             for r in range(TP_SIZE):
                 self.oracle.check(out, keys[b][r], req.lineage(r), digests[b], got[r])
             out.used += 1
-        pipe = self.r.pipeline(transaction=False)
-        for b in range(out.used, len(hashes)):
-            for r in range(TP_SIZE):
-                pipe.set(keys[b][r], tr.expected_payload(req.lineage(r), digests[b]))
-                self.oracle.writer[keys[b][r]] = req.lineage(r)
-        pipe.execute()
+        todo = [(b, r) for b in range(out.used, len(hashes)) for r in range(TP_SIZE)]
+        self.store.put([keys[b][r] for b, r in todo],  # type: ignore[attr-defined]
+                       [tr.expected_payload(req.lineage(r), digests[b]) for b, r in todo])
+        for b, r in todo:
+            self.oracle.writer[keys[b][r]] = req.lineage(r)
         return out
 
     def inject(self, fault: Fault) -> bool:
         req = fault.target
         key = self._key(self._hashes(req)[fault.block], fault.rank)
-        value = self.r.get(key)
+        value = self.store.get([key])[0]  # type: ignore[attr-defined]
         if value is None:
             return False
         digests = tr.prefix_digests(req.tokens)
@@ -137,8 +126,8 @@ class LegacyEngine:
             value = tr.expected_payload(fault.foreign_lineage(), digests[fault.block])
         else:
             other = tr.expected_payload(req.lineage(fault.rank), digests[fault.block - 1 if fault.block else 1])
-            value = _damage(fault, value, other, 0)
-        self.r.set(key, value)
+            value = _damage(fault, bytes(value), other, 0)
+        self.store.put([key], [value])  # type: ignore[attr-defined]
         self.oracle.writer[key] = None
         return True
 

@@ -4,16 +4,18 @@
 Runs the traffic of traffic.py (two tenants, one model at TP=2, a LoRA adapter
 replaced under the same name, shared system prompts and multi-turn growth, a
 weight update, a bf16 to fp8 KV switch, injected store faults) twice against a
-redis-server: once with legacy keys (LegacyEngine), once through kvkey.Connector
-with a kvkey.Metrics (KvkeyEngine). Prints per phase the hit rate, wrong loads,
+redis-server (--store redis) or a Mooncake Store (--store mooncake: the objects live in
+a second process that lends the store its memory, this one lends none): once with
+legacy keys (LegacyEngine, raw values through the same kvkey.stores store), once
+through kvkey.Connector with a kvkey.Metrics (KvkeyEngine). Prints per phase the hit rate, wrong loads,
 false hits and rejections by reason and field, and last:
 
     soak: legacy wrong loads N, kvkey wrong loads 0, kvkey rejections R, kvkey false hits M
 
 R and M are the kvkey run's Metrics: the sum of kvkey_rejected_blocks_total and
 kvkey_false_hits_total of the exposition --metrics-out writes. Exits 1 when the
-kvkey run used a single wrong block. Run it with scripts/soak.sh, which starts
-the redis-server.
+kvkey run used a single wrong block. Run it with scripts/soak.sh [--store mooncake],
+which starts the redis-server or the Mooncake master.
 """
 
 import argparse
@@ -23,8 +25,6 @@ import os
 import sys
 import time
 from typing import Dict, List, Optional
-
-import redis
 
 import kvkey
 import kvkey.stores
@@ -122,7 +122,11 @@ def report(r: Run) -> None:
 
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--redis-port", type=int, required=True)
+    ap.add_argument("--store", choices=["redis", "mooncake"], default="redis")
+    ap.add_argument("--redis-port", type=int, help="the redis-server's port (--store redis)")
+    ap.add_argument("--master", default=os.environ.get("MOONCAKE_MASTER_ADDR"),
+                    help="the Mooncake master's HOST:PORT (--store mooncake)")
+    ap.add_argument("--metadata", default=os.environ.get("MOONCAKE_METADATA_URL", "P2PHANDSHAKE"))
     ap.add_argument("--quick", action="store_true", help="a short run (CI)")
     ap.add_argument("--seed", type=int, default=1)
     ap.add_argument("--metrics-out", help="write the kvkey run's final Prometheus exposition here")
@@ -139,22 +143,48 @@ def main() -> int:
     if args.conversations is None:
         args.conversations = 16 if args.quick else 128
 
-    client = redis.Redis(host="127.0.0.1", port=args.redis_port)
-    client.flushdb()
-    legacy = run(engines.LegacyEngine(client), args, None)
-    client.flushdb()
-    metrics = kvkey.Metrics()
-    store = kvkey.stores.RedisStore(client)
-    ours = run(engines.KvkeyEngine(store, metrics), args, metrics)
-    client.flushdb()
+    holder = None
+    if args.store == "redis":
+        if args.redis_port is None:
+            ap.error("--store redis needs --redis-port")
+        import redis
+
+        client = redis.Redis(host="127.0.0.1", port=args.redis_port)
+        store = kvkey.stores.RedisStore(client)
+        reset = client.flushdb
+    else:
+        if not args.master:
+            ap.error("--store mooncake needs --master (or MOONCAKE_MASTER_ADDR)")
+        from kvkey.stores import mooncake
+
+        holder = mooncake.spawn_holder(args.master, args.metadata, segment=1 << 30)
+        store = kvkey.stores.MooncakeStore.connect(args.master, args.metadata, global_segment_size=0,
+                                                   local_buffer_size=128 << 20)
+
+        def reset() -> None:
+            store.purge(tr.MODEL + "@")  # the legacy keys
+            store.purge(kvkey.store_key_tag)
+
+    try:
+        reset()
+        legacy = run(engines.LegacyEngine(store), args, None)
+        reset()
+        metrics = kvkey.Metrics()
+        ours = run(engines.KvkeyEngine(store, metrics), args, metrics)
+        reset()
+    finally:
+        if holder is not None:
+            store.close()
+            holder.stdin.close()
+            holder.wait(timeout=60)
 
     final = metrics.as_dict()
     exposition = metrics.render()
     if args.metrics_out:
         with open(args.metrics_out, "w") as f:
             f.write(exposition)
-    print("soak: seed %d, %d requests per phase, %d conversations, fault rate %.3f"
-          % (args.seed, args.requests_per_phase, args.conversations, args.fault_rate))
+    print("soak: %s store, seed %d, %d requests per phase, %d conversations, fault rate %.3f"
+          % (args.store, args.seed, args.requests_per_phase, args.conversations, args.fault_rate))
     report(legacy)
     report(ours)
     for reason, fields in sorted(final["rejected_blocks"].items()):

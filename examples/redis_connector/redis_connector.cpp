@@ -215,7 +215,8 @@ std::string Connection::next_nonce() {
 
 std::vector<Reply> Connection::pipeline(const std::vector<Command>& commands) { return pipeline(commands, {}); }
 
-std::vector<Reply> Connection::pipeline(const std::vector<Command>& commands, const StringTap& tap) {
+std::vector<Reply> Connection::pipeline(const std::vector<Command>& commands, const StringTap& tap,
+                                        ErrorReplies errors) {
   if (commands.empty()) return {};
   deadline_ = options_.call_deadline.count() > 0 ? Clock::now() + options_.call_deadline : Clock::time_point::max();
   struct Reset {  // the deadline and the tap are this call's only, also when it throws
@@ -236,6 +237,7 @@ std::vector<Reply> Connection::pipeline(const std::vector<Command>& commands, co
   // Every reply was read and the sentinel matched: the stream is in step, and
   // the connection stays up for what the tap threw.
   if (tap_error_) std::rethrow_exception(std::exchange(tap_error_, nullptr));
+  if (errors == ErrorReplies::keep) return replies;  // each error reply is its command's alone
   for (const Reply& r : replies) {
     if (r->type == REDIS_REPLY_ERROR) {
       disconnect();  // as after every StoreError
@@ -352,12 +354,17 @@ decltype(auto) Connector::guarded(Call&& call) {
   }
 }
 
+void Connector::record_key_errors(std::size_t n) noexcept {
+  if (metrics_ == nullptr) return;
+  for (std::size_t i = 0; i < n; ++i) metrics_->record_store_error(metrics_kind(StoreError::Kind::server));
+}
+
 void Connector::record_loads(const std::vector<LoadOutcome>& outcomes, std::size_t payload_size) noexcept {
   std::size_t loaded = 0;
   std::size_t missing = 0;
   for (const LoadOutcome& o : outcomes) {
     if (o.status == LoadStatus::loaded) ++loaded;
-    if (o.status == LoadStatus::missing) ++missing;
+    if (o.status == LoadStatus::missing || o.status == LoadStatus::failed) ++missing;
     if (o.status == LoadStatus::rejected) metrics_->record_rejection(o.verdict);
   }
   metrics_->record_load(loaded, missing, outcomes.size() - loaded - missing);
@@ -420,16 +427,26 @@ Lookup Connector::lookup(const std::vector<const Namespace*>& ranks, std::vector
     }
     return true;
   };
+  std::size_t key_errors = 0;
   try {
     guarded([&] {
-      // GETRANGE answers a string, empty for a missing key: all were tapped.
-      for (const Reply& r : conn_.pipeline(commands, verify_header)) expect_type(*r, REDIS_REPLY_STRING, "GETRANGE");
+      // GETRANGE answers a string, empty for a missing key: all were tapped. A
+      // key of another type answers an error: not found, counted.
+      for (const Reply& r : conn_.pipeline(commands, verify_header, Connection::ErrorReplies::keep)) {
+        if (r->type == REDIS_REPLY_ERROR) {
+          ++key_errors;
+          continue;
+        }
+        expect_type(*r, REDIS_REPLY_STRING, "GETRANGE");
+      }
     });
   } catch (const StoreError&) {
     if (metrics_ != nullptr) metrics_->record_lookup(0, blocks.size(), 0);
     throw;
   }
+  record_key_errors(key_errors);
   Lookup out;
+  out.key_errors = key_errors;
   out.prefix = ranks.front()->reusable_prefix(found, ranks.size(), max_tokens);
   if (metrics_ != nullptr) {
     std::size_t refused = 0;
@@ -456,9 +473,15 @@ Lookup Connector::lookup_existing(const std::vector<const Namespace*>& ranks, st
   for (const std::string& key : keys) commands.push_back({"EXISTS", key});
   std::vector<bool> found;
   found.reserve(keys.size());
+  std::size_t key_errors = 0;
   try {
     guarded([&] {
-      for (const Reply& r : conn_.pipeline(commands)) {
+      for (const Reply& r : conn_.pipeline(commands, {}, Connection::ErrorReplies::keep)) {
+        if (r->type == REDIS_REPLY_ERROR) {
+          ++key_errors;
+          found.push_back(false);
+          continue;
+        }
         expect_type(*r, REDIS_REPLY_INTEGER, "EXISTS");
         if (r->integer != 0 && r->integer != 1) unexpected(*r, "EXISTS of one key");
         found.push_back(r->integer == 1);
@@ -468,7 +491,9 @@ Lookup Connector::lookup_existing(const std::vector<const Namespace*>& ranks, st
     if (metrics_ != nullptr) metrics_->record_lookup(0, blocks.size(), 0);
     throw;
   }
+  record_key_errors(key_errors);
   Lookup out;
+  out.key_errors = key_errors;
   out.prefix = ranks.front()->reusable_prefix(found, ranks.size(), max_tokens);
   if (metrics_ != nullptr) metrics_->record_lookup(out.prefix.blocks, blocks.size() - out.prefix.blocks, 0);
   out.blocks = std::move(blocks);
@@ -513,9 +538,13 @@ std::vector<LoadOutcome> Connector::load_verified(const Namespace& ns, const std
   };
   try {
     guarded([&] {
-      const std::vector<Reply> replies = conn_.pipeline(commands, verify_value);
+      const std::vector<Reply> replies = conn_.pipeline(commands, verify_value, Connection::ErrorReplies::keep);
       for (std::size_t i = 0; i < blocks.size(); ++i) {
         if (seen[i]) continue;
+        if (replies[i]->type == REDIS_REPLY_ERROR) {  // this key alone: WRONGTYPE
+          out[i].status = LoadStatus::failed;
+          continue;
+        }
         if (replies[i]->type != REDIS_REPLY_NIL) unexpected(*replies[i], "GET");  // strings were all tapped
         out[i].status = LoadStatus::missing;
       }
@@ -524,6 +553,8 @@ std::vector<LoadOutcome> Connector::load_verified(const Namespace& ns, const std
     if (metrics_ != nullptr) metrics_->record_load(0, blocks.size(), 0);  // nothing of the call counts
     throw;
   }
+  record_key_errors(static_cast<std::size_t>(
+      std::count_if(out.begin(), out.end(), [](const LoadOutcome& o) { return o.status == LoadStatus::failed; })));
   if (metrics_ != nullptr) record_loads(out, payload_size);
   return out;
 }

@@ -20,6 +20,11 @@
 // block. hiredis' own copy of each value into a reply object is skipped.
 //
 // Errors. Per-block outcomes are values (LoadOutcome, LoadedBlock, Lookup).
+// A key the server answers with an error reply of its own (a key of another
+// type: WRONGTYPE) is a miss for that block alone (LoadStatus::failed, not
+// counted by a lookup), counted as a store error of kind server per key
+// (Lookup::key_errors, kvkey::Metrics); the rest of the call is served and the
+// connection stays up: every other reply and the sentinel were read.
 // Bad arguments throw std::invalid_argument before anything is sent. Whole-call
 // failures throw StoreError: the server cannot be reached, a read or the whole
 // call took too long, the reply stream broke off part-way, was not valid RESP
@@ -137,6 +142,12 @@ class Connection {
   /// A command and its arguments, binary-safe.
   using Command = std::vector<std::string_view>;
 
+  /// What pipeline does with an error reply to one of the commands (the stream
+  /// is in step: the sentinel came after it): raise, StoreError(server) for the
+  /// whole call (and drop the connection), or keep it in its place, a failure
+  /// of that command alone (a per-key error: WRONGTYPE).
+  enum class ErrorReplies { raise, keep };
+
   /// Sends every command in one pipeline, followed by the sentinel, and returns
   /// the commands' replies in order. Throws StoreError (and drops the
   /// connection) if any reply is missing, malformed or an error reply, if the
@@ -148,7 +159,8 @@ class Connection {
   /// tap(command index, bytes, length). When tap returns true it has taken
   /// the bytes, and that reply holds an empty string instead (no copy).
   using StringTap = std::function<bool(std::size_t index, const char* data, std::size_t len)>;
-  std::vector<Reply> pipeline(const std::vector<Command>& commands, const StringTap& tap);
+  std::vector<Reply> pipeline(const std::vector<Command>& commands, const StringTap& tap,
+                              ErrorReplies errors = ErrorReplies::raise);
   Reply command(const Command& command);
 
   bool connected() const noexcept { return ctx_ != nullptr; }
@@ -198,12 +210,16 @@ struct BlockPayload {
 struct Lookup {
   kvkey::ReusablePrefix prefix;
   std::vector<kvkey::Digest> blocks;
+  /// Keys the server answered with an error reply (WRONGTYPE): each a miss, and
+  /// a store error of kind server in kvkey::Metrics.
+  std::size_t key_errors = 0;
 };
 
 enum class LoadStatus {
   loaded,    ///< the header verified and the value has the expected size
   missing,   ///< no object under the key
   rejected,  ///< an object is there but it is not ours: see verdict
+  failed,    ///< the server answered this key with an error reply (WRONGTYPE): a miss, a store error (server)
 };
 
 /// The outcome of loading one block into a caller's buffer (Connector::load_into).
@@ -321,6 +337,8 @@ class Connector {
   std::vector<LoadOutcome> load_verified(const Namespace& ns, const std::vector<kvkey::Digest>& blocks,
                                          std::size_t payload_size, Deliver&& deliver);
 
+  // Records n keys answered with an error reply, each a store error of kind server.
+  void record_key_errors(std::size_t n) noexcept;
   // Records a finished load or lookup (rejections by verdict, payload bytes).
   void record_loads(const std::vector<LoadOutcome>& outcomes, std::size_t payload_size) noexcept;
 

@@ -37,6 +37,7 @@
 #include "kvkey/errors.hpp"
 #include "kvkey/fingerprint.hpp"
 #include "kvkey/identity.hpp"
+#include "kvkey/identity_file.hpp"  // json_error_reason
 #include "kvkey/input_file.hpp"
 #include "kvkey/sha256.hpp"
 
@@ -218,15 +219,6 @@ inline constexpr std::size_t max_config_file_size = std::size_t{16}
                                                     << 20;                 ///< config.json, adapter_config.json: 16 MiB
 inline constexpr std::size_t max_index_file_size = std::size_t{64} << 20;  ///< model.safetensors.index.json: 64 MiB
 inline constexpr std::size_t max_config_depth = 64;  ///< nesting of arrays and objects in those files and in overrides
-
-/// nlohmann::json's exception message without its "[json.exception.K.N] " id
-/// and "parse error at line L, column C: " preamble: the reason alone.
-[[nodiscard]] inline std::string_view json_error_reason(std::string_view what) {
-  const auto column = what.find("column ");
-  const auto colon = column == std::string_view::npos ? what.find("] ") : what.find(": ", column);
-  if (colon != std::string_view::npos) what.remove_prefix(colon + 2);
-  return what;
-}
 
 /// Parses JSON text that messages call `name`, refusing nesting deeper than
 /// max_depth before the parser builds it. Throws input_error:

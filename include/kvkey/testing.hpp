@@ -509,10 +509,15 @@ class Case {
     return std::move(*v);
   }
 
-  /// Damage: a value written by the store's put, past the connector (nullopt: removed).
+  /// Damage: a value written by the store's put_many, past the connector (nullopt:
+  /// removed). A store that refuses the write (StoreWrite::stored false, as Mooncake
+  /// does for an empty value) keeps the value it held, and that value may still load.
   void put_raw(const std::string& key, const std::optional<Bytes>& v) {
     if (v) {
-      store_.put(key, v->data(), v->size());
+      StoreValue value = store_.allocate_value(v->size());
+      if (!v->empty()) std::copy(v->begin(), v->end(), const_cast<std::uint8_t*>(value.data));
+      const std::vector<StoreWrite> w = store_.put_many({key}, {value});
+      if (!w.empty() && !w[0].stored) return;
     } else {
       store_.remove(key);
     }

@@ -5,10 +5,11 @@ package kvkey
 import (
 	"bytes"
 	"encoding/binary"
+	"reflect"
 )
 
 // FormatVersion is the byte format this package reads and writes.
-const FormatVersion = 2
+const FormatVersion = 3
 
 const identityTag = "kvkey.id"
 
@@ -35,37 +36,13 @@ func optDigest(d *Digest) []byte {
 }
 
 // fields lists the identity's salient fields in encoding order (docs/format.md,
-// section 1). The adapter contributes its presence byte, then its members.
+// section 1), from the field table. The adapter contributes its presence byte,
+// then its members.
 func fields(id *Identity) []field {
-	scale := []byte{0}
-	if d := id.KV.Quant.ScaleDType; d != nil {
-		scale = []byte{1, byte(*d)}
-	}
-	out := []field{
-		{"tenant", str(id.Tenant)},
-		{"model.name", str(id.Model.Name)},
-		{"model.revision", str(id.Model.Revision)},
-		{"model.weights_epoch", u64le(id.Model.WeightsEpoch)},
-		{"model.weights_fingerprint", optDigest(id.Model.WeightsFingerprint)},
-		{"model.positional_fingerprint", optDigest(id.Model.PositionalFingerprint)},
-		{"kv.dtype", []byte{byte(id.KV.DType)}},
-		{"kv.quant.scheme", str(id.KV.Quant.Scheme)},
-		{"kv.quant.group_size", u32le(id.KV.Quant.GroupSize)},
-		{"kv.quant.scale_dtype", scale},
-		{"kv.quant.zero_point", flag(id.KV.Quant.ZeroPoint)},
-		{"kv.quant.scales_fingerprint", optDigest(id.KV.Quant.ScalesFingerprint)},
-		{"kv.block_size", u32le(id.KV.BlockSize)},
-		{"kv.num_layers", u32le(id.KV.NumLayers)},
-		{"kv.num_kv_heads", u32le(id.KV.NumKVHeads)},
-		{"kv.head_dim", u32le(id.KV.HeadDim)},
-		{"kv.layout", str(id.KV.Layout)},
-		{"kv.mla", flag(id.KV.MLA)},
-		{"adapter", flag(id.Adapter != nil)},
-	}
-	if a := id.Adapter; a != nil {
-		out = append(out, field{"adapter.name", str(a.Name)},
-			field{"adapter.weights_fingerprint", append([]byte(nil), a.WeightsFingerprint[:]...)})
-	}
+	var out []field
+	visitSalient(reflect.ValueOf(id).Elem(), identityFields, func(path string, b []byte) {
+		out = append(out, field{path, b})
+	})
 	return out
 }
 
@@ -148,29 +125,6 @@ func DecodeIdentity(b []byte) (Identity, bool) {
 	if string(r.take(len(identityTag))) != identityTag || binary.LittleEndian.Uint16(r.take(2)) != FormatVersion {
 		return id, false
 	}
-	id.Tenant = r.str()
-	id.Model.Name = r.str()
-	id.Model.Revision = r.str()
-	id.Model.WeightsEpoch = r.u64()
-	id.Model.WeightsFingerprint = r.optDigest()
-	id.Model.PositionalFingerprint = r.optDigest()
-	id.KV.DType = r.dtype()
-	id.KV.Quant.Scheme = r.str()
-	id.KV.Quant.GroupSize = r.u32()
-	if r.flag() {
-		d := r.dtype()
-		id.KV.Quant.ScaleDType = &d
-	}
-	id.KV.Quant.ZeroPoint = r.flag()
-	id.KV.Quant.ScalesFingerprint = r.optDigest()
-	id.KV.BlockSize = r.u32()
-	id.KV.NumLayers = r.u32()
-	id.KV.NumKVHeads = r.u32()
-	id.KV.HeadDim = r.u32()
-	id.KV.Layout = r.str()
-	id.KV.MLA = r.flag()
-	if r.flag() {
-		id.Adapter = &Adapter{Name: r.str(), WeightsFingerprint: r.digest()}
-	}
+	decodeSalient(r, reflect.ValueOf(&id).Elem(), identityFields)
 	return id, !r.bad && len(r.b) == 0
 }

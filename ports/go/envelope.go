@@ -25,7 +25,8 @@ const (
 	offReserved      = 74
 	offNonce         = 80
 	offPayloadDigest = 96
-	offIdentity      = 112
+	offSecretID      = 112
+	offIdentity      = 120
 )
 
 const envelopeMagic = "KVKEYENV"
@@ -100,6 +101,7 @@ type Envelope struct {
 	Mode          IntegrityMode
 	Nonce         [16]byte
 	PayloadDigest [16]byte
+	SecretID      [8]byte // the keyed namespace's secret id; zero in a plain header
 }
 
 func allZero(b []byte) bool {
@@ -153,8 +155,10 @@ func ParseEnvelope(h []byte) (*Envelope, Verdict) {
 		return nil, Verdict{ReasonMalformed, "envelope.integrity_mode"}
 	case mode != ModePoly1305 && !allZero(h[offNonce:offPayloadDigest]):
 		return nil, Verdict{ReasonMalformed, "envelope.nonce"}
-	case mode == ModeNone && !allZero(h[offPayloadDigest:offIdentity]):
+	case mode == ModeNone && !allZero(h[offPayloadDigest:offSecretID]):
 		return nil, Verdict{ReasonMalformed, "envelope.payload_digest"}
+	case kind == Plain && !allZero(h[offSecretID:offIdentity]):
+		return nil, Verdict{ReasonMalformed, "envelope.secret_id"}
 	}
 	e := &Envelope{Identity: id, PayloadSize: binary.LittleEndian.Uint64(h[offPayloadSize:]), Kind: kind, Mode: mode}
 	e.Slice = Slice{binary.LittleEndian.Uint32(h[offSlice:]), binary.LittleEndian.Uint32(h[offSlice+4:]),
@@ -162,6 +166,7 @@ func ParseEnvelope(h []byte) (*Envelope, Verdict) {
 	copy(e.BlockHash[:], h[offBlockHash:])
 	copy(e.Nonce[:], h[offNonce:])
 	copy(e.PayloadDigest[:], h[offPayloadDigest:])
+	copy(e.SecretID[:], h[offSecretID:])
 	return e, Verdict{}
 }
 
@@ -187,6 +192,9 @@ func (ns *Namespace) SealSizeOnly(block Digest, payloadSize uint64) []byte {
 		binary.LittleEndian.PutUint32(h[offSlice+4*i:], v)
 	}
 	h[offNamespaceKind] = byte(ns.kind())
+	if ns.keyed {
+		copy(h[offSecretID:], ns.secretID[:])
+	}
 	copy(h[offIdentity:], ns.encoding)
 	return h
 }
@@ -222,14 +230,14 @@ func (ns *Namespace) verifyExceptPayload(h []byte, block Digest, payloadSize uin
 			copy(want[offNonce:offPayloadDigest], h[offNonce:offPayloadDigest])
 		}
 		if mode != ModeNone {
-			copy(want[offPayloadDigest:offIdentity], h[offPayloadDigest:offIdentity])
+			copy(want[offPayloadDigest:offSecretID], h[offPayloadDigest:offSecretID])
 		}
 	}
 	if subtle.ConstantTimeCompare(h, want) == 1 {
 		return Verdict{}
 	}
 	if want[offIntegrity] != byte(ModeNone) && bytes.Equal(h[:offPayloadDigest], want[:offPayloadDigest]) &&
-		bytes.Equal(h[offIdentity:], want[offIdentity:]) {
+		bytes.Equal(h[offSecretID:], want[offSecretID:]) {
 		return Verdict{ReasonPayloadMismatch, "payload"}
 	}
 	e, v := ParseEnvelope(h)
@@ -241,6 +249,8 @@ func (ns *Namespace) verifyExceptPayload(h []byte, block Digest, payloadSize uin
 		return Verdict{ReasonIdentityMismatch, "envelope.namespace_kind"}
 	case FirstDifference(e.Identity, ns.id) != "":
 		return Verdict{ReasonIdentityMismatch, FirstDifference(e.Identity, ns.id)}
+	case e.SecretID != ns.secretID:
+		return Verdict{ReasonIdentityMismatch, "tenant.secret_id"}
 	case e.Slice != ns.slice:
 		return Verdict{ReasonIdentityMismatch, "shard"}
 	case subtle.ConstantTimeCompare(e.BlockHash[:], block[:]) != 1:

@@ -4,6 +4,7 @@ package kvkey
 
 import (
 	"fmt"
+	"reflect"
 	"strconv"
 	"unicode/utf8"
 )
@@ -62,7 +63,8 @@ type Model struct {
 }
 
 // Quant says how KV values are quantized. Scheme "none" (unquantized KV)
-// requires every other field at its zero value; the empty Scheme is invalid.
+// requires every other field at its zero value. The zero Quant means "none";
+// an empty Scheme with any other field set is invalid.
 type Quant struct {
 	Scheme            string
 	GroupSize         uint32
@@ -84,7 +86,8 @@ type KV struct {
 }
 
 // Shard is the rank's place in the tensor/pipeline-parallel grid. A single
-// rank is Shard{TPSize: 1, PPSize: 1}; a zero size is invalid.
+// rank is Shard{TPSize: 1, PPSize: 1}, and so is the zero Shard; a zero size
+// in an otherwise non-zero Shard is invalid.
 type Shard struct {
 	TPSize, TPRank, PPSize, PPRank uint32
 }
@@ -278,35 +281,41 @@ func ResolveSlice(kv KV, shard Shard) (Slice, error) {
 	return s, nil
 }
 
-// Validated checks every field in the C++ library's order and returns the
-// identity as it is encoded: under the single-tenant policy the (empty) tenant
-// becomes SingleTenantName. The error names the first invalid field.
+// withDefaults gives the zero Quant and the zero Shard their documented
+// meaning: no quantization (scheme "none") and a single rank.
+func withDefaults(id Identity) Identity {
+	if id.KV.Quant == (Quant{}) {
+		id.KV.Quant.Scheme = "none"
+	}
+	if id.Shard == (Shard{}) {
+		id.Shard = Shard{TPSize: 1, PPSize: 1}
+	}
+	return id
+}
+
+// Validated checks the identity and returns it as it is encoded: under the
+// single-tenant policy the (empty) tenant becomes SingleTenantName. The zero
+// Quant is scheme "none" and the zero Shard a single rank (TPSize and PPSize
+// 1). The error names the first invalid field in the order of docs/format.md:
+// every member by its own rule in table (encoding) order, then the quant
+// rules, then the geometry (ResolveSlice).
 func Validated(id Identity, singleTenant bool) (Identity, error) {
+	return validated(withDefaults(id), singleTenant)
+}
+
+// validated is Validated without the zero-value defaults: an explicit empty
+// scheme or zero shard is refused, as by the C++ library.
+func validated(id Identity, singleTenant bool) (Identity, error) {
 	if singleTenant {
 		if id.Tenant != "" {
 			return id, identityError("tenant", "must be empty under the single-tenant policy")
 		}
 		id.Tenant = SingleTenantName
-	} else if err := checkTenant(id.Tenant); err != nil {
+	}
+	if err := checkMembers(reflect.ValueOf(&id).Elem(), identityFields, singleTenant); err != nil {
 		return id, err
 	}
-	if err := checkText("model.name", id.Model.Name, MaxModelName); err != nil {
-		return id, err
-	}
-	if err := checkPrintable("model.revision", id.Model.Revision, MaxRevision); err != nil {
-		return id, err
-	}
-	if !id.KV.DType.Valid() {
-		return id, identityError("kv.dtype", "must be set to a known dtype")
-	}
-	q := id.KV.Quant
-	if err := checkScheme(q.Scheme); err != nil {
-		return id, err
-	}
-	if q.ScaleDType != nil && !q.ScaleDType.Valid() {
-		return id, identityError("kv.quant.scale_dtype", "is not a known dtype")
-	}
-	if q.Scheme == "none" {
+	if q := id.KV.Quant; q.Scheme == "none" {
 		switch {
 		case q.GroupSize != 0:
 			return id, identityError("kv.quant.group_size", `must be 0 when kv.quant.scheme is "none"`)
@@ -316,20 +325,6 @@ func Validated(id Identity, singleTenant bool) (Identity, error) {
 			return id, identityError("kv.quant.zero_point", `must be false when kv.quant.scheme is "none"`)
 		case q.ScalesFingerprint != nil:
 			return id, identityError("kv.quant.scales_fingerprint", `must be empty when kv.quant.scheme is "none"`)
-		}
-	}
-	if err := checkPositive("kv.block_size", id.KV.BlockSize); err != nil {
-		return id, err
-	}
-	if err := checkPositive("kv.head_dim", id.KV.HeadDim); err != nil {
-		return id, err
-	}
-	if err := checkPrintable("kv.layout", id.KV.Layout, MaxLayout); err != nil {
-		return id, err
-	}
-	if id.Adapter != nil {
-		if err := checkText("adapter.name", id.Adapter.Name, MaxAdapterName); err != nil {
-			return id, err
 		}
 	}
 	_, err := ResolveSlice(id.KV, id.Shard)

@@ -21,7 +21,10 @@ const (
 )
 
 // StoreKeyTag opens every store key.
-const StoreKeyTag = "kvk1/"
+const StoreKeyTag = "kvk3/"
+
+// SecretIDSize is the size of a tenant secret's public id, in bytes.
+const SecretIDSize = 8
 
 // Option configures NewNamespace.
 type Option func(*options)
@@ -49,6 +52,7 @@ type Namespace struct {
 	id        Identity
 	keyed     bool
 	secret    []byte
+	secretID  [SecretIDSize]byte // zero in a plain namespace
 	slice     Slice
 	encoding  []byte
 	root      Digest
@@ -59,11 +63,19 @@ type Namespace struct {
 // invalid field; "tenant_secret" for a secret of the wrong size) and
 // precomputes the root and the key prefix.
 func NewNamespace(id Identity, opts ...Option) (*Namespace, error) {
+	return newNamespace(id, false, opts...)
+}
+
+// newNamespace is NewNamespace; strict: without the zero-value defaults.
+func newNamespace(id Identity, strict bool, opts ...Option) (*Namespace, error) {
 	var o options
 	for _, opt := range opts {
 		opt(&o)
 	}
-	v, err := Validated(id, o.singleTenant)
+	if !strict {
+		id = withDefaults(id)
+	}
+	v, err := validated(id, o.singleTenant)
 	if err != nil {
 		return nil, err
 	}
@@ -74,9 +86,23 @@ func NewNamespace(id Identity, opts ...Option) (*Namespace, error) {
 	slice, _ := ResolveSlice(v.KV, v.Shard) // Validated checked it
 	ns := &Namespace{id: v, keyed: o.secret != nil, secret: o.secret, slice: slice, encoding: EncodeIdentity(v)}
 	ns.root = ns.hash(ns.encoding)
-	ns.keyPrefix = TenantKeyPrefix(v.Tenant) + modelKeySegment(v.Model.Name) + "/e" +
+	if ns.keyed {
+		ns.secretID = SecretID(ns.secret)
+	}
+	ns.keyPrefix = ns.SecretPrefix() + modelKeySegment(v.Model.Name) + "/e" +
 		strconv.FormatUint(v.Model.WeightsEpoch, 10) + "/"
 	return ns, nil
+}
+
+// SecretID returns the public id of a tenant secret (docs/format.md, section
+// 6): the first 8 bytes of HMAC-SHA-256(secret, "I"). It reveals nothing
+// about the secret and names it in keyed headers and store keys, so that one
+// retired secret's values can be purged by prefix.
+func SecretID(secret []byte) (id [SecretIDSize]byte) {
+	m := hmac.New(sha256.New, secret)
+	m.Write([]byte{'I'})
+	copy(id[:], m.Sum(nil))
+	return id
 }
 
 func (ns *Namespace) newHash() hash.Hash {
@@ -100,6 +126,10 @@ func (ns *Namespace) Identity() Identity { return ns.id }
 
 // Keyed reports whether the namespace hashes under a tenant secret.
 func (ns *Namespace) Keyed() bool { return ns.keyed }
+
+// SecretID returns the id of the namespace's tenant secret (SecretID) and
+// true, or zero bytes and false in a plain namespace.
+func (ns *Namespace) SecretID() ([SecretIDSize]byte, bool) { return ns.secretID, ns.keyed }
 
 // Slice returns the KV heads and layers this rank holds.
 func (ns *Namespace) Slice() Slice { return ns.slice }
@@ -193,26 +223,39 @@ func (ns *Namespace) ObjectHash(block Digest) Digest {
 		u32le(s.LayerEnd))
 }
 
-// StoreKey returns "kvk1/<tenant>/<model>/e<epoch>/<object hash>".
+// StoreKey returns "kvk3/<tenant>/<ns>/<model>/e<epoch>/<object hash>", where
+// <ns> is "p" in a plain namespace and "k<secret id, 16 hex>" in a keyed one.
 func (ns *Namespace) StoreKey(block Digest) string {
 	o := ns.ObjectHash(block)
 	return ns.keyPrefix + hex.EncodeToString(o[:])
 }
 
-// KeyPrefix returns "kvk1/<tenant>/<model>/e<epoch>/", the prefix of every key
-// of this namespace's epoch.
+// KeyPrefix returns "kvk3/<tenant>/<ns>/<model>/e<epoch>/", the prefix of
+// every key of this namespace's epoch.
 func (ns *Namespace) KeyPrefix() string { return ns.keyPrefix }
 
-// TenantPrefix returns "kvk1/<tenant>/", the prefix of every key of the tenant.
+// SecretPrefix returns "kvk3/<tenant>/p/" in a plain namespace and
+// "kvk3/<tenant>/k<secret id>/" in a keyed one: the prefix of every key sealed
+// under this namespace's secret (or of the tenant's plain keys), whatever the
+// model and epoch. Purging it after a rotation removes exactly the retired
+// secret's values.
+func (ns *Namespace) SecretPrefix() string {
+	if !ns.keyed {
+		return TenantKeyPrefix(ns.id.Tenant) + "p/"
+	}
+	return TenantKeyPrefix(ns.id.Tenant) + "k" + hex.EncodeToString(ns.secretID[:]) + "/"
+}
+
+// TenantPrefix returns "kvk3/<tenant>/", the prefix of every key of the tenant.
 func (ns *Namespace) TenantPrefix() string { return TenantKeyPrefix(ns.id.Tenant) }
 
-// TenantKeyPrefix returns "kvk1/<tenant>/" for a valid tenant (or SingleTenantName).
+// TenantKeyPrefix returns "kvk3/<tenant>/" for a valid tenant (or SingleTenantName).
 func TenantKeyPrefix(tenant string) string { return StoreKeyTag + tenant + "/" }
 
 // modelKeySegment escapes bytes outside [A-Za-z0-9._-] as %XX and cuts the
-// result to 96 characters without splitting an escape.
+// result to 80 characters without splitting an escape.
 func modelKeySegment(name string) string {
-	const max = 96
+	const max = 80
 	var out []byte
 	for i := 0; i < len(name); i++ {
 		c := name[i]

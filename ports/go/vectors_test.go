@@ -3,11 +3,14 @@
 package kvkey
 
 import (
+	"bytes"
 	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"os"
 	"testing"
+
+	"github.com/kvkey/kvkey/ports/go/internal/xxh3"
 )
 
 // The committed vectors (tests/vectors/), read from the repository.
@@ -25,29 +28,63 @@ type vectorCase struct {
 		TokenEnd   uint64 `json:"token_end"`
 		Key        string `json:"key"`
 	} `json:"extras"`
-	PayloadSize uint64   `json:"payload_size"`
-	Encoding    string   `json:"encoding"`
-	Root        string   `json:"root"`
-	FirstParent string   `json:"first_parent"`
-	Blocks      []string `json:"blocks"`
-	Objects     []string `json:"objects"`
-	Keys        []string `json:"keys"`
-	Envelopes   []string `json:"envelopes"`
+	PayloadSize    uint64   `json:"payload_size"`
+	PayloadDigests []string `json:"payload_digests"`
+	Encoding       string   `json:"encoding"`
+	Root           string   `json:"root"`
+	FirstParent    string   `json:"first_parent"`
+	Blocks         []string `json:"blocks"`
+	Objects        []string `json:"objects"`
+	Keys           []string `json:"keys"`
+	Envelopes      []string `json:"envelopes"`
 }
 
 type vectorFile struct {
 	Tokens struct {
 		Values []uint32 `json:"values"`
 	} `json:"tokens"`
-	Cases []vectorCase `json:"cases"`
+	Cases    []vectorCase `json:"cases"`
+	Payloads []struct {
+		Hex     string `json:"hex"`
+		XXH3128 string `json:"xxh3_128"`
+	} `json:"payloads"`
 	Keyed struct {
-		Case      string   `json:"case"`
-		SecretHex string   `json:"secret_hex"`
-		Root      string   `json:"root"`
-		Blocks    []string `json:"blocks"`
-		Keys      []string `json:"keys"`
-		Envelopes []string `json:"envelopes"`
+		Case         string   `json:"case"`
+		SecretHex    string   `json:"secret_hex"`
+		SecretID     string   `json:"secret_id"`
+		KeyPrefix    string   `json:"key_prefix"`
+		SecretPrefix string   `json:"secret_prefix"`
+		Root         string   `json:"root"`
+		Blocks       []string `json:"blocks"`
+		Keys         []string `json:"keys"`
+		Envelopes    []string `json:"envelopes"`
+		Rotated      struct {
+			SecretHex string `json:"secret_hex"`
+			SecretID  string `json:"secret_id"`
+			KeyPrefix string `json:"key_prefix"`
+		} `json:"rotated"`
 	} `json:"keyed"`
+	Splice struct {
+		Case         string `json:"case"`
+		HeaderHex    string `json:"header_hex"`
+		PayloadBlock int    `json:"payload_block"`
+		ReadAsBlock  int    `json:"read_as_block"`
+		Verdict      struct {
+			OK     bool   `json:"ok"`
+			Reason string `json:"reason"`
+			Field  string `json:"field"`
+		} `json:"verdict"`
+	} `json:"splice"`
+}
+
+func caseNamed(t *testing.T, v *vectorFile, name string) vectorCase {
+	for _, c := range v.Cases {
+		if c.Name == name {
+			return c
+		}
+	}
+	t.Fatalf("no case %q", name)
+	return vectorCase{}
 }
 
 func readJSON(t *testing.T, name string, v any) {
@@ -135,9 +172,45 @@ func hexes(ds []Digest) []string {
 	return out
 }
 
-func TestFormatV2Vectors(t *testing.T) {
+// vectorsFile is the one source of golden vectors (CONTRIBUTING.md).
+const vectorsFile = "format-v3.json"
+
+// payload is block i's payload by the vectors' payload_rule: size bytes,
+// byte j = (j + 31 * i) mod 251.
+func payload(i int, size uint64) []byte {
+	p := make([]byte, size)
+	for j := range p {
+		p[j] = byte((j + 31*i) % 251)
+	}
+	return p
+}
+
+// plainDigest is the digest a plain header carries in format v3 (mode
+// xxh3_128): XXH3-128(payload || header'), header' the header with the 16
+// digest bytes zero.
+func plainDigest(header, payload []byte) [16]byte {
+	zeroed := append(append([]byte(nil), payload...), header...)
+	copy(zeroed[len(payload)+offPayloadDigest:len(payload)+offSecretID], make([]byte, 16))
+	return xxh3.Sum128(zeroed)
+}
+
+func TestPayloadDigestVectors(t *testing.T) {
 	var v vectorFile
-	readJSON(t, "format-v2.json", &v)
+	readJSON(t, vectorsFile, &v)
+	if len(v.Payloads) == 0 {
+		t.Fatal("no payloads")
+	}
+	for _, p := range v.Payloads {
+		d := xxh3.Sum128(unhex(t, p.Hex))
+		if hex.EncodeToString(d[:]) != p.XXH3128 {
+			t.Errorf("XXH3-128 of %.20s...: %x, want %s", p.Hex, d, p.XXH3128)
+		}
+	}
+}
+
+func TestFormatV3Vectors(t *testing.T) {
+	var v vectorFile
+	readJSON(t, vectorsFile, &v)
 	if len(v.Cases) == 0 {
 		t.Fatal("no cases")
 	}
@@ -186,6 +259,15 @@ func TestFormatV2Vectors(t *testing.T) {
 				if v := ns.VerifyHeader(h, blocks[i], c.PayloadSize); !v.OK() {
 					t.Errorf("envelope %d: %v %s", i, v.Reason, v.Field)
 				}
+				if c.PayloadDigests[i] != hex.EncodeToString(h[offPayloadDigest:offSecretID]) {
+					t.Errorf("envelope %d: digest %x, payload_digests %s", i, h[offPayloadDigest:offSecretID],
+						c.PayloadDigests[i])
+				}
+				// The digest covers the payload and the header (format v3).
+				if d := plainDigest(h, payload(i, c.PayloadSize)); !bytes.Equal(d[:], h[offPayloadDigest:offSecretID]) {
+					t.Errorf("envelope %d: digest %x, XXH3-128(payload || header') %x", i,
+						h[offPayloadDigest:offSecretID], d)
+				}
 				other := blocks[(i+1)%len(blocks)]
 				if v := ns.VerifyHeader(h, other, c.PayloadSize); v != (Verdict{ReasonBlockMismatch, "block_hash"}) {
 					t.Errorf("envelope %d for another block: %v %s", i, v.Reason, v.Field)
@@ -200,13 +282,8 @@ func TestFormatV2Vectors(t *testing.T) {
 
 func TestKeyedVectors(t *testing.T) {
 	var v vectorFile
-	readJSON(t, "format-v2.json", &v)
-	var c vectorCase
-	for _, x := range v.Cases {
-		if x.Name == v.Keyed.Case {
-			c = x
-		}
-	}
+	readJSON(t, vectorsFile, &v)
+	c := caseNamed(t, &v, v.Keyed.Case)
 	id := identityOf(t, c)
 	ns, err := NewNamespace(id, WithSecret(unhex(t, v.Keyed.SecretHex)))
 	if err != nil {
@@ -214,6 +291,22 @@ func TestKeyedVectors(t *testing.T) {
 	}
 	if ns.Root().String() != v.Keyed.Root {
 		t.Errorf("root = %s, want %s", ns.Root(), v.Keyed.Root)
+	}
+	if sid, _ := ns.SecretID(); hex.EncodeToString(sid[:]) != v.Keyed.SecretID ||
+		ns.KeyPrefix() != v.Keyed.KeyPrefix || ns.SecretPrefix() != v.Keyed.SecretPrefix {
+		t.Errorf("secret id %x, prefixes %s %s; want %s %s %s", sid, ns.KeyPrefix(), ns.SecretPrefix(),
+			v.Keyed.SecretID, v.Keyed.KeyPrefix, v.Keyed.SecretPrefix)
+	}
+	// After a rotation: another secret id and prefix, and the old values are
+	// a miss that names the secret.
+	rotated, err := NewNamespace(id, WithSecret(unhex(t, v.Keyed.Rotated.SecretHex)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if sid, _ := rotated.SecretID(); hex.EncodeToString(sid[:]) != v.Keyed.Rotated.SecretID ||
+		rotated.KeyPrefix() != v.Keyed.Rotated.KeyPrefix {
+		t.Errorf("rotated: secret id %x, prefix %s; want %s %s", sid, rotated.KeyPrefix(), v.Keyed.Rotated.SecretID,
+			v.Keyed.Rotated.KeyPrefix)
 	}
 	blocks, err := ns.BlockHashes(v.Tokens.Values, nil)
 	if err != nil {
@@ -238,10 +331,47 @@ func TestKeyedVectors(t *testing.T) {
 		if v := plain.VerifyHeader(h, blocks[i], c.PayloadSize); v != want {
 			t.Errorf("keyed envelope %d read by a plain namespace: %v %s", i, v.Reason, v.Field)
 		}
+		if v := rotated.VerifyHeader(h, blocks[i], c.PayloadSize); v != (Verdict{ReasonIdentityMismatch,
+			"tenant.secret_id"}) {
+			t.Errorf("keyed envelope %d read under the rotated secret: %v %s", i, v.Reason, v.Field)
+		}
 	}
 	_, err = NewNamespace(id, WithSecret(make([]byte, MinSecretSize-1)))
 	if !hasField(err, IdentityErrorKind, "tenant_secret") {
 		t.Errorf("a 31-byte secret: %v", err)
+	}
+}
+
+// The splice: object B's header with object A's block hash, then B's
+// payload, read as block A. Every byte but the digest is what A's header
+// would hold (the size-only check accepts it, as it must: it sees no bytes),
+// and the digest, which covers the header in format v3, is not the one of
+// this header and payload: a full verify refuses it, on the payload.
+func TestSpliceVector(t *testing.T) {
+	var v vectorFile
+	readJSON(t, vectorsFile, &v)
+	s := v.Splice
+	c := caseNamed(t, &v, s.Case)
+	ns, err := NewNamespace(identityOf(t, c))
+	if err != nil {
+		t.Fatal(err)
+	}
+	blocks, _ := ns.BlockHashes(v.Tokens.Values, &HashOptions{Salt: []byte(c.Salt)})
+	h, a, b := unhex(t, s.HeaderHex), blocks[s.ReadAsBlock], s.PayloadBlock
+	if s.Verdict.OK || s.Verdict.Reason != "payload_mismatch" || s.Verdict.Field != "payload" || a == blocks[b] {
+		t.Fatalf("splice vector: %+v", s)
+	}
+	if verdict := ns.VerifyHeader(h, a, c.PayloadSize); !verdict.OK() {
+		t.Errorf("size-only check of the splice: %v %s", verdict.Reason, verdict.Field)
+	}
+	if d := plainDigest(h, payload(b, c.PayloadSize)); bytes.Equal(d[:], h[offPayloadDigest:offSecretID]) {
+		t.Errorf("the splice's digest verifies")
+	}
+	// B's own header (its block hash back at offset 16) verifies with B's payload.
+	own := append([]byte(nil), h...)
+	copy(own[offBlockHash:], blocks[b][:])
+	if d := plainDigest(own, payload(b, c.PayloadSize)); !bytes.Equal(d[:], h[offPayloadDigest:offSecretID]) {
+		t.Errorf("object B's digest does not verify in its own header")
 	}
 }
 

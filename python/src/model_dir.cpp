@@ -8,6 +8,7 @@
 #include <kvkey/model_dir.hpp>
 
 #include "convert.hpp"
+#include "value.hpp"
 
 #include <cmath>
 #include <cstddef>
@@ -94,11 +95,23 @@ void bind_model_dir(py::module_& m) {
          const py::object& layout, const py::object& tp_size, const py::object& tp_rank, const py::object& pp_size,
          const py::object& pp_rank, const py::object& adapter_dir, const py::object& revision, const py::object& name,
          const py::object& adapter_name, const py::object& weights_epoch, const py::object& overrides,
-         const py::object& verify_files) {
+         const py::object& verify_files, const py::object& single_tenant) {
         // Every argument through the binding's checked conversions (convert.hpp), then the library's assembly.
         kvkey::DeploymentParams p;
-        p.tenant = to_text(tenant, "tenant");
-        p.kv_dtype = to_dtype(kv_dtype, "kv_dtype");
+        if (to_bool(single_tenant, "single_tenant")) p.policy = kvkey::single_tenant;
+        if (tenant.is_none() && p.policy.tenant != kvkey::TenantPolicy::single_tenant) {
+          throw kvkey::input_error("tenant",
+                                   "from_model_dir: tenant is required (or single_tenant=True for a "
+                                   "store no one else shares)");
+        }
+        p.tenant = tenant.is_none() ? std::string() : to_text(tenant, "tenant");
+        // kvkey's names and every engine spelling kv_dtype_from_engine accepts ("fp8", "torch.bfloat16", ...).
+        try {
+          p.kv_dtype = py::isinstance<kvkey::KvDtype>(kv_dtype) ? kv_dtype.cast<kvkey::KvDtype>()
+                                                                : engine_dtype(kv_dtype, "kv_dtype");
+        } catch (const kvkey::input_error& e) {
+          throw kvkey::input_error("kv_dtype", e.detail());  // named as the argument
+        }
         p.block_size = to_uint<std::uint32_t>(block_size, "block_size");
         p.layout = to_text(layout, "layout");
         p.shard.tp_size = to_uint<std::uint32_t>(tp_size, "tp_size");
@@ -123,14 +136,16 @@ void bind_model_dir(py::module_& m) {
                               py::arg("kv") = py::cast(id.kv), py::arg("shard") = py::cast(id.shard),
                               py::arg("adapter") = id.adapter ? py::cast(*id.adapter) : py::none());
       },
-      py::arg("path"), py::kw_only(), py::arg("tenant"), py::arg("kv_dtype"), py::arg("block_size"), py::arg("layout"),
-      py::arg("tp_size") = 1, py::arg("tp_rank") = 0, py::arg("pp_size") = 1, py::arg("pp_rank") = 0,
+      py::arg("path"), py::kw_only(), py::arg("tenant") = py::none(), py::arg("kv_dtype"), py::arg("block_size"),
+      py::arg("layout"), py::arg("tp_size") = 1, py::arg("tp_rank") = 0, py::arg("pp_size") = 1, py::arg("pp_rank") = 0,
       py::arg("adapter_dir") = py::none(), py::arg("revision") = py::none(), py::arg("name") = py::none(),
       py::arg("adapter_name") = py::none(), py::arg("weights_epoch") = 0, py::arg("overrides") = py::none(),
-      py::arg("verify") = false,
+      py::arg("verify") = false, py::arg("single_tenant") = false,
       "The identity of a model directory (plain, a Hugging Face cache repo or snapshot) as an engine loads it: "
       "geometry from config.json (after `overrides`, a dict applied like vLLM's --hf-overrides), name and revision "
-      "from the cache, weights, positional and adapter fingerprints. InputError / IoError name what is wrong; "
+      "from the cache, weights, positional and adapter fingerprints. kv_dtype: any name kv_dtype_from_engine "
+      "accepts ('fp8', 'torch.bfloat16', a torch dtype, ...). single_tenant=True: a store no one else shares (tenant "
+      "then stays unset; pass single_tenant=True to KeyNamespace too). InputError / IoError name what is wrong; "
       "IdentityError names an invalid field.",
       py::name("from_model_dir")));
 }

@@ -35,6 +35,7 @@ using namespace kvkey_python;  // NOLINT(google-build-using-namespace): the bind
 
 void bind_model_dir(py::module_& m);  // model_dir.cpp
 void bind_metrics(py::module_& m);    // metrics.cpp
+void bind_identity_file(py::module_& m);  // identity_file.cpp
 
 namespace {
 
@@ -792,6 +793,7 @@ PYBIND11_MODULE(_kvkey, m) {
   bind_values<Namespace, PyVerdict>(m);     // value.hpp
   bind_connector<Namespace, PyVerdict>(m);  // connector.hpp
   bind_model_dir(m);
+  bind_identity_file(m);
   bind_metrics(m);
 
   m.def(

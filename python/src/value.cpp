@@ -26,11 +26,10 @@ kvkey::KvDtype to_any_dtype(const py::handle& obj, const std::string& field) {
   return to_dtype(obj, field);
 }
 
-// kv_dtype_from_engine's argument: a name, lmdeploy's quant_policy (an int, a
-// numpy integer too), or a torch / numpy dtype object (by its str():
-// "torch.bfloat16", "float16"), or a numpy scalar type (np.float16).
-kvkey::KvDtype engine_dtype(const py::handle& obj) {
-  if (PyUnicode_Check(obj.ptr())) return kvkey::kv_dtype_from_engine(to_text(obj, "name"));
+}  // namespace
+
+kvkey::KvDtype engine_dtype(const py::handle& obj, const std::string& field) {
+  if (PyUnicode_Check(obj.ptr())) return kvkey::kv_dtype_from_engine(to_text(obj, field));
   const std::string type = type_name(obj);
   if (!is_bool(obj) &&
       (PyLong_Check(obj.ptr()) != 0 || type.rfind("numpy.int", 0) == 0 || type.rfind("numpy.uint", 0) == 0)) {
@@ -43,10 +42,8 @@ kvkey::KvDtype engine_dtype(const py::handle& obj) {
   if (module == "torch" || module.rfind("numpy", 0) == 0) {
     return kvkey::kv_dtype_from_engine(std::string(py::str(obj)));
   }
-  throw_type_error("name", "a str, an lmdeploy quant_policy int, or a torch/numpy dtype", obj);
+  throw_type_error(field, "a str, an lmdeploy quant_policy int, or a torch/numpy dtype", obj);
 }
-
-}  // namespace
 
 PyOpenedValue opened_value(const HeldValue& value, py::object verdict, const kvkey::OpenedValue& opened) {
   PyOpenedValue out{std::move(verdict), py::none()};
@@ -89,11 +86,12 @@ void bind_value_types(py::module_& m) {
   m.def(
       "dtype_bits", [](const py::object& d) { return kvkey::dtype_bits(to_any_dtype(d, "dtype")); }, py::arg("dtype"),
       "Bits of one element: 32, 16, 8 or 4. dtype: a KvDtype or a name (kvkey's or an engine's).");
-  m.def("kv_dtype_from_engine", &engine_dtype, py::arg("name"),
-        "The KvDtype of an engine's dtype name: torch ('bfloat16', 'torch.float16', 'half', 'float8_e4m3fn', ...), "
-        "vLLM / SGLang --kv-cache-dtype ('fp8', 'fp8_e4m3', 'fp8_e5m2', 'bf16', ...), kvkey's own names, a torch "
-        "or numpy dtype object, or lmdeploy's quant_policy (8: int8, 4: int4). 'auto' raises InputError: resolve "
-        "it to the model's dtype first. An unknown name raises InputError listing the accepted ones.");
+  m.def(
+      "kv_dtype_from_engine", [](const py::handle& name) { return engine_dtype(name, "name"); }, py::arg("name"),
+      "The KvDtype of an engine's dtype name: torch ('bfloat16', 'torch.float16', 'half', 'float8_e4m3fn', ...), "
+      "vLLM / SGLang --kv-cache-dtype ('fp8', 'fp8_e4m3', 'fp8_e5m2', 'bf16', ...), kvkey's own names, a torch "
+      "or numpy dtype object, or lmdeploy's quant_policy (8: int8, 4: int4). 'auto' raises InputError: resolve "
+      "it to the model's dtype first. An unknown name raises InputError listing the accepted ones.");
 }
 
 }  // namespace kvkey_python

@@ -23,6 +23,12 @@
 
 namespace kvkey_python {
 
+// kv_dtype_from_engine's argument: a name, lmdeploy's quant_policy (an int, a
+// numpy integer too), or a torch / numpy dtype object (by its str():
+// "torch.bfloat16", "float16"), or a numpy scalar type (np.float16). field
+// names the argument in a TypeError.
+kvkey::KvDtype engine_dtype(const py::handle& obj, const std::string& field);
+
 // kvkey.OpenedValue: what open_value found. `payload` is a read-only
 // memoryview of the verified bytes inside the caller's value (None unless ok).
 struct PyOpenedValue {

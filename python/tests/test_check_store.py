@@ -212,3 +212,21 @@ def test_the_python_and_cpp_kits_run_the_same_cases_with_the_same_report_fields(
     # The report's fields: kvkey::testing::report_fields, CaseResult's, in order.
     fields = [f.name for f in dataclasses.fields(kvkey.testing.CaseResult)]
     assert fields == list(kvkey._kvkey._check_store_report_fields)
+
+
+class RefusesEmpty(MemoryStore):
+    """Refuses empty values, as Mooncake does (-600): the key keeps its old value."""
+
+    def put(self, keys, values):
+        stored = [len(memoryview(v)) > 0 for v in values]
+        super().put([k for k, s in zip(keys, stored) if s], [v for v, s in zip(values, stored) if s])
+        return stored
+
+
+def test_damage_the_store_refused_is_not_a_wrong_load():
+    # The kit's empty-value damage does not take on such a store: the intact value stays,
+    # and loading it is right, not a wrong load (nor are refused writes lost blocks).
+    report = check_store(RefusesEmpty, cases=["empty value", "baseline"])
+    assert report.ok, str(report)
+    empty = report.case("empty value")
+    assert empty.wrong_loads == 0 and empty.rejected == 0 and empty.loaded > 0

@@ -363,3 +363,23 @@ def test_kvkey_metrics_records_what_the_connector_saw(setup):
     assert d["lookup_blocks"] == {"hit": 4, "miss": 0, "rejected": 0}
     assert d["rejected_blocks"] == {"identity_mismatch": {"kv.dtype": 1}}
     assert d["false_hits"] == 1
+
+
+def test_memory_store_a_value_that_is_not_bytes_misses_alone(ns):
+    """A value of another type planted in MemoryStore.values fails that key alone (Replies.errors,
+    kind protocol): the lookup counts the blocks before it, the load serves every other block."""
+    store = kvkey.stores.MemoryStore()
+    conn = kvkey.Connector(store, ns, payload_size=512)
+    hashes = ns.block_hashes(range(6 * 64))
+    payloads = [bytes([b]) * 512 for b in range(6)]
+    assert conn.save(hashes, payloads) == 6
+    keys = [ns.store_key(h) for h in hashes]
+    store.values[keys[4]] = ["not", "bytes"]
+    assert conn.lookup(hashes) == 4
+    assert [None if p is None else bytes(p) for p in conn.load(hashes)] == payloads[:4] + [None] + payloads[5:]
+    heads = store.get_prefix(keys, 1024)
+    assert isinstance(heads, kvkey.stores.Replies) and sorted(heads.errors) == [4] and heads[4] is None
+    assert heads.errors[4].kind == "protocol" and "list" in str(heads.errors[4])
+    assert store.key_errors["protocol"] == 3 and conn.last_error is None
+    assert store.exists(keys[3:5]) == [True, True]
+    assert kvkey.stores.Replies([1, None], {1: kvkey.stores.StoreError("server", "x")}) == [1, None]

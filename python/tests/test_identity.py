@@ -1,7 +1,9 @@
 """The identity model: attributes mirror the C++ members and assign in place."""
 
 import copy
+import hashlib
 import os
+import pathlib
 
 import pytest
 
@@ -189,3 +191,34 @@ def test_repr_shows_every_salient_field():
         assert changed != base, field
         assert repr(changed) != repr(base), f"repr(Identity) does not show {field}"
         assert eval(repr(changed), {"bytes": bytes}, ns) == changed, field
+
+def test_identity_files_are_read_as_the_engine_reads_them(tmp_path):
+    examples = pathlib.Path(__file__).resolve().parents[2] / "examples" / "identities"
+    i = kvkey.Identity.from_file(examples / "lora.json")  # adapter.weights_file, relative to the file
+    assert i.adapter.weights_fingerprint == hashlib.sha256((examples / "adapter-weights.txt").read_bytes()).digest()
+    text = (examples / "qwen-fp16.json").read_text()
+    assert kvkey.Identity.from_json(text) == kvkey.Identity.from_json(text.encode()) == kvkey.Identity.from_file(
+        examples / "qwen-fp16.json")
+    assert kvkey.KeyNamespace(kvkey.Identity.from_json(text)).root.hex() == kvkey.KeyNamespace(
+        kvkey.Identity.from_file(examples / "qwen-fp16.json")).root.hex()
+
+
+@pytest.mark.parametrize("text, field", [
+    ("{} {}", "identity_file"),
+    ('{"a": NaN}', "identity_file"),
+    ("[" * 40 + "]" * 40, "identity_file"),
+    ('{"kv": {"dtype": "fp16", "dtype": "bf16"}}', "kv.dtype"),
+    ('{"zeta": 1, "alpha": 2}', "alpha"),
+    ('{"tenant": "t"}', "model"),
+    ('{"tenant": "t", "model": {"name": "m", "revision": "r", "weights_epoch": -0}}', "model.weights_epoch"),
+])
+def test_identity_file_errors_name_the_field(text, field):
+    with pytest.raises(kvkey.InputError) as e:
+        kvkey.Identity.from_json(text)
+    assert e.value.field == field
+    assert e.value.id == "kvkey.input_error"
+
+
+def test_an_unreadable_identity_file_is_an_io_error(tmp_path):
+    with pytest.raises(kvkey.IoError):
+        kvkey.Identity.from_file(tmp_path / "missing.json")

@@ -141,6 +141,44 @@ def test_errors(plain, hf_snapshot):
         kvkey.Identity.from_model_dir(plain, revision="r1", **ARGS)
 
 
+def test_kv_dtype_takes_every_engine_spelling(plain):
+    """kv_dtype: every name (and object) kv_dtype_from_engine accepts, with its refusals."""
+    for name in ["fp8", "bfloat16", "torch.bfloat16", "half", "float16", "torch.float8_e5m2", "float8_e4m3fn",
+                 "bf16", 8, kvkey.KvDtype.fp16]:
+        i = kvkey.Identity.from_model_dir(plain, revision="r1", **dict(ARGS, kv_dtype=name))
+        assert i.kv.dtype == kvkey.kv_dtype_from_engine(name if not isinstance(name, kvkey.KvDtype) else "fp16"), name
+    assert kvkey.Identity.from_model_dir(plain, revision="r1", **dict(ARGS, kv_dtype="fp8")).kv.dtype == \
+        kvkey.KvDtype.fp8_e4m3
+    np = pytest.importorskip("numpy")
+    assert kvkey.Identity.from_model_dir(plain, revision="r1", **dict(ARGS, kv_dtype=np.dtype("float16"))).kv.dtype \
+        == kvkey.KvDtype.fp16
+    for name, pattern in [("auto", "resolve it first"), ("float8_e4m3fnuz", "another exponent bias"),
+                          ("fp8_inc", "scales inside the cache"), ("FP8", 'unknown kv dtype "FP8"'),
+                          (0, "quant_policy 0")]:
+        with pytest.raises(kvkey.InputError, match=pattern) as e:
+            kvkey.Identity.from_model_dir(plain, revision="r1", **dict(ARGS, kv_dtype=name))
+        assert e.value.field == "kv_dtype"
+        with pytest.raises(kvkey.InputError, match=pattern):
+            kvkey.kv_dtype_from_engine(name)
+    with pytest.raises(TypeError, match="kv_dtype"):
+        kvkey.Identity.from_model_dir(plain, revision="r1", **dict(ARGS, kv_dtype=1.5))
+
+
+def test_single_tenant(plain):
+    args = dict(ARGS)
+    del args["tenant"]
+    i = kvkey.Identity.from_model_dir(plain, revision="r1", single_tenant=True, **args)
+    assert i.tenant == ""
+    ns = kvkey.KeyNamespace(i, single_tenant=True)
+    assert ns.single_tenant and ns.store_key(ns.block_hashes(range(16))[0]).startswith(ns.tenant_prefix)
+    with pytest.raises(kvkey.InputError, match="tenant is required") as e:
+        kvkey.Identity.from_model_dir(plain, revision="r1", **args)
+    assert e.value.field == "tenant"
+    with pytest.raises(kvkey.IdentityError, match="single_tenant") as e:
+        kvkey.Identity.from_model_dir(plain, revision="r1", single_tenant=True, **ARGS)
+    assert e.value.field == "tenant"
+
+
 def test_arguments_go_through_the_checked_conversions(plain):
     # Paths as os.fsencode(os.fspath(p)) gives them; every other argument checked and named.
     by_str = kvkey.Identity.from_model_dir(str(plain), revision="r1", **ARGS)

@@ -12,6 +12,7 @@ import secrets
 import socket
 import sys
 import threading
+import time
 
 import numpy as np
 import pytest
@@ -165,7 +166,7 @@ def test_redis_unreachable_is_a_connection_error():
     with socket.socket() as s:  # bound, never listening: connections are refused
         s.bind((HOST, 0))
         port = s.getsockname()[1]
-        store = RedisStore(redis.Redis(host=HOST, port=port, socket_connect_timeout=1))
+        store = RedisStore(redis.Redis(host=HOST, port=port, socket_connect_timeout=1), check=False)
         with pytest.raises(StoreError) as e:
             store.get(["k"])
         assert e.value.kind == "connection"
@@ -237,7 +238,7 @@ def test_redis_a_broken_reply_drops_the_connection(client):
     proxy = GarbageServer(client.connection_pool.connection_kwargs["port"])
     try:
         c = redis.Redis(host=HOST, port=proxy.port, socket_timeout=5)
-        store = RedisStore(c)
+        store = RedisStore(c, check=False)  # its first connection is the garbage one
         ns = namespace()
         h = ns.block_hashes(range(64))[0]
         with pytest.raises(StoreError) as e:
@@ -287,7 +288,7 @@ def test_redis_through_a_faulty_wire(client, faults):
 
     with fault_proxy()(client.connection_pool.connection_kwargs["port"], seed=11, **faults) as proxy:
         faulty = redis.Redis(host=HOST, port=proxy.port, socket_timeout=5, socket_connect_timeout=5)
-        conn = kvkey.Connector(RedisStore(faulty), ns, metrics=Errors())
+        conn = kvkey.Connector(RedisStore(faulty, check=False), ns, metrics=Errors())
         counted = loaded = wrong = 0
         for _ in range(12):
             n = conn.lookup(hashes)
@@ -327,7 +328,7 @@ def test_redis_a_connection_out_of_step_is_closed_before_the_pool_has_it(client)
     store.put(keys, values)
     with fault_proxy()(client.connection_pool.connection_kwargs["port"], flip_at=[(0, 4, 0x08)]) as proxy:
         faulty = redis.Redis(host=HOST, port=proxy.port, socket_timeout=5)
-        through = RedisStore(faulty)
+        through = RedisStore(faulty, check=False)
         through._drop_connections = lambda: None
         with pytest.raises(StoreError) as e:
             through.get(keys)
@@ -358,3 +359,185 @@ def test_cluster_check_store(cluster):
     report = check_store(lambda: RedisClusterStore(cluster))
     print("\n" + str(report).splitlines()[0])
     assert report.ok, str(report)
+
+
+# ---- per-key failures: one key of another type misses alone ---------------------------------
+
+
+def a_key_of_another_type_misses_alone(store, raw):
+    """Block 90 of 100 is a list (WRONGTYPE to GET, GETRANGE and STRLEN): the lookup counts the
+    90 blocks before it, loads serve the other 99, the failure is counted per key, and the
+    connection stays in step (the next calls read the right values)."""
+    ns = namespace()
+    conn = kvkey.Connector(store, ns)
+    hashes = ns.block_hashes(range(100 * 64))
+    payloads = [bytes([b]) * 2048 for b in range(100)]
+    assert conn.save(hashes, payloads) == 100
+    keys = [ns.store_key(h) for h in hashes]
+    raw.delete(keys[90])
+    raw.rpush(keys[90], b"not a value")
+    before = store.key_errors["server"]
+    for _ in range(2):  # the second round on the connections the first one used
+        assert conn.lookup(hashes) == 90
+        got = conn.load(hashes)
+        assert [g is not None for g in got] == [i != 90 for i in range(100)]
+        assert all(bytes(g) == p for g, p in zip(got, payloads) if g is not None)
+        bufs = [bytearray(2048) for _ in hashes]
+        results = conn.load_into(hashes, bufs)
+        assert [r.status for r in results] == ["missing" if i == 90 else "loaded" for i in range(100)]
+        assert bufs[90] == bytearray(2048) and all(bytes(b) == p for b, p in zip(bufs[:90], payloads))
+    assert conn.last_error is None  # no call failed: one key did
+    heads = store.get_prefix(keys, 1024)
+    assert sorted(heads.errors) == [90] and heads[90] is None and heads[89] is not None
+    assert heads.errors[90].kind == "server" and "WRONGTYPE" in str(heads.errors[90])
+    values = store.get(keys[88:92])
+    assert sorted(values.errors) == [2] and values[:2] == [raw.get(keys[88]), raw.get(keys[89])]
+    assert store.key_errors["server"] - before == 2 * 3 + 2 and store.last_key_error.kind == "server"
+    assert store.exists(keys[89:91]) == [True, True]  # EXISTS answers for a key of any type
+    assert conn.save(hashes[90:91], payloads[90:91]) == 1  # SET replaces the list
+    assert conn.lookup(hashes) == 100
+    assert store.delete(keys) == 100
+
+
+@pytest.mark.redis
+def test_redis_a_key_of_another_type_misses_alone(client):
+    a_key_of_another_type_misses_alone(RedisStore(client), client)
+
+
+@pytest.mark.redis
+def test_redis_a_key_of_another_type_misses_alone_without_scripts(client):
+    store = RedisStore(client)
+    store._script = False  # headers through the pipeline of GETRANGE and STRLEN
+    a_key_of_another_type_misses_alone(store, client)
+
+
+@pytest.mark.redis_cluster
+def test_cluster_a_key_of_another_type_misses_alone(cluster):
+    a_key_of_another_type_misses_alone(RedisClusterStore(cluster), cluster)
+
+
+# ---- clients that cannot work are refused; a wrong port is an error at once -----------------
+
+
+def test_redis_stores_refuse_a_client_that_decodes_responses():
+    client = redis.Redis(host=HOST, port=1, decode_responses=True)
+    with pytest.raises(ValueError, match="decode_responses=True"):
+        RedisStore(client)
+    with pytest.raises(TypeError, match="use RedisStore"):
+        RedisClusterStore(client)
+
+
+def test_redis_stores_refuse_an_asyncio_client():
+    import redis.asyncio
+
+    with pytest.raises(TypeError, match="asyncio client"):
+        RedisStore(redis.asyncio.Redis(host=HOST, port=1))
+
+
+@pytest.mark.redis_cluster
+def test_cluster_store_refuses_a_client_that_decodes_responses():
+    spec = server_env("KVKEY_CLUSTER_NODES", "42-redis-cluster", "redis_cluster")
+    port = int(spec.split()[0].split(":")[0])
+    c = redis.cluster.RedisCluster(host=HOST, port=port, decode_responses=True)
+    try:
+        with pytest.raises(ValueError, match="decode_responses=True"):
+            RedisClusterStore(c)
+        with pytest.raises(TypeError, match="use RedisClusterStore"):
+            RedisStore(c)
+    finally:
+        c.close()
+
+
+def test_redis_a_wrong_port_fails_at_construction():
+    with socket.socket() as s:  # bound, never listening: connections are refused
+        s.bind((HOST, 0))
+        port = s.getsockname()[1]
+        with pytest.raises(StoreError) as e:
+            RedisStore(redis.Redis(host=HOST, port=port, socket_connect_timeout=1))
+        assert e.value.kind == "connection" and f"{HOST}:{port}" in str(e.value)
+
+
+# ---- redirections: a slot migrated under load ------------------------------------------------
+
+
+def migrate_slots(slots, src, dst, others, pause=0.0, moved=None):
+    """Moves slots from primary src to dst as redis-cli --cluster reshard does: IMPORTING on
+    dst, MIGRATING on src, MIGRATE of every key one at a time (pause seconds after each), then
+    SETSLOT NODE on dst, src and the other primaries. src, dst, others: redis.Redis of nodes."""
+    src_id, dst_id = src.execute_command("CLUSTER", "MYID"), dst.execute_command("CLUSTER", "MYID")
+    dst_port = dst.connection_pool.connection_kwargs["port"]
+    for s in slots:
+        dst.execute_command("CLUSTER", "SETSLOT", s, "IMPORTING", src_id)
+        src.execute_command("CLUSTER", "SETSLOT", s, "MIGRATING", dst_id)
+    for s in slots:
+        while True:
+            keys = src.execute_command("CLUSTER", "GETKEYSINSLOT", s, 100)
+            if not keys:
+                break
+            for k in keys:
+                src.execute_command("MIGRATE", HOST, dst_port, "", 0, 5000, "KEYS", k)
+                if moved is not None:
+                    moved.append(k)
+                time.sleep(pause)
+    for s in slots:
+        for node in (dst, src, *others):
+            node.execute_command("CLUSTER", "SETSLOT", s, "NODE", dst_id)
+
+
+@pytest.mark.redis_cluster
+def test_cluster_lookups_and_loads_follow_a_slot_migration(cluster):
+    """The slots of a third of 200 blocks move from one primary to another, key by key, while
+    one client looks up and loads the 200 blocks on a slot map that does not know: keys that
+    have left answer ASK (followed with ASKING), then the slots answer MOVED (followed, the
+    slot map updated). Every lookup counts all 200 blocks, every load serves them, 0 wrong."""
+    ns = namespace()
+    store = RedisClusterStore(cluster)
+    conn = kvkey.Connector(store, ns)
+    hashes = ns.block_hashes(range(200 * 64))
+    payloads = [secrets.token_bytes(4096) for _ in hashes]
+    assert conn.save(hashes, payloads) == 200
+    keys = [ns.store_key(h) for h in hashes]
+    owner = {k: cluster.get_node_from_key(k.encode()) for k in keys}
+    primaries = sorted({n.port for n in cluster.get_primaries()})
+    src_port = owner[keys[0]].port
+    dst_port = next(p for p in primaries if p != src_port)
+    slots = sorted({cluster.keyslot(k) for k in keys if owner[k].port == src_port})
+    nodes = {p: redis.Redis(host=HOST, port=p, socket_timeout=10) for p in primaries}
+    others = [nodes[p] for p in primaries if p not in (src_port, dst_port)]
+    moved, failure = [], []
+
+    def migrate():
+        try:
+            migrate_slots(slots, nodes[src_port], nodes[dst_port], others, pause=0.01, moved=moved)
+        except Exception as e:  # noqa: BLE001 - reported by the test
+            failure.append(e)
+
+    mover = threading.Thread(target=migrate)
+    counts, served, wrong, rounds = [], 0, 0, 0
+    mover.start()
+    while mover.is_alive() or rounds < 3:
+        if not mover.is_alive():
+            rounds += 1
+        counts.append(conn.lookup(hashes))
+        for got, p in zip(conn.load(hashes), payloads):
+            if got is not None:
+                served += 1
+                wrong += bytes(got) != p
+    mover.join()
+    try:
+        assert not failure, failure
+        during = f"{len(counts)} lookups and loads of 200 blocks"
+        print(f"\ncluster migration: {len(slots)} slots ({len(moved)} keys, moved one at a time) from "
+              f":{src_port} to :{dst_port} during {during}: lookups counted {min(counts)} to {max(counts)} "
+              f"of 200, loads served {served} of {200 * len(counts)}, redirections followed "
+              f"{dict(store.redirects)}, per-key errors {dict(store.key_errors)}, store errors "
+              f"{conn.last_error}, wrong loads {wrong}")
+        assert wrong == 0 and conn.last_error is None
+        assert counts == [200] * len(counts) and served == 200 * len(counts)
+        assert store.redirects["ask"] > 0 and store.redirects["moved"] > 0
+        assert len(moved) >= len(slots)
+    finally:
+        migrate_slots(slots, nodes[dst_port], nodes[src_port], others)  # back where they were
+        for n in nodes.values():
+            n.close()
+        store.delete(keys)

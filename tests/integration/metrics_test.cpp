@@ -71,3 +71,34 @@ TEST_CASE("the connector records store errors by kind", "[metrics]") {
   CHECK(s.load_missing == 3);
   CHECK(s.load_loaded == 0);
 }
+
+TEST_CASE("a key of another type misses alone, counted as a store error", "[metrics][key_errors]") {
+  kvkey::Metrics metrics;
+  kvkey_redis::Connector store(it::shared_server(), &metrics);
+  const Deployment d("key-errors", it::base_identity(it::unique_tenant("key-errors")));
+  const auto blocks = d.rank(0).block_hashes(it::prompt(43, 0, 10));
+  d.save(store, 0, blocks);
+  const std::string key = d.rank(0).store_key(blocks[7]);
+  store.connection().command({"DEL", key});
+  store.connection().command({"RPUSH", key, "not a value"});  // GET and GETRANGE answer WRONGTYPE
+
+  for (int round = 0; round < 2; ++round) {  // the second on the same connection: it stayed in step
+    INFO("round " << round);
+    const kvkey_redis::Lookup found = store.lookup(d.all_ranks(), blocks);
+    CHECK(found.prefix.blocks == 7);
+    CHECK(found.key_errors == 1);
+    const auto loaded = store.load(d.rank(0), blocks, d.payload_size(0));
+    for (std::size_t i = 0; i < blocks.size(); ++i) {
+      INFO("block " << i);
+      CHECK(loaded[i].status == (i == 7 ? kvkey_redis::LoadStatus::failed : kvkey_redis::LoadStatus::loaded));
+      if (i != 7) CHECK(loaded[i].payload == d.payload(0, blocks[i]));
+    }
+    CHECK(store.connection().connected());
+  }
+  CHECK(store.lookup_existing(d.all_ranks(), blocks).prefix.blocks == 10);  // EXISTS answers for any type
+  const kvkey::MetricsSnapshot s = metrics.snapshot();
+  CHECK(s.store_error("server") == 4);  // 2 lookups and 2 loads, one key each
+  CHECK(s.load_loaded == 18);
+  CHECK(s.load_missing == 2);
+  store.purge(d.rank(0).tenant_prefix());
+}

@@ -232,6 +232,34 @@ TEST_CASE("check_store: an exception from the store fails its case", "[store]") 
   CHECK(r.find("baseline")->errors.front() == "exception: connection refused");
 }
 
+TEST_CASE("check_store: damage the store refused is not a wrong load", "[store]") {
+  // Refuses empty values, as Mooncake does: the key keeps its old value.
+  struct RefusesEmpty : kvkey::MemoryStore {
+    void put(std::string_view key, const std::uint8_t* data, std::size_t size) override {
+      if (size > 0) MemoryStore::put(key, data, size);
+    }
+    std::vector<kvkey::StoreWrite> put_many(const std::vector<std::string>& keys,
+                                            const std::vector<kvkey::StoreValue>& values) override {
+      std::vector<kvkey::StoreWrite> out(keys.size());
+      for (std::size_t i = 0; i < keys.size(); ++i) {
+        out[i].stored = values[i].size > 0;
+        if (out[i].stored) put(keys[i], values[i].data, values[i].size);
+      }
+      return out;
+    }
+  };
+  kvkey::testing::CheckOptions options = quick();
+  options.only = {"empty value", "baseline"};
+  const kvkey::testing::Report r = check<RefusesEmpty>(options);
+  INFO(r.summary());
+  CHECK(r.ok());
+  const kvkey::testing::CaseResult* empty = r.find("empty value");
+  REQUIRE(empty != nullptr);
+  CHECK(empty->wrong_loads == 0);
+  CHECK(empty->rejected == 0);
+  CHECK(empty->loaded > 0);
+}
+
 TEST_CASE("check_store: a connector that skips rank 1's checks fails", "[store]") {
   for (const bool payload : {true, false}) {
     INFO((payload ? "payload checks skipped" : "header checks skipped"));

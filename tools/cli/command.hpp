@@ -34,6 +34,7 @@ std::vector<Command> add_legacy_command(CLI::App& app);       // legacy.cpp
 std::vector<Command> add_init_command(CLI::App& app);         // init.cpp
 std::vector<Command> add_purge_command(CLI::App& app);        // purge.cpp: purge, secret-id
 std::vector<Command> add_conformance_command(CLI::App& app);  // conformance.cpp: conformance, conformance-testee
+std::vector<Command> add_schema_command(CLI::App& app);       // schema.cpp
 
 }  // namespace kvkey_tool
 

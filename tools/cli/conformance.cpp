@@ -4,6 +4,7 @@
 #include "cli/conformance.hpp"
 
 #include <fcntl.h>
+#include <poll.h>
 #include <signal.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -23,6 +24,8 @@
 #include "cli/command.hpp"
 #include "cli/inputs.hpp"
 #include "cli/tool.hpp"
+
+#include <kvkey/identity_file.hpp>
 
 namespace kvkey_tool {
 
@@ -90,22 +93,24 @@ class Child {
     pid_ = fork();
     if (pid_ < 0) fail("conformance: fork: {}", std::strerror(errno));
     if (pid_ == 0) {
+      setpgid(0, 0);  // its own process group: a hung testee is killed with its children
       dup2(in[0], 0);
       dup2(out[1], 1);
       close(in[0]), close(in[1]), close(out[0]), close(out[1]);
       execl("/bin/sh", "sh", "-c", command.c_str(), static_cast<char*>(nullptr));
       _exit(127);
     }
+    setpgid(pid_, pid_);
     close(in[0]);
     close(out[1]);
     to_ = in[1];
-    from_ = fdopen(out[0], "r");
+    from_ = out[0];
   }
   Child(const Child&) = delete;
   Child& operator=(const Child&) = delete;
   ~Child() {
     close_input();
-    if (from_ != nullptr) std::fclose(from_);
+    if (from_ >= 0) close(from_);
     if (pid_ > 0) waitpid(pid_, nullptr, 0);
   }
 
@@ -126,14 +131,42 @@ class Child {
     close_input();
     return ok;
   }
-  /// The next line of output without its newline; false at end of output.
-  bool read_line(std::string& line) {
-    line.clear();
-    for (int c; (c = std::fgetc(from_)) != EOF;) {
-      if (c == '\n') return true;
-      line.push_back(static_cast<char>(c));
+  enum class Read { line, end, timeout };
+
+  /// The next line of output without its newline; `end` at the end of output,
+  /// `timeout` when none came for timeout_ms (the testee is then killed).
+  Read read_line(std::string& line, int timeout_ms) {
+    for (;;) {
+      if (const auto nl = buffer_.find('\n', scanned_); nl != std::string::npos) {
+        line.assign(buffer_, 0, nl);
+        buffer_.erase(0, nl + 1);
+        scanned_ = 0;
+        return Read::line;
+      }
+      scanned_ = buffer_.size();
+      if (from_ < 0) break;
+      pollfd p{from_, POLLIN, 0};
+      const int ready = poll(&p, 1, timeout_ms);
+      if (ready < 0 && errno == EINTR) continue;
+      if (ready == 0) {
+        kill_group();
+        return Read::timeout;
+      }
+      char chunk[65536];
+      const ssize_t n = ::read(from_, chunk, sizeof chunk);
+      if (n < 0 && errno == EINTR) continue;
+      if (n <= 0) {
+        close(from_);
+        from_ = -1;
+        break;
+      }
+      buffer_.append(chunk, static_cast<std::size_t>(n));
     }
-    return !line.empty();
+    if (buffer_.empty()) return Read::end;
+    line.swap(buffer_);  // a last line without its newline
+    buffer_.clear();
+    scanned_ = 0;
+    return Read::line;
   }
   /// The exit status (waits for the testee to end).
   int wait() {
@@ -148,9 +181,16 @@ class Child {
     if (to_ >= 0) close(to_);
     to_ = -1;
   }
+  void kill_group() {
+    if (pid_ > 0) ::kill(-pid_, SIGKILL);
+    if (from_ >= 0) close(from_);
+    from_ = -1;
+  }
   pid_t pid_ = -1;
   int to_ = -1;
-  std::FILE* from_ = nullptr;
+  int from_ = -1;
+  std::string buffer_;
+  std::size_t scanned_ = 0;
 };
 
 }  // namespace
@@ -164,6 +204,10 @@ ConformanceCommands add_conformance_commands(CLI::App& app, ConformanceOptions& 
   runner->add_option("--seed", o.seed, "seed of the random cases (default: a fresh one, printed)");
   runner->add_option("--vectors", o.vectors, "replay a vectors file (tests/vectors/format-v3.json) first");
   runner->add_option("--show", o.show, "differences to print (default 5)");
+  runner->add_flag("--mutate", o.mutate,
+                   "send hostile lines instead (not UTF-8, lone surrogates, numbers beyond a double, deep "
+                   "nesting, trailing data, duplicate and unknown keys): the testee must answer each");
+  runner->add_option("--timeout", o.timeout, "seconds to wait for one answer before the testee fails (default 60)");
   auto* testee = app.add_subcommand("conformance-testee",
                                     "Answer conformance requests (one JSON object per line "
                                     "on stdin) with the C++ library");
@@ -174,14 +218,18 @@ ConformanceCommands add_conformance_commands(CLI::App& app, ConformanceOptions& 
 
 int run_conformance_testee(const ConformanceOptions& o, std::string& out) {
   (void)out;  // answers stream to stdout, one line each, as they are computed
+  static const std::vector<std::string> perturbations = {"", "adapter", "salt", "extras", "u64", "field"};
+  if (std::find(perturbations.begin(), perturbations.end(), o.perturb) == perturbations.end()) {
+    fail("conformance-testee: unknown --perturb {} (known: adapter, salt, extras, u64, field)", quote(o.perturb));
+  }
+  // Every line gets one answer, whatever its bytes (docs/conformance.md, "The protocol").
   std::string line;
   while (std::getline(std::cin, line)) {
-    if (line.empty()) continue;
     Msg response;
     try {
-      response = conformance::respond(Msg::parse(line), o.perturb);
-    } catch (const Msg::parse_error&) {
-      response = {{"id", nullptr}, {"error", {{"kind", "input_error"}, {"field", "request"}, {"message", "not JSON"}}}};
+      response = conformance::respond_line(line, o.perturb);
+    } catch (const std::exception& e) {  // a bug, not a refusal: still one line, and the next
+      response = {{"id", nullptr}, {"error", {{"kind", "internal_error"}, {"field", ""}, {"message", e.what()}}}};
     }
     const std::string text = dump(response) + "\n";
     if (std::fwrite(text.data(), 1, text.size(), stdout) != text.size() || std::fflush(stdout) != 0) {
@@ -194,57 +242,74 @@ int run_conformance_testee(const ConformanceOptions& o, std::string& out) {
 int run_conformance(const ConformanceOptions& o, std::string& out) {
   const std::uint64_t cases = parse_uint_option(o.cases, 32, "--cases");
   const std::uint64_t show = parse_uint_option(o.show, 32, "--show");
+  const std::uint64_t timeout = parse_uint_option(o.timeout, 32, "--timeout");
   const std::uint64_t seed = o.seed.empty() ? (std::uint64_t{std::random_device{}()} << 32 | std::random_device{}())
                                             : parse_uint_option(o.seed, 64, "--seed");
-  std::vector<Msg> requests;
-  if (!o.vectors.empty()) requests = conformance::vector_requests(o.vectors);
-  for (Msg& r : conformance::random_requests(seed, cases)) requests.push_back(std::move(r));
-  std::fprintf(stderr, "conformance: %zu cases (%zu from %s), seed %llu\n", requests.size(), requests.size() - cases,
-               o.vectors.empty() ? "no vectors file" : o.vectors.c_str(), static_cast<unsigned long long>(seed));
+  // Each case: a label for messages and the line sent.
+  std::vector<std::pair<std::string, std::string>> sent;
+  if (!o.vectors.empty()) {
+    for (const Msg& r : conformance::vector_requests(o.vectors)) sent.emplace_back(dump(r.value("id", Msg())), dump(r));
+  }
+  const std::size_t from_vectors = sent.size();
+  if (o.mutate) {
+    for (auto& c : conformance::hostile_lines(seed, cases)) sent.push_back(std::move(c));
+  } else {
+    for (const Msg& r : conformance::random_requests(seed, cases))
+      sent.emplace_back(dump(r.value("id", Msg())), dump(r));
+  }
+  std::fprintf(stderr, "conformance: %zu %scases (%zu from %s), seed %llu\n", sent.size(), o.mutate ? "hostile " : "",
+               from_vectors, o.vectors.empty() ? "no vectors file" : o.vectors.c_str(),
+               static_cast<unsigned long long>(seed));
 
   std::vector<std::string> lines;
-  lines.reserve(requests.size());
-  for (const Msg& r : requests) lines.push_back(dump(r) + "\n");
+  lines.reserve(sent.size());
+  for (const auto& c : sent) lines.push_back(c.second + "\n");
   signal(SIGPIPE, SIG_IGN);  // a testee that stops reading is a failure, not the runner's death
   Child child(o.testee);
   std::thread writer([&child, &lines] { child.write_all(lines); });
   std::size_t passed = 0;
+  std::size_t failed = 0;
+  bool hung = false;
   std::vector<std::string> failures;
   std::string line;
-  for (std::size_t n = 0; n < requests.size(); ++n) {
-    const Msg& request = requests[n];
-    const Msg want = conformance::respond(Msg::parse(lines[n]));  // the request as the testee reads it
+  for (std::size_t n = 0; n < sent.size(); ++n) {
+    const Msg want = conformance::respond_line(sent[n].second);  // the oracle reads the line as the testee does
     std::string why;
-    if (!child.read_line(line)) {
+    const auto read = hung ? Child::Read::timeout : child.read_line(line, static_cast<int>(timeout * 1000));
+    if (read == Child::Read::timeout) {
+      why = "no response within " + std::to_string(timeout) + " s (the testee was stopped)";
+      hung = true;
+    } else if (read == Child::Read::end) {
       why = "no response (the testee's output ended)";
     } else {
-      Msg got;
       try {
-        got = Msg::parse(line);
-        why = difference(want, got);
-      } catch (const Msg::parse_error&) {
-        why = "response is not JSON: " + shorten(line, 200);
+        // Strict, as the testee must be: a response nested deeper than any request,
+        // with a duplicate key or a number beyond a double is not an answer.
+        why = difference(want, kvkey::parse_strict_json<Msg>(line, conformance::max_request_depth));
+      } catch (const kvkey::error& e) {
+        why = "response is not strict JSON (" + e.message() + "): " + escape(shorten(line, 200));
       }
     }
     if (why.empty()) {
       ++passed;
-    } else if (failures.size() < show) {
-      failures.push_back("  case " + dump(request.value("id", Msg())) + ": " + why +
-                         "\n    request: " + shorten(dump(request)) + "\n");
-    } else {
-      failures.emplace_back();
+      continue;
+    }
+    ++failed;
+    if (failures.size() < show) {
+      failures.push_back("  case " + escape(sent[n].first, 200) + ": " + why +
+                         "\n    request: " + escape(shorten(sent[n].second)) + "\n");
     }
   }
   std::size_t surplus = 0;  // lines beyond the last request's answer are failures too
-  while (child.read_line(line)) ++surplus;
+  while (!hung && child.read_line(line, static_cast<int>(timeout * 1000)) == Child::Read::line) ++surplus;
   writer.join();
   const int status = child.wait();
-  out += fmt::format("conformance: {}: {} passed, {} failed\n", o.testee, passed, requests.size() - passed + surplus);
+  out += fmt::format("conformance: {}: {} passed, {} failed\n", o.testee, passed, failed + surplus);
   for (const std::string& f : failures) out += f;
   if (surplus != 0) out += fmt::format("conformance: {} lines beyond the last answer\n", surplus);
   if (status != 0) out += fmt::format("conformance: the testee exited with status {}\n", status);
-  if (passed != requests.size()) out += fmt::format("conformance: rerun with --seed {}\n", seed);
-  return passed == requests.size() && surplus == 0 && status == 0 ? exit_ok : exit_rejected;
+  if (failed != 0) out += fmt::format("conformance: rerun with --seed {}\n", seed);
+  return failed == 0 && surplus == 0 && status == 0 ? exit_ok : exit_rejected;
 }
 
 std::vector<Command> add_conformance_command(CLI::App& app) {

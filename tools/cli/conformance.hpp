@@ -11,6 +11,7 @@
 #include <cstdint>
 #include <string>
 #include <string_view>
+#include <utility>
 #include <vector>
 
 namespace kvkey_tool {
@@ -27,6 +28,15 @@ std::string hex(std::string_view bytes);
 /// docs/conformance.md), for testing that the runner catches wrong testees.
 Json respond(const Json& request, const std::string& perturb = {});
 
+/// How deep a request line's objects and arrays may nest (the request object is level 1).
+inline constexpr std::size_t max_request_depth = 32;
+
+/// The C++ library's answer to one line of input, whatever its bytes: a line
+/// that is not a valid request (not UTF-8, not one JSON object, a byte order
+/// mark, a lone surrogate, a number beyond a double, nesting deeper than
+/// max_request_depth, a duplicate key) is an input_error on "request".
+Json respond_line(std::string_view line, const std::string& perturb = {});
+
 /// The envelope the namespace of `writer` (a request: identity, policy,
 /// secret_hex for a keyed one, tokens, salt, extras) seals for its block
 /// `block_index`: with the digest of `payload` when given, else size-only
@@ -37,6 +47,11 @@ std::string seal(const Json& writer, std::size_t block_index, const std::string*
 /// `count` random requests from `seed`, each spanning the identity fields,
 /// namespaces, inputs and headers of docs/conformance.md.
 std::vector<Json> random_requests(std::uint64_t seed, std::size_t count);
+
+/// `count` hostile lines from `seed` (docs/conformance.md, "Lines that are not
+/// requests"), each with a label naming its mutation: lines that are not
+/// requests, and requests a strict decoder must name the right field of.
+std::vector<std::pair<std::string, std::string>> hostile_lines(std::uint64_t seed, std::size_t count);
 
 /// The requests that replay the committed vectors file (tests/vectors/format-v3.json).
 /// Throws Failure when the file does not match the library.
@@ -51,6 +66,8 @@ struct ConformanceOptions {
   std::string vectors;  ///< replay this vectors file too
   std::string perturb;  ///< testee: a deliberate defect (tests of the runner)
   std::string show = "5";
+  std::string timeout = "60";  ///< runner: seconds to wait for one answer
+  bool mutate = false;         ///< runner: hostile lines instead of random requests
 };
 
 struct ConformanceCommands {

@@ -348,6 +348,15 @@ void add_verify(Gen& g, Json& r) {
   r["verify"] = {{"header_hex", hex(header)}, {"block_index", index}, {"payload_size", reader_size}};
 }
 
+// The request's identity as the text of an identity file (`identity_file`):
+// compact or indented, now and then after a byte order mark, which readers skip.
+void as_identity_file(Gen& g, Json& r) {
+  std::string text = g.chance(0.5) ? r["identity"].dump() : r["identity"].dump(2);
+  if (g.chance(0.05)) text.insert(0, "\xef\xbb\xbf");
+  r.erase("identity");
+  r["identity_file"] = text;
+}
+
 }  // namespace
 
 std::vector<Json> random_requests(std::uint64_t seed, std::size_t count) {
@@ -358,11 +367,15 @@ std::vector<Json> random_requests(std::uint64_t seed, std::size_t count) {
     Json r = valid_request(g, n);
     const std::size_t bs = r["identity"]["kv"]["block_size"];
     if (g.chance(0.2)) {
-      break_request(g, r);
+      // One, two or three defects: the field named is the first in the decoding
+      // and validation order, which every implementation must share.
+      const std::uint64_t defects = g.chance(0.5) ? 1 : g.chance(0.5) ? 2 : 3;
+      for (std::uint64_t d = 0; d < defects; ++d) break_request(g, r);
     } else if (r["tokens"].size() >= bs && g.chance(0.4)) {
       add_verify(g, r);
       if (g.chance(0.03)) r["verify"]["block_index"] = r["tokens"].size() / bs;  // no such block
     }
+    if (g.chance(0.15)) as_identity_file(g, r);
     out.push_back(std::move(r));
   }
   return out;
@@ -440,6 +453,199 @@ std::vector<Json> vector_requests(const std::string& path) {
     r["secret_hex"] = k.at("secret_hex");
     r["tokens"] = tokens;
     add(r, k, k.at("envelopes"), c.at("payload_size"));
+  }
+  return out;
+}
+
+}  // namespace kvkey_tool::conformance
+
+namespace kvkey_tool::conformance {
+
+namespace {
+
+// r's line with the string value "@@" replaced by raw text (anything, valid JSON or not).
+std::string with_raw(const Json& r, std::string_view raw) {
+  std::string line = r.dump();
+  const auto at = line.find("\"@@\"");
+  if (at != std::string::npos) line.replace(at, 4, raw);
+  return line;
+}
+
+// text with `what` inserted after the first `marker` (after the first '{' when there is none).
+std::string insert_after(std::string text, std::string_view marker, std::string_view what) {
+  auto at = text.find(marker);
+  if (at == std::string::npos) at = text.find('{'), marker = "{";
+  text.insert(at == std::string::npos ? 0 : at + marker.size(), what);
+  return text;
+}
+
+// A value nested `depth` arrays (or objects) deep, as text: never built as a Json.
+std::string nested(std::size_t depth, bool objects) {
+  std::string s;
+  s.reserve(depth * 6 + 1);
+  for (std::size_t i = 0; i < depth; ++i) s += objects ? "{\"a\":" : "[";
+  s += "1";
+  for (std::size_t i = 0; i < depth; ++i) s += objects ? "}" : "]";
+  return s;
+}
+
+// One hostile line made from the valid request r: its label and its bytes.
+std::pair<std::string, std::string> hostile(Gen& g, Json r) {
+  static constexpr std::array<std::string_view, 6> bad_utf8 = {"\xff",     "\xc0\x80",         "\xed\xa0\x80",
+                                                               "\xe6\xa8", "\xf4\x90\x80\x80", "\x80"};
+  static constexpr std::array<std::string_view, 6> surrogates = {
+      "\"\\ud800\"",        "\"\\udc00\"",        "\"a\\ud800b\"",
+      "\"\\ud800\\u0041\"", "\"\\udbff\\udbff\"", "\"\\ud83e\\udd99\""};  // last: valid
+  static constexpr std::array<std::string_view, 8> huge = {"1e400", "-1e400", "1E+999", "18446744073709551616",
+                                                           "1e308", "-0",     "1.0",    "4294967296"};
+  static constexpr std::array<std::string_view, 5> not_json = {"NaN", "Infinity", "-Infinity", "nan", "undefined"};
+  static constexpr std::array<std::string_view, 10> trailing = {
+      " {}", "x", ",", "}", " 1", "\"", std::string_view("\0", 1), "//", "\t", "\r"};  // the last two: whitespace
+  // Where a raw value goes: the id, a token, the block size or the weights epoch.
+  const auto place = [&g](Json& req) {
+    switch (g.below(4)) {
+      case 0: req["id"] = "@@"; return "id";
+      case 1: req["tokens"].insert(req["tokens"].begin(), "@@"); return "tokens";
+      case 2: req["identity"]["kv"]["block_size"] = "@@"; return "kv.block_size";
+      default: req["identity"]["model"]["weights_epoch"] = "@@"; return "model.weights_epoch";
+    }
+  };
+  const std::string line = r.dump();
+  switch (g.below(14)) {
+    case 0: {  // bytes that are not UTF-8, in a name or anywhere
+      const std::string bytes(g.pick(bad_utf8));
+      if (g.chance(0.5)) {
+        r["identity"]["model"]["name"] = "@@";
+        return {"not UTF-8 in a string", with_raw(r, "\"x" + bytes + "y\"")};
+      }
+      std::string l = line;
+      l.insert(g.below(l.size() + 1), bytes);
+      return {"not UTF-8", l};
+    }
+    case 1: {  // escaped surrogates, in a value or a key
+      const std::string s(g.pick(surrogates));
+      if (g.chance(0.5)) {
+        r["identity"]["model"]["name"] = "@@";
+        return {"surrogate escape in a value", with_raw(r, s)};
+      }
+      return {"surrogate escape in a key", insert_after(line, "{", s + ":1,")};
+    }
+    case 2: {  // numbers beyond a double, beyond 64 bits, signed zero, fractions
+      const char* where = place(r);
+      const std::string n = g.chance(0.2) ? std::string(400, '9') : std::string(g.pick(huge));
+      return {std::string("number ") + n.substr(0, 24) + " as " + where, with_raw(r, n)};
+    }
+    case 3: {  // literals JSON does not have
+      const char* where = place(r);
+      return {std::string("not JSON as ") + where, with_raw(r, g.pick(not_json))};
+    }
+    case 4: {  // nesting at, just past, and far past the limit (the request object is level 1)
+      const std::size_t depth = g.chance(0.2) ? 100000 : max_request_depth - 2 + g.below(4);
+      r["id"] = "@@";
+      return {"id nested " + std::to_string(depth) + " deep", with_raw(r, nested(depth, g.chance(0.5)))};
+    }
+    case 5: {  // nesting inside the identity
+      r["identity"]["kv"]["quant"] = {{"scheme", "@@"}};
+      return {"deep kv.quant.scheme", with_raw(r, nested(g.chance(0.5) ? 3 : 40, g.chance(0.5)))};
+    }
+    case 6: {  // trailing data
+      const std::string_view t = g.pick(trailing);
+      return {"trailing data", line + std::string(t)};
+    }
+    case 7: {  // duplicate keys: at the top, in the identity, one spelled with an escape
+      std::string l = line;
+      switch (g.below(3)) {
+        case 0: l = insert_after(l, "{", "\"id\":0,"); break;
+        case 1: l = insert_after(l, "\"kv\":{", "\"dtype\":\"fp16\","); break;
+        default: l = insert_after(l, "\"identity\":{", "\"\\u0074enant\":\"a\",\"tenant\":\"b\","); break;
+      }
+      return {"duplicate key", l};
+    }
+    case 8: {  // unknown request members, one or several
+      static constexpr std::array<std::string_view, 6> names = {"identities", "Tokens", "zz", "a", "\xc3\xa9", "id "};
+      for (std::uint64_t k = 0, n = g.range(1, 3); k < n; ++k) r[std::string(g.pick(names))] = 1;
+      return {"unknown request member", r.dump()};
+    }
+    case 9: {  // unknown identity keys, several in one object or in several
+      static constexpr std::array<std::string_view, 4> keys = {"zz", "aa", "block_size ", "Dtype"};
+      for (std::uint64_t k = 0, n = g.range(1, 3); k < n; ++k) {
+        Json& at = g.chance(0.5) ? r["identity"]["kv"] : g.chance(0.5) ? r["identity"]["model"] : r["identity"];
+        at[std::string(g.pick(keys))] = k;
+      }
+      return {"unknown identity keys", r.dump()};
+    }
+    case 10: {  // not a request at all
+      static constexpr std::array<std::string_view, 10> lines = {"",      " ",    "\r", "[]", "7",
+                                                                 "\"x\"", "null", "{",  "}",  "{}"};
+      if (g.chance(0.3)) return {"truncated", line.substr(0, g.below(line.size()))};
+      if (g.chance(0.2)) return {"byte order mark", "\xef\xbb\xbf" + line};
+      return {"not a request", std::string(g.pick(lines))};
+    }
+    case 11: {  // odd but valid: ids of every type, escapes in names
+      static constexpr std::array<std::string_view, 10> ids = {"0.5",
+                                                               "-7",
+                                                               "-0",
+                                                               "1e308",
+                                                               "18446744073709551616",
+                                                               "1.5e-400",
+                                                               "\"\\u0000\\ud83e\\udd99\"",
+                                                               "{\"a\":[]}",
+                                                               "[]",
+                                                               "123456789012345678901234567890"};
+      if (g.chance(0.3)) {
+        r["identity"]["model"]["name"] = "@@";
+        return {"escapes in model.name", with_raw(r, g.chance(0.5) ? "\"a\\u0000b\"" : "\"Qwen\\/Qwen\\u00e9\"")};
+      }
+      r["id"] = "@@";
+      return {"id of another type", with_raw(r, g.pick(ids))};
+    }
+    case 12: {  // a raw control character inside a string
+      r["identity"]["model"]["name"] = "@@";
+      return {"control character in a string", with_raw(r, g.chance(0.5) ? "\"a\tb\"" : "\"a\x01b\"")};
+    }
+    default: {  // an identity file that is not one, or names a field
+      std::string text = r["identity"].dump();
+      switch (g.below(8)) {
+        case 0: text += g.chance(0.5) ? " {}" : "x"; break;
+        case 1: text = insert_after(text, "{", "\"tenant\":\"a\","); break;  // a duplicate (or an extra tenant)
+        case 2: text = "{\"id\":" + nested(40, false) + "}"; break;
+        case 3: text = insert_after(text, "\"kv\":{", "\"zz\":1,\"aa\":NaN,"); break;
+        case 4: text = insert_after(text, "\"kv\":{", "\"zz\":1,\"aa\":2,"); break;
+        case 5: text = insert_after(text, "\"model\":{", "\"name\":\"\\ud800\","); break;
+        case 6: {
+          Json file = r["identity"];
+          file["adapter"] = {{"name", "a"}, {"weights_fingerprint", std::string(64, '0')}, {"weights_file", "x"}};
+          text = file.dump();
+          break;
+        }
+        default: {
+          Json file = r["identity"];
+          file["kv"].erase("layout");
+          text = file.dump();
+          break;
+        }
+      }
+      r.erase("identity");
+      r["identity_file"] = text;
+      if (g.chance(0.1)) r["identity_file"] = 7;
+      return {"identity file", r.dump()};
+    }
+  }
+}
+
+}  // namespace
+
+std::vector<std::pair<std::string, std::string>> hostile_lines(std::uint64_t seed, std::size_t count) {
+  std::vector<Json> base = random_requests(seed, count);
+  Gen g(seed ^ 0x9e3779b97f4a7c15ULL);
+  std::vector<std::pair<std::string, std::string>> out;
+  out.reserve(count);
+  for (std::size_t n = 0; n < count; ++n) {
+    for (std::uint64_t k = 1; !base[n].contains("identity"); ++k) {  // an identity to mutate, not a file
+      base[n] = random_requests(seed + 7919 * n + k, 1).front();
+    }
+    auto [label, line] = hostile(g, std::move(base[n]));
+    out.emplace_back(std::to_string(n) + " (" + label + ")", std::move(line));
   }
   return out;
 }

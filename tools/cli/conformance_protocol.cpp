@@ -3,6 +3,7 @@
 // the request decoded with field-named input errors, then the identity, the
 // chain, the store keys and the header verdict as kvkey computes them.
 #include <kvkey/hmac.hpp>
+#include <kvkey/identity_file.hpp>
 #include <kvkey/key_namespace.hpp>
 
 #include <fmt/format.h>
@@ -34,12 +35,20 @@ struct Refusal {
   throw Refusal{"input_error", std::move(field), std::move(message)};
 }
 
+// A hex digit's value (either case), or -1.
+int hex_digit(char c) {
+  if (c >= '0' && c <= '9') return c - '0';
+  if (c >= 'a' && c <= 'f') return c - 'a' + 10;
+  if (c >= 'A' && c <= 'F') return c - 'A' + 10;
+  return -1;
+}
+
 std::optional<std::string> from_hex(std::string_view hex) {
   if (hex.size() % 2 != 0) return std::nullopt;
   std::string out(hex.size() / 2, '\0');
   for (std::size_t i = 0; i < out.size(); ++i) {
-    const int hi = kvkey::detail::hex_digit_value(hex[2 * i]);
-    const int lo = kvkey::detail::hex_digit_value(hex[2 * i + 1]);
+    const int hi = hex_digit(hex[2 * i]);
+    const int lo = hex_digit(hex[2 * i + 1]);
     if (hi < 0 || lo < 0) return std::nullopt;
     out[i] = static_cast<char>((hi << 4) | lo);
   }
@@ -55,107 +64,6 @@ std::optional<std::uint64_t> unsigned_value(const Json& v, std::uint64_t max) {
   return n;
 }
 
-// The identity's JSON objects ("model", "kv.quant", ...) and the leaves each
-// may hold: the salient fields (visit_identity_fields), the shard and "policy".
-bool is_section(std::string_view path) {
-  return path == "model" || path == "kv" || path == "kv.quant" || path == "shard" || path == "adapter";
-}
-
-bool is_leaf(std::string_view path) {
-  static const std::vector<std::string> leaves = [] {
-    std::vector<std::string> out = {"policy", "shard.tp_size", "shard.tp_rank", "shard.pp_size", "shard.pp_rank"};
-    for (std::string_view p : kvkey::identity_field_names()) {
-      if (!is_section(p)) out.emplace_back(p);
-    }
-    return out;
-  }();
-  return std::find(leaves.begin(), leaves.end(), path) != leaves.end();
-}
-
-// Every key of the identity object is known; sections are objects.
-void check_keys(const Json& j, const std::string& path) {
-  if (!j.is_object()) refuse_input(path.empty() ? "identity" : path, "expected an object");
-  for (const auto& item : j.items()) {
-    const std::string p = path.empty() ? item.key() : path + "." + item.key();
-    if (is_section(p)) {
-      if (!item.value().is_null()) check_keys(item.value(), p);
-    } else if (!is_leaf(p)) {
-      refuse_input(p, "unknown key");
-    }
-  }
-}
-
-// The member at a dotted path, or nullptr when it (or its section) is absent or null.
-const Json* member(const Json& identity, std::string_view path) {
-  const Json* at = &identity;
-  for (std::size_t begin = 0;;) {
-    const std::size_t dot = path.find('.', begin);
-    const auto it = at->find(std::string(path.substr(begin, dot == std::string_view::npos ? dot : dot - begin)));
-    if (it == at->end() || it->is_null()) return nullptr;
-    at = &*it;
-    if (dot == std::string_view::npos) return at;
-    begin = dot + 1;
-  }
-}
-
-/// Reads each salient field from the identity's JSON by its path; absent and
-/// null members keep the C++ default of kvkey::Identity. Errors name the path.
-struct FieldReader {
-  const Json& identity;
-
-  void operator()(std::string_view path, std::string& out) const {
-    if (const Json* v = member(identity, path)) {
-      if (!v->is_string()) refuse_input(std::string(path), "expected a string");
-      out = v->get<std::string>();
-    }
-  }
-  template <class U, class = std::enable_if_t<std::is_unsigned_v<U> && !std::is_same_v<U, bool>>>
-  void operator()(std::string_view path, U& out) const {
-    if (const Json* v = member(identity, path)) {
-      const auto n = unsigned_value(*v, std::numeric_limits<U>::max());
-      if (!n)
-        refuse_input(std::string(path),
-                     "expected an integer in [0, " + std::to_string(std::numeric_limits<U>::max()) + "]");
-      out = static_cast<U>(*n);
-    }
-  }
-  void operator()(std::string_view path, bool& out) const {
-    if (const Json* v = member(identity, path)) {
-      if (!v->is_boolean()) refuse_input(std::string(path), "expected true or false");
-      out = v->get<bool>();
-    }
-  }
-  void operator()(std::string_view path, kvkey::KvDtype& out) const {
-    if (const Json* v = member(identity, path)) out = dtype(path, *v);
-  }
-  void operator()(std::string_view path, std::optional<kvkey::KvDtype>& out) const {
-    if (const Json* v = member(identity, path)) out = dtype(path, *v);
-  }
-  void operator()(std::string_view path, kvkey::Digest& out) const {
-    std::optional<kvkey::Digest> d;
-    (*this)(path, d);
-    if (d) out = *d;
-  }
-  void operator()(std::string_view path, std::optional<kvkey::Digest>& out) const {
-    if (const Json* v = member(identity, path)) {
-      const auto d = v->is_string() ? kvkey::Digest::try_from_hex(v->get<std::string>()) : std::nullopt;
-      if (!d) refuse_input(std::string(path), "expected 64 hex digits");
-      out = d;
-    }
-  }
-  void operator()(std::string_view path, std::optional<kvkey::Adapter>& out) const {
-    if (member(identity, path) == nullptr) return;
-    kvkey::visit_adapter_fields(out.emplace(), *this);
-  }
-
- private:
-  static kvkey::KvDtype dtype(std::string_view path, const Json& v) {
-    const auto d = v.is_string() ? kvkey::kv_dtype_from_string(v.get<std::string>()) : std::nullopt;
-    if (!d) refuse_input(std::string(path), "expected a dtype name");
-    return *d;
-  }
-};
-
 struct Request {
   kvkey::Identity identity;
   kvkey::Policy policy{kvkey::TenantPolicy::required, kvkey::PayloadCheck::size_only};
@@ -170,21 +78,36 @@ struct Request {
   std::optional<Verify> verify;
 };
 
+// The request's identity: its `identity` object, or the text of an identity
+// file in `identity_file` read as a router reads it (docs/conformance.md).
 void decode_identity(const Json& j, Request& r) {
-  check_keys(j, "");
-  const FieldReader read{j};
-  std::string policy = "required";
-  read("policy", policy);
-  if (policy == "single_tenant") {
-    r.policy.tenant = kvkey::TenantPolicy::single_tenant;
-  } else if (policy != "required") {
-    refuse_input("policy", "expected \"required\" or \"single_tenant\"");
+  const auto id = j.find("identity");
+  const auto file = j.find("identity_file");
+  const bool has_id = id != j.end();
+  const bool has_file = file != j.end();
+  if (has_id == has_file) refuse_input("identity", "give identity or identity_file (one of them)");
+  kvkey::IdentityFile read;
+  try {
+    if (has_id) {
+      if (!id->is_object()) refuse_input("identity", "expected an object");
+      read = kvkey::identity_from_json(*id, kvkey::IdentityJson::partial);
+    } else {
+      if (!file->is_string()) refuse_input("identity_file", "expected the text of an identity file (a string)");
+      read = kvkey::parse_identity_file(file->get_ref<const std::string&>());
+    }
+  } catch (const kvkey::input_error& e) {
+    refuse_input(e.field(), e.detail());
   }
-  kvkey::visit_identity_fields(r.identity, read);
-  kvkey::Shard& sh = r.identity.shard;
-  for (auto [path, m] : {std::pair{"shard.tp_size", &sh.tp_size}, std::pair{"shard.tp_rank", &sh.tp_rank},
-                         std::pair{"shard.pp_size", &sh.pp_size}, std::pair{"shard.pp_rank", &sh.pp_rank}}) {
-    read(path, *m);
+  r.identity = std::move(read.identity);
+  r.policy.tenant = read.policy.tenant;
+}
+
+// The members a request may have (docs/conformance.md, "Request").
+void check_members(const Json& j) {
+  static const std::vector<std::string> known = {"id",     "identity", "identity_file", "single_tenant", "secret_hex",
+                                                 "tokens", "salt_hex", "extras",        "verify"};
+  for (const auto& item : j.items()) {  // nlohmann::json keeps keys in byte order: the first is the smallest
+    if (std::find(known.begin(), known.end(), item.key()) == known.end()) refuse_input(item.key(), "unknown member");
   }
 }
 
@@ -198,9 +121,8 @@ std::string hex_member(const Json& j, const char* key, const std::string& field)
 
 Request decode(const Json& j) {
   Request r;
-  const auto id = j.find("identity");
-  if (id == j.end() || !id->is_object()) refuse_input("identity", "expected an object");
-  decode_identity(*id, r);
+  check_members(j);
+  decode_identity(j, r);
   if (const auto st = j.find("single_tenant"); st != j.end() && !st->is_null()) {
     if (!st->is_boolean()) refuse_input("single_tenant", "expected true or false");
     if (st->get<bool>()) r.policy.tenant = kvkey::TenantPolicy::single_tenant;
@@ -338,6 +260,27 @@ Json respond(const Json& request, const std::string& perturb) {
     response["error"] = {{"kind", e.kind}, {"field", e.field}, {"message", e.message}};
   }
   return response;
+}
+
+Json respond_line(std::string_view line, const std::string& perturb) {
+  Json request;
+  std::string why;
+  try {
+    if (line.substr(0, 3) == "\xef\xbb\xbf") {
+      why = "a byte order mark";  // nlohmann would skip it: the protocol does not
+    } else {
+      // Strict: UTF-8, one JSON text, no lone surrogate, no number beyond a double,
+      // at most 32 levels, no duplicate key (docs/conformance.md, "Lines that are not requests").
+      request = kvkey::parse_strict_json<Json>(line, max_request_depth);
+      if (!request.is_object()) why = "expected a JSON object";
+    }
+  } catch (const kvkey::input_error& e) {
+    why = e.field().empty() ? e.detail() : e.field() + ": " + e.detail();
+  }
+  if (!why.empty()) {
+    return {{"id", nullptr}, {"error", {{"kind", "input_error"}, {"field", "request"}, {"message", why}}}};
+  }
+  return respond(request, perturb);
 }
 
 namespace {

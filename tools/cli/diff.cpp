@@ -80,8 +80,8 @@ std::vector<Command> add_diff_command(CLI::App& app) {
   auto* cmd = app.add_subcommand("diff",
                                  "List the salient fields two configurations differ in and say "
                                  "whether they can share objects");
-  cmd->add_option("CONFIG_A", configs->first, "identity file (JSON)")->required();
-  cmd->add_option("CONFIG_B", configs->second, "identity file (JSON)")->required();
+  cmd->add_option("CONFIG_A", configs->first, "identity file (JSON or TOML)")->required();
+  cmd->add_option("CONFIG_B", configs->second, "identity file (JSON or TOML)")->required();
   return {{cmd, [configs](std::string& out) { return run_diff(configs->first, configs->second, out); }}};
 }
 

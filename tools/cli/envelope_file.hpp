@@ -4,6 +4,7 @@
 #define KVKEY_TOOL_ENVELOPE_FILE_HPP
 
 #include <kvkey/envelope.hpp>
+#include <kvkey/key_namespace.hpp>
 
 #include <cstdint>
 #include <string>
@@ -21,11 +22,20 @@ struct HeaderFile {
 /// At most envelope_size + 1 bytes of the header file at path ("-" = stdin).
 HeaderFile read_header(const std::string& path);
 
+/// The first bytes (at most envelope_size + 1) of what was read from path, as a header file.
+HeaderFile header_file(const std::string& path, const std::string& read);
+
 /// Why bytes are not a decodable envelope (parse_envelope's verdict), in one phrase.
 std::string not_envelope_reason(const HeaderFile& file, const kvkey::Verdict& why);
 
 /// The payload file's bytes (read whole, at most max_payload_size).
 std::string read_payload(const std::string& path);
+
+/// What a reader's verdict v refused, side by side: the header's and the
+/// reader's value of the identity field, slice, block hash, payload size or digest (labels `width` wide).
+void append_mismatch(std::string& out, const kvkey::EnvelopeContents& theirs, const kvkey::Verdict& v,
+                     const kvkey::KeyNamespace<>& ns, const kvkey::Digest& block, std::uint64_t size,
+                     std::size_t width = 14);
 
 }  // namespace kvkey_tool
 

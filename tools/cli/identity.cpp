@@ -55,7 +55,7 @@ std::vector<Command> add_identity_command(CLI::App& app) {
   auto* cmd = app.add_subcommand("identity",
                                  "Print a configuration's validated identity, encoding, root, "
                                  "slice and key prefixes");
-  cmd->add_option("CONFIG", *config, "identity file (JSON)")->required();
+  cmd->add_option("CONFIG", *config, "identity file (JSON or TOML)")->required();
   return {{cmd, [config](std::string& out) { return run_identity(*config, out); }}};
 }
 

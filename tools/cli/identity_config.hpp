@@ -35,10 +35,6 @@ IdentityConfig parse_identity_config(std::string_view text, const std::string& p
 /// an invalid identity, which namespace_for() reports.
 IdentityConfig load_identity_config(const std::string& path);
 
-/// The identity file (JSON) that parse_identity_config reads back as id: every
-/// member of kvkey::Fields, absent optionals left out.
-Json identity_file_json(const kvkey::Identity& id);
-
 /// The namespace of a loaded configuration. Throws Failure naming the file and
 /// the field when the identity is invalid (kvkey::identity_error).
 kvkey::KeyNamespace<> namespace_for(const IdentityConfig& config);

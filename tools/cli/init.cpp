@@ -2,6 +2,7 @@
 // `kvkey init`: an identity file from the model (and adapter) directory an
 // engine loads (kvkey/model_dir.hpp).
 
+#include <kvkey/identity_file.hpp>
 #include <kvkey/errors.hpp>
 #include <kvkey/identity.hpp>
 #include <kvkey/model_dir.hpp>
@@ -39,6 +40,7 @@ struct InitOptions {
   std::string name;      ///< model name; empty = from the directory
   std::string revision;  ///< empty = from the HF cache
   std::string tenant;
+  bool single_tenant = false;
   std::string kv_dtype;
   std::string block_size;
   std::string layout;
@@ -156,8 +158,12 @@ std::string_view option_of(std::string_view field) {
 int run_init(const InitOptions& o, std::string& out) {
   // The options as the library's deployment parameters; kvkey::identity_from_model_dir does the rest.
   kvkey::DeploymentParams p;
+  if (o.single_tenant) p.policy = kvkey::single_tenant;
+  if (!o.single_tenant && o.tenant.empty()) {
+    fail("--tenant: required (or --single-tenant, for a store no one else shares)");
+  }
   p.tenant = o.tenant;
-  p.kv_dtype = parse_dtype(o.kv_dtype, "--kv-dtype");
+  p.kv_dtype = parse_engine_dtype(o.kv_dtype, "--kv-dtype");
   p.block_size = u32_option(o.block_size, "--block-size");
   p.layout = o.layout;
   p.shard.tp_size = u32_option(o.tp_size, "--tp-size");
@@ -186,7 +192,11 @@ int run_init(const InitOptions& o, std::string& out) {
   const std::vector<kvkey::FieldSource>& sources = made.sources;
 
   // Exactly the identity file format `kvkey identity` reads (docs/cli.md).
-  const Json j = identity_file_json(id);
+  Json j = kvkey::identity_file_json(id);
+  if (o.single_tenant) {  // the policy in the file; the tenant stays absent (docs/cli.md)
+    j.erase("tenant");
+    j["policy"] = "single_tenant";
+  }
   const std::string text = j.dump(2) + "\n";
 
   if (o.sources) {
@@ -215,8 +225,13 @@ std::vector<Command> add_init_command(CLI::App& app) {
       ->required();
   cmd->add_option("--adapter", o.adapter, "PEFT adapter directory (adapter_config.json + adapter_model.*)");
   cmd->add_option("--adapter-name", o.adapter_name, "adapter name (default: the adapter directory's name)");
-  cmd->add_option("--tenant", o.tenant, "owner of the bytes")->required();
-  cmd->add_option("--kv-dtype", o.kv_dtype, "KV element type (fp16, bf16, fp8_e4m3, ...)")->required();
+  cmd->add_option("--tenant", o.tenant, "owner of the bytes (required unless --single-tenant)");
+  cmd->add_flag("--single-tenant", o.single_tenant,
+                "the single_tenant policy: a store no one else shares (no --tenant; the file says policy)");
+  cmd->add_option("--kv-dtype", o.kv_dtype,
+                  "KV element type: kvkey's name (fp16, bf16, fp8_e4m3, ...) or an engine's (bfloat16, "
+                  "torch.float16, fp8, ...)")
+      ->required();
   cmd->add_option("--block-size", o.block_size, "tokens per block")->required();
   cmd->add_option("--layout", o.layout, "the engine's byte layout of one stored object")->required();
   cmd->add_option("--tp-size", o.tp_size, "tensor-parallel size (default 1)");

@@ -2,7 +2,9 @@
 #include "cli/inputs.hpp"
 
 #include <kvkey/errors.hpp>
+#include <kvkey/geometry.hpp>
 #include <kvkey/fingerprint.hpp>
+#include <kvkey/identity_file.hpp>
 #include <kvkey/input_file.hpp>
 #include <kvkey/model_dir.hpp>
 
@@ -27,51 +29,6 @@ std::pair<std::size_t, std::size_t> line_column(std::string_view text, std::size
 std::string parse_error_detail(std::string_view what) {
   return escape(kvkey::json_error_reason(what), 2 * quote_limit + 60);
 }
-
-// Rejects duplicate object keys (nlohmann keeps the last one silently, which
-// would hide a mistake in a configuration file) and nesting deeper than
-// max_json_depth (before the parser builds it).
-struct ConfigCheck {
-  struct Frame {
-    bool object;
-    std::set<std::string> keys;
-    std::string current;
-  };
-  const std::string& path;
-  std::vector<Frame> frames;
-  std::string duplicate;  // dotted path of the first duplicate
-
-  bool operator()(int depth, nlohmann::json::parse_event_t event, Json& parsed) {
-    using Event = nlohmann::json::parse_event_t;
-    switch (event) {
-      case Event::object_start:
-      case Event::array_start:
-        if (static_cast<std::size_t>(depth) >= max_json_depth) {
-          fail("{}: invalid JSON: nested deeper than {} levels", display_name(path), max_json_depth);
-        }
-        frames.push_back({event == Event::object_start, {}, {}});
-        break;
-      case Event::object_end:
-      case Event::array_end:
-        if (!frames.empty()) frames.pop_back();
-        break;
-      case Event::key: {
-        Frame& f = frames.back();
-        f.current = parsed.get<std::string>();
-        if (!f.keys.insert(f.current).second && duplicate.empty()) {
-          for (const Frame& outer : frames) {
-            if (!outer.object) continue;
-            if (!duplicate.empty()) duplicate += '.';
-            duplicate += escape(outer.current, quote_limit);
-          }
-        }
-        break;
-      }
-      case Event::value: break;
-    }
-    return true;
-  }
-};
 
 // Runs f, whose kvkey errors (from kvkey::InputFile: the library's messages
 // name the file as display_name does) become the tool's failures.
@@ -110,6 +67,14 @@ kvkey::KvDtype parse_dtype(const std::string& name, std::string_view where) {
   fail("{}: unknown dtype {} (known: {})", where, quote(name), kvkey::known_dtype_names());
 }
 
+kvkey::KvDtype parse_engine_dtype(const std::string& name, std::string_view where) {
+  try {
+    return kvkey::kv_dtype_from_engine(name);
+  } catch (const kvkey::input_error& e) {
+    fail("{}: {}", where, e.detail());
+  }
+}
+
 std::uint64_t parse_uint_option(std::string_view text, int bits, std::string_view what) {
   const std::uint64_t max =
       bits == 32 ? std::numeric_limits<std::uint32_t>::max() : std::numeric_limits<std::uint64_t>::max();
@@ -122,6 +87,17 @@ std::string display_name(const std::string& path) { return path == "-" ? "stdin"
 
 std::string read_at_most(const std::string& path, std::size_t max) {
   return reading([&] { return open_input(path).read_at_most(max); });
+}
+
+std::string read_at_most_then(const std::string& path, std::size_t head,
+                              const std::function<std::size_t(const std::string&)>& more) {
+  return reading([&] {
+    kvkey::InputFile f = open_input(path);
+    std::string s = f.read_at_most(head);
+    const std::size_t n = more(s);
+    if (n != 0) s += f.read_at_most(n);
+    return s;
+  });
 }
 
 std::string read_limited(const std::string& path, std::size_t limit, std::string_view what) {
@@ -147,18 +123,13 @@ kvkey::Digest fingerprint_regular_file(const std::string& path) {
 }
 
 Json parse_json(std::string_view text, const std::string& path) {
-  ConfigCheck check{path, {}, {}};
-  Json j;
   try {
-    j = Json::parse(text.begin(), text.end(), std::ref(check));
-  } catch (const nlohmann::json::parse_error& e) {
-    const auto [line, column] = line_column(text, e.byte == 0 ? 0 : e.byte - 1);
-    fail("{}:{}:{}: invalid JSON: {}", display_name(path), line, column, parse_error_detail(e.what()));
-  } catch (const nlohmann::json::exception& e) {  // e.g. out_of_range: a number beyond double
-    fail("{}: invalid JSON: {}", display_name(path), parse_error_detail(e.what()));
+    return kvkey::parse_strict_json<Json>(text, max_json_depth);
+  } catch (const kvkey::input_error& e) {
+    if (!e.field().empty()) fail("{}: {}: {}", display_name(path), e.field(), e.detail());
+    const bool at = !e.detail().empty() && e.detail()[0] >= '0' && e.detail()[0] <= '9';  // LINE:COLUMN: ...
+    fail("{}{}{}", display_name(path), at ? ":" : ": ", escape(e.detail(), 2 * quote_limit + 80));
   }
-  if (!check.duplicate.empty()) fail("{}: {}: duplicate key", display_name(path), check.duplicate);
-  return j;
 }
 
 namespace {

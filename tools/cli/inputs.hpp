@@ -10,6 +10,7 @@
 #include <nlohmann/json.hpp>
 
 #include <cstdint>
+#include <functional>
 #include <optional>
 #include <string>
 #include <string_view>
@@ -30,6 +31,12 @@ inline constexpr std::size_t max_json_depth = 32;  ///< nesting of arrays and ob
 /// file (a FIFO)" for directories, devices, FIFOs and sockets, which could
 /// block or never end.
 std::string read_at_most(const std::string& path, std::size_t max);
+
+/// At most `head` bytes of a regular file or stdin (as read_at_most), then at most
+/// more(those bytes) further bytes: a header first, then as much of the rest as
+/// the header says. Nothing beyond them is read.
+std::string read_at_most_then(const std::string& path, std::size_t head,
+                              const std::function<std::size_t(const std::string&)>& more);
 
 /// The whole input, which must be at most `limit` bytes: Failure "PATH: larger
 /// than the LIMIT-byte limit for WHAT" otherwise.
@@ -62,6 +69,8 @@ kvkey::Digest parse_digest(std::string_view hex, std::string_view what);
 /// A KV dtype name as kvkey::to_string prints it; Failure "WHERE: unknown
 /// dtype NAME (known: ...)" otherwise ("unset" is no type).
 kvkey::KvDtype parse_dtype(const std::string& name, std::string_view where);
+// A dtype as kvkey or an engine names it (kvkey::kv_dtype_from_engine: "bfloat16", "fp8", ...).
+kvkey::KvDtype parse_engine_dtype(const std::string& name, std::string_view where);
 
 /// Decimal digits only (no sign, no spaces) with a value <= max; nullopt otherwise.
 std::optional<std::uint64_t> parse_unsigned(std::string_view text, std::uint64_t max);

@@ -123,7 +123,7 @@ int run_keys(const KeysOptions& o, std::string& out) {
 std::vector<Command> add_keys_command(CLI::App& app) {
   auto o = std::make_shared<KeysOptions>();
   auto* cmd = app.add_subcommand("keys", "Print the block hashes and store keys of a token list");
-  cmd->add_option("CONFIG", o->config, "identity file (JSON)")->required();
+  cmd->add_option("CONFIG", o->config, "identity file (JSON or TOML)")->required();
   cmd->add_option("--tokens", o->tokens,
                   "token ids: a JSON array, or integers separated by whitespace or commas; - reads stdin")
       ->required();

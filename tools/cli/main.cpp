@@ -45,9 +45,10 @@ int main(int argc, char** argv) {
 
   // Every command, in the order `--help` lists them. A command's file adds its
   // subcommand and options and says what runs when it is given (command.hpp).
-  constexpr AddCommand table[] = {
-      &add_identity_command, &add_keys_command,   &add_seal_command, &add_inspect_command, &add_verify_command,
-      &add_diff_command,     &add_legacy_command, &add_init_command, &add_purge_command,   &add_conformance_command};
+  constexpr AddCommand table[] = {&add_identity_command,    &add_keys_command,   &add_seal_command,
+                                  &add_inspect_command,     &add_verify_command, &add_diff_command,
+                                  &add_legacy_command,      &add_init_command,   &add_purge_command,
+                                  &add_conformance_command, &add_schema_command};
   std::vector<Command> commands;
   for (const AddCommand add : table) {
     for (Command& c : add(app)) commands.push_back(std::move(c));

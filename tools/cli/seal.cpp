@@ -84,7 +84,7 @@ int run_seal(const SealOptions& o, std::string& out) {
 std::vector<Command> add_seal_command(CLI::App& app) {
   auto o = std::make_shared<SealOptions>();
   auto* cmd = app.add_subcommand("seal", "Write the envelope (header) a deployment stores with a block");
-  cmd->add_option("CONFIG", o->config, "identity file (JSON)")->required();
+  cmd->add_option("CONFIG", o->config, "identity file (JSON or TOML)")->required();
   cmd->add_option("--block", o->block, "block hash (64 hex)")->required();
   auto* payload = cmd->add_option("--payload", o->payload, "the payload (KV bytes) file: its digest is sealed");
   auto* size = cmd->add_option("--size", o->size, "size-only envelope (integrity mode none) for this payload size")

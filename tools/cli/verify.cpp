@@ -60,26 +60,10 @@ int run_verify(const VerifyOptions& o, std::string& out) {
     return exit_ok;
   }
   const kvkey::ParsedEnvelope parsed = kvkey::parse_envelope(h.data(), h.size());
-  const auto& theirs = parsed.contents;
-  if (theirs && v.reason == kvkey::Reason::identity_mismatch && v.field != "shard") {
-    append_row(out, "header has", value_of(field_values(theirs->identity), v.field), 14);
-    append_row(out, "reader has", value_of(field_values(ns.identity()), v.field), 14);
-  } else if (theirs && v.reason == kvkey::Reason::identity_mismatch) {
-    append_row(out, "header slice", fmt::format("{}", theirs->slice), 14);
-    append_row(out, "reader slice", fmt::format("{}", ns.slice()), 14);
-  } else if (theirs && v.reason == kvkey::Reason::block_mismatch) {
-    append_row(out, "header block", theirs->block_hash.hex(), 14);
-    append_row(out, "reader block", block.hex(), 14);
-  } else if (theirs && v.reason == kvkey::Reason::size_mismatch) {
-    append_row(out, "header size", std::to_string(theirs->payload_size), 14);
-    append_row(out, "reader size", std::to_string(size), 14);
-  } else if (theirs && v.reason == kvkey::Reason::payload_mismatch) {
-    append_row(out, "header has",
-               fmt::format("{} {}", kvkey::to_string(theirs->integrity),
-                           to_hex({theirs->payload_digest.begin(), theirs->payload_digest.end()})),
-               14);
-  } else if (!theirs) {
+  if (!parsed.contents) {
     append_row(out, "header", fmt::format("not a kvkey envelope: {}", not_envelope_reason(file, parsed.verdict)), 14);
+  } else {
+    append_mismatch(out, *parsed.contents, v, ns, block, size);
   }
   print(out, "rejected: the object must be treated as a miss\n");
   return exit_rejected;
@@ -90,7 +74,7 @@ int run_verify(const VerifyOptions& o, std::string& out) {
 std::vector<Command> add_verify_command(CLI::App& app) {
   auto o = std::make_shared<VerifyOptions>();
   auto* cmd = app.add_subcommand("verify", "Verify an envelope against a configuration, as a reader would");
-  cmd->add_option("CONFIG", o->config, "the reader's identity file (JSON)")->required();
+  cmd->add_option("CONFIG", o->config, "the reader's identity file (JSON or TOML)")->required();
   cmd->add_option("HEADER_FILE", o->header, "envelope file")->required();
   cmd->add_option("--block", o->block, "the block hash the reader looks up (64 hex)")->required();
   auto* payload = cmd->add_option("--payload", o->payload,

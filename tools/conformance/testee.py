@@ -7,6 +7,8 @@ request per line on stdin, one JSON response per line on stdout.
 """
 
 import json
+import math
+import os
 import sys
 from typing import Any, Callable, Dict, List, NoReturn, Optional, Tuple
 
@@ -14,6 +16,11 @@ import kvkey
 
 U32 = 2**32 - 1
 U64 = 2**64 - 1
+MAX_DEPTH = 32  # objects and arrays in a line, the request object included
+REQUEST_MEMBERS = ("id", "identity", "identity_file", "single_tenant", "secret_hex", "tokens", "salt_hex", "extras",
+                   "verify")
+SCHEMA = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "tests", "vectors",
+                      "identity-schema.json")
 DTYPES = {name: d for name, d in kvkey.KvDtype.__members__.items() if name != "unset"}
 
 
@@ -45,9 +52,9 @@ class Section:
         if not isinstance(v, dict):
             bad(path, "expected an object")
         self.v, self.path = v, path
-        for k in v:
-            if k not in keys:
-                bad(self.field(k), "unknown key")
+        unknown = [k for k in v if k not in keys]
+        if unknown:  # the first in byte order, whatever order the line has
+            bad(self.field(min(unknown, key=lambda k: k.encode("utf-8"))), "unknown key")
 
     def field(self, k: str) -> str:
         return k if self.path == "identity" else f"{self.path}.{k}"
@@ -101,17 +108,22 @@ def hex_member(m: Dict[str, Any], k: str, field: str) -> Optional[bytes]:
 
 
 # The members of each object of the identity and how each is read (a reader
-# method of Section, or the name of a nested object).
-FIELDS: Dict[str, Dict[str, str]] = {
-    "model": {"name": "text", "revision": "text", "weights_epoch": "u64", "weights_fingerprint": "digest",
-              "positional_fingerprint": "digest"},
-    "kv": {"dtype": "dtype", "quant": "kv.quant", "block_size": "uint", "num_layers": "uint", "num_kv_heads": "uint",
-           "head_dim": "uint", "layout": "text", "mla": "flag"},
-    "kv.quant": {"scheme": "text", "group_size": "uint", "scale_dtype": "dtype", "zero_point": "flag",
-                 "scales_fingerprint": "digest"},
-    "shard": {"tp_size": "uint", "tp_rank": "uint", "pp_size": "uint", "pp_rank": "uint"},
-    "adapter": {"name": "text", "weights_fingerprint": "digest"},
-}
+# method of Section, or the path of a nested object), in the field table's
+# order: from the identity schema (docs/conformance.md, "The identity schema").
+READERS = {"string": "text", "u32": "uint", "u64": "u64", "bool": "flag", "dtype": "dtype", "digest": "digest"}
+
+
+def load_fields() -> Dict[str, Dict[str, str]]:
+    with open(SCHEMA, encoding="utf-8") as f:
+        schema = json.load(f)
+    fields: Dict[str, Dict[str, str]] = {p["path"]: {} for p in schema["parts"]}
+    for f in schema["fields"]:
+        parent = f["path"].rpartition(".")[0]
+        fields[parent][f["key"]] = f["path"] if f["type"] == "object" else READERS[f["type"]]
+    return fields
+
+
+FIELDS = load_fields()
 CLASSES: Dict[str, Any] = {"model": kvkey.Model, "kv": kvkey.Kv, "kv.quant": kvkey.Quant, "shard": kvkey.Shard}
 
 
@@ -128,26 +140,50 @@ def read_section(v: Any, path: str) -> Dict[str, Any]:
 
 
 def decode_identity(v: Any) -> Tuple[kvkey.Identity, bool]:
-    top = Section(v, "identity", ("tenant", "policy", *FIELDS))
-    kw: Dict[str, Any] = {}
-    top.text("tenant", kw)
+    """The request's `identity`: keys, then policy, then the members in table order."""
+    top = Section(v, "identity", ("policy", *FIELDS[""]))
     policy: Dict[str, Any] = {}
     top.text("policy", policy)
     if policy.get("policy", "required") not in ("required", "single_tenant"):
         bad("policy", 'expected "required" or "single_tenant"')
-    for name in ("model", "kv", "shard"):
-        if top.get(name) is not None:
-            kw[name] = CLASSES[name](**read_section(top.get(name), name))
-    if top.get("adapter") is not None:
-        a = read_section(top.get("adapter"), "adapter")
-        kw["adapter"] = kvkey.Adapter(a.get("name", ""), a.get("weights_fingerprint", bytes(32)))
+    kw: Dict[str, Any] = {}
+    for name, how in FIELDS[""].items():
+        if how == "adapter":
+            if top.get(name) is not None:
+                a = read_section(top.get(name), name)
+                kw[name] = kvkey.Adapter(a.get("name", ""), a.get("weights_fingerprint", bytes(32)))
+        elif how in FIELDS:
+            if top.get(name) is not None:
+                kw[name] = CLASSES[name](**read_section(top.get(name), name))
+        else:
+            getattr(top, how)(name, kw)
     return kvkey.Identity(**kw), policy.get("policy") == "single_tenant"
 
 
+def read_identity_file(text: Any) -> Tuple[kvkey.Identity, bool]:
+    """The request's `identity_file`, read as a router reads it: kvkey.Identity.from_json."""
+    if not isinstance(text, str):
+        bad("identity_file", "expected the text of an identity file (a string)")
+    try:
+        identity = kvkey.Identity.from_json(text)
+    except kvkey.InputError as e:
+        raise Refusal("input_error", e.field, str(e)) from None
+    # The policy is the namespace's; the reader accepted the text, so it is JSON.
+    return identity, json.loads(text.lstrip("\ufeff")).get("policy") == "single_tenant"
+
+
 def answer(req: Dict[str, Any]) -> Dict[str, Any]:
-    if not isinstance(req.get("identity"), dict):
-        bad("identity", "expected an object")
-    identity, single = decode_identity(req["identity"])
+    unknown = [k for k in req if k not in REQUEST_MEMBERS]
+    if unknown:
+        bad(min(unknown, key=lambda k: k.encode("utf-8")), "unknown member")
+    if ("identity" in req) == ("identity_file" in req):
+        bad("identity", "give identity or identity_file (one of them)")
+    if "identity_file" in req:
+        identity, single = read_identity_file(req["identity_file"])
+    else:
+        if not isinstance(req["identity"], dict):
+            bad("identity", "expected an object")
+        identity, single = decode_identity(req["identity"])
     st = req.get("single_tenant")
     if st is not None:
         if not isinstance(st, bool):
@@ -208,13 +244,98 @@ def answer(req: Dict[str, Any]) -> Dict[str, Any]:
     return out
 
 
-def respond(line: str) -> Dict[str, Any]:
+class NotARequest(Exception):
+    """The line is not a valid request line (docs/conformance.md, "Lines that are not requests")."""
+
+
+def too_deep(text: str) -> bool:
+    """Objects and arrays nested deeper than MAX_DEPTH, counted before any parser recurses."""
+    depth, in_string, escaped = 0, False, False
+    for c in text:
+        if in_string:
+            if escaped:
+                escaped = False
+            elif c == "\\":
+                escaped = True
+            elif c == '"':
+                in_string = False
+        elif c == '"':
+            in_string = True
+        elif c in "[{":
+            depth += 1
+            if depth > MAX_DEPTH:
+                return True
+        elif c in "]}":
+            depth -= 1
+    return False
+
+
+def no_duplicates(pairs: List[Tuple[str, Any]]) -> Dict[str, Any]:
+    out = dict(pairs)
+    if len(out) != len(pairs):
+        raise NotARequest("duplicate key")
+    return out
+
+
+def finite_float(s: str) -> float:
+    f = float(s)
+    if math.isinf(f):
+        raise NotARequest("number beyond a double")
+    return f
+
+
+def exact_int(s: str) -> int:
+    if len(s) > 300 and math.isinf(float(s)):  # also before int() meets Python's digit limit
+        raise NotARequest("number beyond a double")
+    return Signed(s) if s.startswith("-") else int(s)
+
+
+def not_json(s: str) -> Any:
+    raise NotARequest(s + " is not JSON")
+
+
+def check_strings(v: Any) -> None:
+    """No string (object keys included) holds a lone surrogate: it has no UTF-8 form."""
+    todo = [v]
+    while todo:
+        x = todo.pop()
+        if isinstance(x, dict):
+            todo.extend(x.keys())
+            todo.extend(x.values())
+        elif isinstance(x, list):
+            todo.extend(x)
+        elif isinstance(x, str):
+            try:
+                x.encode("utf-8")
+            except UnicodeEncodeError:
+                raise NotARequest("a lone surrogate") from None
+
+
+def parse_line(line: bytes) -> Dict[str, Any]:
+    if line.startswith(b"\xef\xbb\xbf"):
+        raise NotARequest("a byte order mark")
     try:
-        req = json.loads(line, parse_int=lambda s: Signed(s) if s.startswith("-") else int(s))
-    except ValueError:
-        req = None
+        text = line.decode("utf-8")
+    except UnicodeDecodeError:
+        raise NotARequest("not UTF-8") from None
+    if too_deep(text):
+        raise NotARequest(f"nested deeper than {MAX_DEPTH} levels")
+    try:
+        req = json.loads(text, parse_int=exact_int, parse_float=finite_float, parse_constant=not_json,
+                         object_pairs_hook=no_duplicates)
+    except ValueError as e:  # JSONDecodeError
+        raise NotARequest(f"not JSON: {e}") from None
+    check_strings(req)
     if not isinstance(req, dict):
-        return {"id": None, "error": {"kind": "input_error", "field": "request", "message": "not a JSON object"}}
+        raise NotARequest("not a JSON object")
+    return req
+
+
+def respond(line: bytes) -> Dict[str, Any]:
+    try:
+        req = parse_line(line)
+    except NotARequest as e:
+        return {"id": None, "error": {"kind": "input_error", "field": "request", "message": str(e)}}
     try:
         out = answer(req)
     except Refusal as e:
@@ -224,10 +345,14 @@ def respond(line: str) -> Dict[str, Any]:
 
 
 def main() -> None:
-    for line in sys.stdin:
-        if line.strip():
-            sys.stdout.write(json.dumps(respond(line), ensure_ascii=True) + "\n")
-            sys.stdout.flush()
+    out = sys.stdout
+    for line in sys.stdin.buffer:  # every line, whatever its bytes, gets one answer
+        try:
+            response = respond(line[:-1] if line.endswith(b"\n") else line)
+        except Exception as e:  # pylint: disable=broad-except  # a bug: still one line, and the next
+            response = {"id": None, "error": {"kind": "internal_error", "field": "", "message": repr(e)}}
+        out.write(json.dumps(response, ensure_ascii=True, allow_nan=False) + "\n")
+        out.flush()
 
 
 if __name__ == "__main__":

@@ -509,14 +509,95 @@ class InspectTest(ToolTest):
                  "secret.bin": (good[:112] + b"X" + good[113:], r"its secret_id field is malformed"),
                  "kind.bin": (good[:72] + b"\x07" + good[73:], r"its namespace_kind field is malformed"),
                  "size.bin": (good[:10] + b"\x00\x08" + good[12:], r"its size field is not 1024"),
-                 "long.bin": (good + b"\x00", r"it is 1025 bytes"),
-                 "object.bin": (good + bytes(PAYLOAD), r"it is %d bytes" % (1024 + PAYLOAD))}
+                 "long.bin": (bytes(1025), r"it is 1025 bytes, an envelope is exactly 1024")}
         for name, (data, pattern) in cases.items():
             with open(self.tmp_path(name), "wb") as f:
                 f.write(data)
             self.assert_error(["inspect", self.tmp_path(name)], re.escape(name) + ": not a kvkey envelope: " + pattern)
         self.assert_error(["inspect", self.tmp_path("missing.bin")],
                           r"cannot open \S*missing\.bin: No such file or directory")
+
+
+class InspectValueTest(ToolTest):
+    """inspect of a whole stored value as `redis-cli --raw GET` writes it (a trailing newline),
+    and with a reader's identity and key: whether it verifies, and on which field."""
+
+    def setUp(self):
+        super().setUp()
+        self.config = example("qwen-fp16")
+        self.blocks = keys_json(self.config)["blocks"]
+        self.payload = os.urandom(PAYLOAD - 1) + b"\n"  # a payload that ends with a newline itself
+        with open(self.tmp_path("kv.bin"), "wb") as f:
+            f.write(self.payload)
+        header = self.tmp_path("h.bin")
+        self.ok("seal", self.config, "--block", self.blocks[3]["block_hash"], "--payload", self.tmp_path("kv.bin"),
+                "-o", header)
+        with open(header, "rb") as f:
+            self.header = f.read()
+        self.key = self.blocks[3]["store_key"]
+
+    def write(self, name, data):
+        with open(self.tmp_path(name), "wb") as f:
+            f.write(data)
+        return self.tmp_path(name)
+
+    def check(self, path, *extra):
+        rc, out, err = run("inspect", path, "--identity", self.config, "--key", self.key, *extra)
+        self.assertEqual(err, "")
+        return rc, out
+
+    def test_a_whole_value_with_or_without_a_trailing_newline(self):
+        for newline in (b"", b"\n"):
+            path = self.write("value.bin", self.header + self.payload + newline)
+            out = self.ok("inspect", path)
+            self.assertRegex(out.splitlines()[0], r"^value: \S+value\.bin \(1024-byte kvkey envelope, format version "
+                             r"\d+, then %d payload bytes%s\)$" %
+                             (PAYLOAD, "; one trailing newline ignored" if newline else ""))
+            self.assertEqual(row(out, "store key"), self.key)
+            rc, out = self.check(path)
+            self.assertEqual((rc, row(out, "verdict")), (0, "ok"))
+            self.assertEqual(row(out, "given key"), "the reader's key for the header's block")
+            self.assertIn("\nverifies: identity, slice, block hash, payload size and the payload's digest\n", out)
+
+    def test_a_header_with_a_trailing_newline(self):
+        """`redis-cli --raw GETRANGE key 0 1023 > h` writes 1,025 bytes."""
+        path = self.write("h.nl", self.header + b"\n")
+        self.assertRegex(self.ok("inspect", path).splitlines()[0],
+                         r"^header: \S+h\.nl \(1024-byte kvkey envelope, format version \d+; one trailing newline "
+                         r"ignored\)$")
+        rc, out = self.check(path)
+        self.assertEqual(rc, 0)
+        self.assertIn("(header only: the payload was not checked)", out)
+        self.assertEqual(self.ok("inspect", "-", stdin=self.header + b"\n"), self.ok("inspect", path).replace(
+            path, "stdin"))
+
+    def test_says_on_which_field_a_value_fails(self):
+        value = self.header + self.payload
+        bf16 = load(self.config)
+        bf16["kv"]["dtype"] = "bf16"
+        rc, out, _ = run("inspect", self.write("v.bin", value), "--identity", self.write_config("bf16.json", bf16))
+        self.assertEqual((rc, row(out, "verdict")), (1, "identity_mismatch (kv.dtype)"))
+        self.assertEqual((row(out, "header has"), row(out, "reader has")), ("fp16", "bf16"))
+        self.assertIn("\ndoes not verify, on field kv.dtype: the reader treats it as a miss\n", out)
+
+        flipped = bytearray(value)
+        flipped[2000] ^= 0x01
+        rc, out = self.check(self.write("flipped.bin", bytes(flipped)))
+        self.assertEqual((rc, row(out, "verdict")), (1, "payload_mismatch (payload)"))
+        self.assertIn("on field payload:", out)
+
+        rc, out = self.check(self.write("torn.bin", value[:-100]))
+        self.assertIn("then %d payload bytes (the header says %d: a torn or padded value)" % (PAYLOAD - 100, PAYLOAD),
+                      out.splitlines()[0])
+        self.assertEqual((rc, row(out, "verdict")), (1, "size_mismatch (payload_size)"))
+
+        rc, out, _ = run("inspect", self.write("v.bin", value), "--identity", self.config, "--key",
+                         self.blocks[4]["store_key"])
+        self.assertEqual((rc, row(out, "verdict")), (1, "ok"))
+        self.assertEqual(row(out, "given key"), "not the reader's key for the header's block: " + self.key)
+        self.assertIn("does not verify, on field store_key:", out)
+
+        self.assert_error(["inspect", self.write("v.bin", value), "--key", self.key], r"--key: needs --identity")
 
 
 class PayloadTest(ToolTest):
@@ -1120,7 +1201,8 @@ class ErrorsTest(ToolTest):
                  "date.toml": ('tenant = "a"\n[model]\nname = "x"\nrevision = 2024-01-01\n',
                                r"date\.toml:4:12: model\.revision: TOML dates and times are not identity values"),
                  "duplicate.toml": ('tenant = "a"\ntenant = "b"\n', r"duplicate\.toml:2:\d+: invalid TOML: "),
-                 "order.toml": ('tenant = "a"\nzeta = 1\nalpha = 2\n', r"order\.toml: zeta: unknown key"),
+                 # of several unknown keys the first in byte order, whatever the file's order
+                 "order.toml": ('tenant = "a"\nzeta = 1\nalpha = 2\n', r"order\.toml: alpha: unknown key"),
                  "typo.toml": ('tenant = "a"\n[model]\nname = "x"\nrevision = "r"\n[kv]\nd_type = "fp16"\n',
                                r"typo\.toml: kv\.d_type: unknown key \(did you mean kv\.dtype\?\)"),
                  "negative.toml": ('tenant = "a"\n[model]\nname = "x"\nrevision = "r"\nweights_epoch = -1\n',
@@ -1172,7 +1254,7 @@ class ErrorsTest(ToolTest):
             self.assert_error(["identity", config(change)], r"c\.json: " + pattern)
         with open(self.tmp_path("array.json"), "w") as f:
             f.write("[1, 2]")
-        self.assert_error(["identity", self.tmp_path("array.json")], r"array\.json: the top level: expected an object, got array")
+        self.assert_error(["identity", self.tmp_path("array.json")], r"array\.json: expected an object, got array")
 
     def test_token_errors(self):
         self.assert_error(["keys", example("qwen-fp16"), "--tokens", self.data("bad-tokens.txt")],
@@ -1201,7 +1283,7 @@ class ErrorsTest(ToolTest):
         self.assert_error([], r"A subcommand is required \(see kvkey --help\)")
         self.assert_error(["idenity", example("qwen-fp16")],
                           r"unknown subcommand 'idenity' \(known: identity, keys, seal, inspect, verify, diff, legacy, init, "
-                          r"purge, secret-id, conformance, conformance-testee\)$")
+                          r"purge, secret-id, conformance, conformance-testee, schema\)$")
         self.assert_error(["keys", example("qwen-fp16")], r"keys: --tokens is required \(see kvkey keys --help\)")
         self.assert_error(["identity"], r"identity: CONFIG is required")
         self.assert_error(["identity", example("qwen-fp16"), "--frobnicate"], r"identity: .*--frobnicate")

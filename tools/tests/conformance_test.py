@@ -7,6 +7,7 @@ Run by CTest (tools/CMakeLists.txt):
     KVKEY_TOOL=build/x/tools/kvkey KVKEY_SOURCE_DIR=. [KVKEY_PYTHONPATH=build/x/python] \\
         /usr/bin/python3 tools/tests/conformance_test.py
 """
+import json
 import os
 import re
 import shlex
@@ -81,6 +82,50 @@ class RunnerTest(unittest.TestCase):
         r = run("cat", "--cases", "3", "--seed", "5")  # echoes the requests
         self.assertEqual(r.returncode, 1)
         self.assertEqual(counts(r.stdout), (0, 3))
+
+    def test_the_cpp_testee_answers_every_hostile_line(self):
+        r = run(f"{shlex.quote(TOOL)} conformance-testee", "--mutate", "--cases", "1500", "--seed", "6")
+        self.assertEqual(r.returncode, 0, r.stdout + r.stderr)
+        self.assertEqual(counts(r.stdout), (1500, 0))
+        self.assertIn("1500 hostile cases", r.stderr)
+
+    if PYTHONPATH:
+        def test_the_python_testee_answers_every_hostile_line(self):
+            env = dict(os.environ, PYTHONPATH=PYTHONPATH)
+            script = os.path.join(SOURCE, "tools", "conformance", "testee.py")
+            r = run(f"{shlex.quote(sys.executable)} {shlex.quote(script)}", "--mutate", "--cases", "1500",
+                    "--seed", "7", env=env)
+            self.assertEqual(r.returncode, 0, r.stdout + r.stderr)
+            self.assertEqual(counts(r.stdout), (1500, 0))
+
+    def test_hostile_lines_are_refused_as_the_protocol_says(self):
+        deep = '{"id":' + "[" * 100000 + "]" * 100000 + "}"
+        lines = [b"", b"\xff", b'{"id":1,"identity":{"tenant":"\\ud800"}}', b'{"id":1e400}', b'{"id":' + b"9" * 400 + b"}",
+                 b'{"id":NaN}', deep.encode(), b'{"id":1} {}', b'{"id":1,"id":2}', b"\xef\xbb\xbf{}", b"[]", b'{"id":1}\x00x']
+        r = subprocess.run([TOOL, "conformance-testee"], input=b"\n".join(lines) + b"\n", capture_output=True,
+                           timeout=120)
+        self.assertEqual(r.returncode, 0, r.stderr)
+        answers = [json.loads(line) for line in r.stdout.splitlines()]
+        self.assertEqual(len(answers), len(lines))
+        for a in answers:
+            self.assertEqual(a, {"id": None, "error": {"kind": "input_error", "field": "request",
+                                                       "message": a["error"]["message"]}})
+        # Valid but odd: unknown members (the first in byte order), a 31-deep id (32 levels in all).
+        ok = [b'{"zz":1,"ab":2,"identity":{}}', b'{"id":' + b"[" * 31 + b"]" * 31 + b',"identity":{}}']
+        r = subprocess.run([TOOL, "conformance-testee"], input=b"\n".join(ok), capture_output=True, timeout=60)
+        answers = [json.loads(line) for line in r.stdout.splitlines()]
+        self.assertEqual([a["error"]["field"] for a in answers], ["ab", "tenant"])
+
+    def test_a_testee_that_dies_or_hangs_fails_without_stopping_the_runner(self):
+        for testee, why in (("head -c 100; exit 3", "not strict JSON"),
+                            ("printf '{\"id\":0,\"id\":0}\\n'; exec cat >/dev/null", "not strict JSON"),
+                            ("printf '%s\\n' \"$(printf '[%.0s' $(seq 1 3000))\"", "not strict JSON"),
+                            ("read line; sleep 30", "no response within 2 s")):
+            with self.subTest(testee=testee):
+                r = run(testee, "--mutate", "--cases", "20", "--seed", "8", "--timeout", "2")
+                self.assertEqual(r.returncode, 1, r.stdout + r.stderr)
+                self.assertEqual(counts(r.stdout)[0], 0)
+                self.assertIn(why, r.stdout)
 
 
 if __name__ == "__main__":

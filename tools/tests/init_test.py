@@ -209,6 +209,35 @@ class InitTest(unittest.TestCase):
                           r"verify: 1 cache blob\(s\) do not match their names: %s: blob %s" %
                           (name, os.path.basename(blob)))
 
+    def test_kv_dtype_takes_the_engine_spellings(self):
+        """Every name kv_dtype_from_engine accepts, with the same refusals."""
+        for name, dtype in [("fp8", "fp8_e4m3"), ("bfloat16", "bf16"), ("torch.bfloat16", "bf16"), ("half", "fp16"),
+                            ("float16", "fp16"), ("torch.float8_e5m2", "fp8_e5m2"), ("float8_e4m3fn", "fp8_e4m3"),
+                            ("float32", "fp32"), ("bf16", "bf16"), ("int8", "int8")]:
+            made = self.init("--model", self.repo, *BASE_ARGS[:2], "--kv-dtype", name, *BASE_ARGS[4:])
+            self.assertEqual(made["kv"]["dtype"], dtype, name)
+        for name, pattern in [("auto", r"kv dtype \"auto\" means the model's dtype: resolve it first"),
+                              ("float8_e4m3fnuz", r"kv dtype \"float8_e4m3fnuz\" \(fnuz\) has another exponent bias"),
+                              ("fp8_inc", r"kv dtype \"fp8_inc\" stores scales inside the cache"),
+                              ("FP8", r"unknown kv dtype \"FP8\"")]:
+            self.assert_error(["init", "--model", self.repo, *BASE_ARGS[:2], "--kv-dtype", name, *BASE_ARGS[4:]],
+                              "--kv-dtype: " + pattern)
+
+    def test_single_tenant(self):
+        made = self.init("--model", self.repo, "--single-tenant", *BASE_ARGS[2:])
+        self.assertEqual(made["policy"], "single_tenant")
+        self.assertNotIn("tenant", made)
+        with open(self.path("single.json"), "w") as f:
+            json.dump(made, f)
+        rc, out, err = run("identity", self.path("single.json"))
+        self.assertEqual(rc, 0, err)
+        self.assertRegex(out, r"\n  tenant +\"_single\"\n")
+        self.assertRegex(out, r"\n  policy +single_tenant\n")
+        self.assert_error(["init", "--model", self.repo, *BASE_ARGS[2:]],
+                          r"--tenant: required \(or --single-tenant, for a store no one else shares\)")
+        self.assert_error(["init", "--model", self.repo, "--single-tenant", *BASE_ARGS],
+                          r"--tenant \(tenant\): .*single_tenant policy")
+
     def test_errors_name_the_problem(self):
         plain = self.plain_copy(self.snapshot)
         self.assert_error(["init", "--model", plain, *BASE_ARGS], r".*not in a Hugging Face cache, so the revision "
@@ -217,7 +246,7 @@ class InitTest(unittest.TestCase):
                           r".*revision 'v9' is neither a ref in refs/ nor a commit in snapshots/")
         self.assert_error(["init", "--model", self.path("nope"), "--revision", "r", *BASE_ARGS], r".*not a directory")
         self.assert_error(["init", "--model", self.repo, *BASE_ARGS[:2], "--kv-dtype", "fp9", *BASE_ARGS[4:]],
-                          r"--kv-dtype: unknown dtype \"fp9\"")
+                          r"--kv-dtype: unknown kv dtype \"fp9\" \(accepted: fp32, ")
         self.assert_error(["init", "--model", self.repo, "--tenant", "a/b", *BASE_ARGS[2:]],
                           r"--tenant \(tenant\): byte 1 is not allowed")
         self.assert_error(["init", "--model", self.repo, "--tp-size", "3", *BASE_ARGS],

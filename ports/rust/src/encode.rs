@@ -2,10 +2,11 @@
 //! The canonical identity encoding and its decoder (docs/format.md, section 1).
 
 use crate::digest::Digest;
+use crate::fields::{Field, FieldType, Slot, Value, FIELDS};
 use crate::identity::{Adapter, Dtype, Identity};
 
 /// The byte format this crate reads and writes.
-pub const FORMAT_VERSION: u16 = 2;
+pub const FORMAT_VERSION: u16 = 3;
 
 const IDENTITY_TAG: &[u8; 8] = b"kvkey.id";
 
@@ -15,43 +16,25 @@ fn str_bytes(s: &str) -> Vec<u8> {
     v
 }
 
-fn opt_digest(d: &Option<Digest>) -> Vec<u8> {
-    match d {
-        Some(d) => [&[1u8][..], &d.0].concat(),
-        None => vec![0],
+/// One salient field's bytes, by its type.
+fn bytes(f: &Field, v: Value) -> Vec<u8> {
+    match v {
+        Value::Part => Vec::new(),
+        Value::OptionalPart(present) | Value::Bool(present) => vec![u8::from(present)],
+        Value::String(s) => str_bytes(s),
+        Value::U32(n) => n.to_le_bytes().to_vec(),
+        Value::U64(n) => n.to_le_bytes().to_vec(),
+        Value::Dtype(d) if f.ty == FieldType::Dtype => vec![d.map_or(0, |d| d as u8)],
+        Value::Dtype(d) => d.map_or(vec![0], |d| vec![1, d as u8]),
+        Value::Digest(d) => d.0.to_vec(),
+        Value::OptionalDigest(d) => d.map_or(vec![0], |d| [&[1u8][..], &d.0].concat()),
     }
 }
 
-/// The salient fields in encoding order, each with its bytes; the adapter
-/// contributes its presence byte, then its members.
+/// The salient fields in encoding order (the field table's), each with its
+/// bytes; the adapter contributes its presence byte, then its members.
 pub(crate) fn fields(id: &Identity) -> Vec<(&'static str, Vec<u8>)> {
-    let q = &id.kv.quant;
-    let mut out = vec![
-        ("tenant", str_bytes(&id.tenant)),
-        ("model.name", str_bytes(&id.model.name)),
-        ("model.revision", str_bytes(&id.model.revision)),
-        ("model.weights_epoch", id.model.weights_epoch.to_le_bytes().to_vec()),
-        ("model.weights_fingerprint", opt_digest(&id.model.weights_fingerprint)),
-        ("model.positional_fingerprint", opt_digest(&id.model.positional_fingerprint)),
-        ("kv.dtype", vec![id.kv.dtype.map_or(0, |d| d as u8)]),
-        ("kv.quant.scheme", str_bytes(&q.scheme)),
-        ("kv.quant.group_size", q.group_size.to_le_bytes().to_vec()),
-        ("kv.quant.scale_dtype", q.scale_dtype.map_or(vec![0], |d| vec![1, d as u8])),
-        ("kv.quant.zero_point", vec![u8::from(q.zero_point)]),
-        ("kv.quant.scales_fingerprint", opt_digest(&q.scales_fingerprint)),
-        ("kv.block_size", id.kv.block_size.to_le_bytes().to_vec()),
-        ("kv.num_layers", id.kv.num_layers.to_le_bytes().to_vec()),
-        ("kv.num_kv_heads", id.kv.num_kv_heads.to_le_bytes().to_vec()),
-        ("kv.head_dim", id.kv.head_dim.to_le_bytes().to_vec()),
-        ("kv.layout", str_bytes(&id.kv.layout)),
-        ("kv.mla", vec![u8::from(id.kv.mla)]),
-        ("adapter", vec![u8::from(id.adapter.is_some())]),
-    ];
-    if let Some(a) = &id.adapter {
-        out.push(("adapter.name", str_bytes(&a.name)));
-        out.push(("adapter.weights_fingerprint", a.weights_fingerprint.0.to_vec()));
-    }
-    out
+    crate::fields::salient(id).map(|(f, v)| (f.path, bytes(f, v))).collect()
 }
 
 /// The canonical encoding of a validated identity, without the shard.
@@ -111,9 +94,6 @@ impl<'a> Reader<'a> {
         }
         self.take(n as usize)
     }
-    fn text(&mut self) -> Option<String> {
-        String::from_utf8(self.string()?.to_vec()).ok()
-    }
     fn digest(&mut self) -> Option<Digest> {
         Some(Digest(self.array()?))
     }
@@ -129,54 +109,104 @@ impl<'a> Reader<'a> {
     }
 }
 
-/// The salient fields of an identity encoding as `fields` lists them, each
-/// with its bytes, checking only the structure (as the C++ decoder does: the
-/// strings' bytes are kept whatever they are); None unless the bytes are
+/// Reads one salient field of type `ty`; with `into`, stores its value there
+/// (strings must then be UTF-8). None when the bytes do not hold one.
+fn read_field(r: &mut Reader, ty: FieldType, into: Option<Slot>) -> Option<bool> {
+    let mut present = false;
+    match (ty, into) {
+        (FieldType::String, slot) => {
+            let s = r.string()?;
+            if let Some(Slot::String(out)) = slot {
+                *out = String::from_utf8(s.to_vec()).ok()?;
+            }
+        }
+        (FieldType::U32, slot) => {
+            let n = r.u32()?;
+            if let Some(Slot::U32(out)) = slot {
+                *out = n;
+            }
+        }
+        (FieldType::U64, slot) => {
+            let n = r.u64()?;
+            if let Some(Slot::U64(out)) = slot {
+                *out = n;
+            }
+        }
+        (FieldType::Bool, slot) => {
+            let b = r.flag()?;
+            if let Some(Slot::Bool(out)) = slot {
+                *out = b;
+            }
+        }
+        (FieldType::OptionalPart, slot) => {
+            present = r.flag()?;
+            if let Some(Slot::OptionalPart(out)) = slot {
+                *out = if present { Some(Adapter::default()) } else { None };
+            }
+        }
+        (FieldType::Dtype, slot) => {
+            let d = r.dtype()?;
+            if let Some(Slot::Dtype(out)) = slot {
+                *out = Some(d);
+            }
+        }
+        (FieldType::OptionalDtype, slot) => {
+            let d = if r.flag()? { Some(r.dtype()?) } else { None };
+            if let Some(Slot::Dtype(out)) = slot {
+                *out = d;
+            }
+        }
+        (FieldType::Digest, slot) => {
+            let d = r.digest()?;
+            if let Some(Slot::Digest(out)) = slot {
+                *out = d;
+            }
+        }
+        (FieldType::OptionalDigest, slot) => {
+            let d = r.opt_digest()?;
+            if let Some(Slot::OptionalDigest(out)) = slot {
+                *out = d;
+            }
+        }
+        (FieldType::Part, _) => {}
+    }
+    Some(present)
+}
+
+/// Walks an encoding's salient fields in table order: their paths and bytes,
+/// and with `into` the identity they describe. None unless the bytes are
 /// exactly one well-formed encoding of the current format version.
-pub(crate) fn decode_fields(bytes: &[u8]) -> Option<Vec<(&'static str, Vec<u8>)>> {
+fn decode(bytes: &[u8], mut into: Option<&mut Identity>) -> Option<Vec<(&'static str, Vec<u8>)>> {
     let mut r = Reader { rest: bytes };
     if r.take(8)? != IDENTITY_TAG || u16::from_le_bytes(r.array()?) != FORMAT_VERSION {
         return None;
     }
     let mut out = Vec::new();
-    let mut field = |r: &mut Reader, path: &'static str, read: fn(&mut Reader) -> Option<()>| -> Option<bool> {
+    let mut adapter = false;
+    for f in FIELDS.iter().filter(|f| f.salient && f.ty != FieldType::Part) {
+        if f.parent() == "adapter" && !adapter {
+            continue;
+        }
         let before = r.rest;
-        read(r)?;
-        let bytes = before[..before.len() - r.rest.len()].to_vec();
-        let set = bytes == [1];
-        out.push((path, bytes));
-        Some(set)
-    };
-    let string = |r: &mut Reader| r.string().map(drop);
-    let digest = |r: &mut Reader| r.opt_digest().map(drop);
-    let u32 = |r: &mut Reader| r.u32().map(drop);
-    let flag = |r: &mut Reader| r.flag().map(drop);
-    field(&mut r, "tenant", string)?;
-    field(&mut r, "model.name", string)?;
-    field(&mut r, "model.revision", string)?;
-    field(&mut r, "model.weights_epoch", |r| r.u64().map(drop))?;
-    field(&mut r, "model.weights_fingerprint", digest)?;
-    field(&mut r, "model.positional_fingerprint", digest)?;
-    field(&mut r, "kv.dtype", |r| r.dtype().map(drop))?;
-    field(&mut r, "kv.quant.scheme", string)?;
-    field(&mut r, "kv.quant.group_size", u32)?;
-    field(&mut r, "kv.quant.scale_dtype", |r| if r.flag()? { r.dtype().map(drop) } else { Some(()) })?;
-    field(&mut r, "kv.quant.zero_point", flag)?;
-    field(&mut r, "kv.quant.scales_fingerprint", digest)?;
-    for path in ["kv.block_size", "kv.num_layers", "kv.num_kv_heads", "kv.head_dim"] {
-        field(&mut r, path, u32)?;
-    }
-    field(&mut r, "kv.layout", string)?;
-    field(&mut r, "kv.mla", flag)?;
-    if field(&mut r, "adapter", flag)? {
-        field(&mut r, "adapter.name", string)?;
-        field(&mut r, "adapter.weights_fingerprint", |r| r.digest().map(drop))?;
+        let present = read_field(&mut r, f.ty, into.as_deref_mut().map(f.set))?;
+        if f.ty == FieldType::OptionalPart {
+            adapter = present;
+        }
+        out.push((f.path, before[..before.len() - r.rest.len()].to_vec()));
     }
     if r.rest.is_empty() {
         Some(out)
     } else {
         None
     }
+}
+
+/// The salient fields of an identity encoding as `fields` lists them, each
+/// with its bytes, checking only the structure (as the C++ decoder does: the
+/// strings' bytes are kept whatever they are); None unless the bytes are
+/// exactly one well-formed encoding of the current format version.
+pub(crate) fn decode_fields(bytes: &[u8]) -> Option<Vec<(&'static str, Vec<u8>)>> {
+    decode(bytes, None)
 }
 
 /// The dotted path of the first salient field in which an encoding's fields
@@ -189,28 +219,7 @@ pub(crate) fn first_difference_from(theirs: &[(&'static str, Vec<u8>)], own: &Id
 /// bytes are exactly one well-formed encoding whose strings are UTF-8. Values
 /// are not validated; the shard is left at its default.
 pub fn decode_identity(bytes: &[u8]) -> Option<Identity> {
-    decode_fields(bytes)?;
-    let mut r = Reader { rest: &bytes[10..] };
-    let mut id = Identity { tenant: r.text()?, ..Identity::default() };
-    id.model.name = r.text()?;
-    id.model.revision = r.text()?;
-    id.model.weights_epoch = r.u64()?;
-    id.model.weights_fingerprint = r.opt_digest()?;
-    id.model.positional_fingerprint = r.opt_digest()?;
-    id.kv.dtype = Some(r.dtype()?);
-    id.kv.quant.scheme = r.text()?;
-    id.kv.quant.group_size = r.u32()?;
-    id.kv.quant.scale_dtype = if r.flag()? { Some(r.dtype()?) } else { None };
-    id.kv.quant.zero_point = r.flag()?;
-    id.kv.quant.scales_fingerprint = r.opt_digest()?;
-    id.kv.block_size = r.u32()?;
-    id.kv.num_layers = r.u32()?;
-    id.kv.num_kv_heads = r.u32()?;
-    id.kv.head_dim = r.u32()?;
-    id.kv.layout = r.text()?;
-    id.kv.mla = r.flag()?;
-    if r.flag()? {
-        id.adapter = Some(Adapter { name: r.text()?, weights_fingerprint: r.digest()? });
-    }
+    let mut id = Identity::default();
+    decode(bytes, Some(&mut id))?;
     Some(id)
 }

@@ -8,7 +8,7 @@ use crate::digest::Digest;
 use crate::encode::{decode_fields, decode_identity, first_difference_from, FORMAT_VERSION};
 use crate::error::{Error, Result};
 use crate::identity::{Identity, Slice};
-use crate::namespace::Namespace;
+use crate::namespace::{Namespace, SecretId};
 
 /// The size of every envelope.
 pub const ENVELOPE_SIZE: usize = 1024;
@@ -25,7 +25,8 @@ const INTEGRITY_MODE: usize = 73;
 const RESERVED: usize = 74;
 const NONCE: usize = 80;
 const PAYLOAD_DIGEST: usize = 96;
-const IDENTITY: usize = 112;
+const SECRET_ID: usize = 112;
+const IDENTITY: usize = 120;
 
 /// Which kind of namespace sealed a header.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -41,9 +42,9 @@ pub enum NamespaceKind {
 pub enum IntegrityMode {
     /// Size only.
     None = 0,
-    /// XXH3-128 of the payload (plain namespaces).
+    /// XXH3-128 of the payload and the header (plain namespaces).
     Xxh3_128 = 1,
-    /// Poly1305 tag (keyed namespaces).
+    /// Poly1305 tag of the payload and the header (keyed namespaces).
     Poly1305 = 2,
 }
 
@@ -133,6 +134,10 @@ pub struct Envelope {
     pub nonce: [u8; 16],
     /// The XXH3-128 digest or Poly1305 tag.
     pub payload_digest: [u8; 16],
+    /// The secret id of the keyed namespace that sealed it (`secret_id()` of
+    /// its tenant secret); None in a plain namespace's header (whose bytes
+    /// there are zero).
+    pub secret_id: Option<SecretId>,
 }
 
 impl Envelope {
@@ -205,8 +210,11 @@ pub fn parse_envelope(h: &[u8]) -> std::result::Result<Envelope, Verdict> {
     if mode != IntegrityMode::Poly1305 && !all_zero(&h[NONCE..PAYLOAD_DIGEST]) {
         return malformed("envelope.nonce");
     }
-    if mode == IntegrityMode::None && !all_zero(&h[PAYLOAD_DIGEST..IDENTITY]) {
+    if mode == IntegrityMode::None && !all_zero(&h[PAYLOAD_DIGEST..SECRET_ID]) {
         return malformed("envelope.payload_digest");
+    }
+    if kind == NamespaceKind::Plain && !all_zero(&h[SECRET_ID..IDENTITY]) {
+        return malformed("envelope.secret_id");
     }
     let mut e = Envelope {
         identity_encoding: h[IDENTITY..IDENTITY + n].to_vec(),
@@ -222,10 +230,16 @@ pub fn parse_envelope(h: &[u8]) -> std::result::Result<Envelope, Verdict> {
         mode,
         nonce: [0; 16],
         payload_digest: [0; 16],
+        secret_id: None,
     };
     e.block_hash.0.copy_from_slice(&h[BLOCK_HASH..BLOCK_HASH + 32]);
     e.nonce.copy_from_slice(&h[NONCE..PAYLOAD_DIGEST]);
-    e.payload_digest.copy_from_slice(&h[PAYLOAD_DIGEST..IDENTITY]);
+    e.payload_digest.copy_from_slice(&h[PAYLOAD_DIGEST..SECRET_ID]);
+    if kind == NamespaceKind::Keyed {
+        let mut sid = SecretId::default();
+        sid.0.copy_from_slice(&h[SECRET_ID..IDENTITY]);
+        e.secret_id = Some(sid);
+    }
     Ok(e)
 }
 
@@ -233,6 +247,18 @@ pub fn parse_envelope(h: &[u8]) -> std::result::Result<Envelope, Verdict> {
 /// `xxh128sum` prints it.
 pub fn xxh3_128_digest(payload: &[u8]) -> [u8; 16] {
     xxhash_rust::xxh3::xxh3_128(payload).to_be_bytes()
+}
+
+/// A plain header's digest (integrity mode xxh3_128, docs/format.md section
+/// 6): XXH3-128 of `payload || header'`, where `header'` is the 1024-byte
+/// header with its 16 digest bytes (offset 96) zero, in canonical form.
+pub fn plain_digest(payload: &[u8], header: &[u8]) -> [u8; 16] {
+    let mut h = xxhash_rust::xxh3::Xxh3::new();
+    h.update(payload);
+    h.update(&header[..PAYLOAD_DIGEST]);
+    h.update(&[0u8; SECRET_ID - PAYLOAD_DIGEST]);
+    h.update(&header[SECRET_ID..]);
+    h.digest128().to_be_bytes()
 }
 
 impl Namespace {
@@ -260,6 +286,9 @@ impl Namespace {
             h[SLICE + 4 * i..SLICE + 4 * i + 4].copy_from_slice(&v.to_le_bytes());
         }
         h[NAMESPACE_KIND] = self.kind();
+        if let Some(sid) = &self.secret_id {
+            h[SECRET_ID..IDENTITY].copy_from_slice(&sid.0);
+        }
         h[IDENTITY..IDENTITY + self.encoding.len()].copy_from_slice(&self.encoding);
         h
     }
@@ -273,7 +302,8 @@ impl Namespace {
         }
         let mut h = self.seal_size_only(block, payload.len() as u64);
         h[INTEGRITY_MODE] = IntegrityMode::Xxh3_128 as u8;
-        h[PAYLOAD_DIGEST..IDENTITY].copy_from_slice(&xxh3_128_digest(payload));
+        let digest = plain_digest(payload, &h);
+        h[PAYLOAD_DIGEST..SECRET_ID].copy_from_slice(&digest);
         Ok(h)
     }
 
@@ -308,7 +338,7 @@ impl Namespace {
                 want[NONCE..PAYLOAD_DIGEST].copy_from_slice(&h[NONCE..PAYLOAD_DIGEST]);
             }
             if mode != IntegrityMode::None as u8 {
-                want[PAYLOAD_DIGEST..IDENTITY].copy_from_slice(&h[PAYLOAD_DIGEST..IDENTITY]);
+                want[PAYLOAD_DIGEST..SECRET_ID].copy_from_slice(&h[PAYLOAD_DIGEST..SECRET_ID]);
             }
         }
         self.compare(h, &want, block)
@@ -328,13 +358,14 @@ impl Namespace {
         if self.is_keyed() {
             want[INTEGRITY_MODE] = IntegrityMode::Poly1305 as u8;
             if h[INTEGRITY_MODE] == IntegrityMode::Poly1305 as u8 {
-                want[NONCE..IDENTITY].copy_from_slice(&h[NONCE..IDENTITY]);
+                want[NONCE..SECRET_ID].copy_from_slice(&h[NONCE..SECRET_ID]);
             }
             let v = self.compare(h, &want, block);
             return if v.is_ok() { Verdict::new(Reason::PayloadMismatch, "payload") } else { v };
         }
         want[INTEGRITY_MODE] = IntegrityMode::Xxh3_128 as u8;
-        want[PAYLOAD_DIGEST..IDENTITY].copy_from_slice(&xxh3_128_digest(payload));
+        let digest = plain_digest(payload, &want);
+        want[PAYLOAD_DIGEST..SECRET_ID].copy_from_slice(&digest);
         self.compare(h, &want, block)
     }
 
@@ -346,7 +377,7 @@ impl Namespace {
         }
         if want[INTEGRITY_MODE] != IntegrityMode::None as u8
             && equal_ct(&h[..PAYLOAD_DIGEST], &want[..PAYLOAD_DIGEST])
-            && equal_ct(&h[IDENTITY..], &want[IDENTITY..])
+            && equal_ct(&h[SECRET_ID..], &want[SECRET_ID..])
         {
             return Verdict::new(Reason::PayloadMismatch, "payload");
         }
@@ -359,6 +390,8 @@ impl Namespace {
             Verdict::new(Reason::IdentityMismatch, "envelope.namespace_kind")
         } else if let Some(field) = first_difference_from(&theirs, &self.id) {
             Verdict::new(Reason::IdentityMismatch, field)
+        } else if !equal_ct(&h[SECRET_ID..IDENTITY], &want[SECRET_ID..IDENTITY]) {
+            Verdict::new(Reason::IdentityMismatch, "tenant.secret_id")
         } else if h[SLICE..SLICE + 16] != want[SLICE..SLICE + 16] {
             Verdict::new(Reason::IdentityMismatch, "shard")
         } else if !equal_ct(&h[BLOCK_HASH..BLOCK_HASH + 32], &block.0) {

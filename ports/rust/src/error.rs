@@ -11,14 +11,14 @@ pub enum Error {
     /// The identity (or the tenant secret) is invalid.
     Identity {
         /// The offending field's dotted path.
-        field: &'static str,
+        field: String,
         /// What is wrong.
         message: String,
     },
     /// Another argument is invalid.
     Input {
         /// The offending field's dotted path.
-        field: &'static str,
+        field: String,
         /// What is wrong.
         message: String,
     },
@@ -34,7 +34,7 @@ impl Error {
     }
 
     /// The dotted path of the offending field.
-    pub fn field(&self) -> &'static str {
+    pub fn field(&self) -> &str {
         match self {
             Error::Identity { field, .. } | Error::Input { field, .. } => field,
         }
@@ -48,11 +48,15 @@ impl Error {
     }
 
     pub(crate) fn identity(field: &'static str, message: impl Into<String>) -> Self {
-        Error::Identity { field, message: message.into() }
+        Error::Identity { field: field.into(), message: message.into() }
     }
 
     pub(crate) fn input(field: &'static str, message: impl Into<String>) -> Self {
-        Error::Input { field, message: message.into() }
+        Error::Input { field: field.into(), message: message.into() }
+    }
+
+    pub(crate) fn input_owned(field: String, message: String) -> Self {
+        Error::Input { field, message }
     }
 }
 

@@ -3,6 +3,7 @@
 
 use crate::digest::Digest;
 use crate::error::{Error, Result};
+use crate::fields::{Field, FieldKind, FieldType, Value, FIELDS};
 
 /// Element type of the stored KV and of quantization scales. The codes are
 /// part of the byte format and never change.
@@ -173,6 +174,27 @@ pub struct Slice {
     pub layer_end: u32,
 }
 
+/// Whether a namespace's store is shared between tenants.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+pub enum TenantPolicy {
+    /// A shared store: the identity names its tenant (the default).
+    #[default]
+    Required,
+    /// A store no one else shares: the tenant is left empty and
+    /// SINGLE_TENANT_NAME is encoded.
+    SingleTenant,
+}
+
+impl TenantPolicy {
+    /// The name identity files use: "required" or "single_tenant".
+    pub fn name(self) -> &'static str {
+        match self {
+            TenantPolicy::Required => "required",
+            TenantPolicy::SingleTenant => "single_tenant",
+        }
+    }
+}
+
 /// The tenant a single-tenant namespace encodes.
 pub const SINGLE_TENANT_NAME: &str = "_single";
 
@@ -243,8 +265,8 @@ fn check_text(field: &'static str, s: &str, max: usize) -> Result<()> {
     }
 }
 
-fn check_tenant(t: &str) -> Result<()> {
-    check_length("tenant", t, limits::TENANT)?;
+fn check_tenant(t: &str, max: usize) -> Result<()> {
+    check_length("tenant", t, max)?;
     if !t.as_bytes()[0].is_ascii_alphanumeric() {
         return Err(Error::identity("tenant", "must start with a letter or digit"));
     }
@@ -256,8 +278,8 @@ fn check_tenant(t: &str) -> Result<()> {
     }
 }
 
-fn check_scheme(s: &str) -> Result<()> {
-    check_length("kv.quant.scheme", s, limits::QUANT_SCHEME)?;
+fn check_scheme(s: &str, max: usize) -> Result<()> {
+    check_length("kv.quant.scheme", s, max)?;
     if s.bytes().all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == b'.' || c == b'_' || c == b'-') {
         Ok(())
     } else {
@@ -270,6 +292,22 @@ fn check_positive(field: &'static str, v: u32) -> Result<()> {
         Err(Error::identity(field, "must be greater than 0"))
     } else {
         Ok(())
+    }
+}
+
+/// One member's own rule, by its kind (the field table); skip_tenant: the
+/// single-tenant policy has replaced the tenant already.
+fn check_member(f: &Field, v: Value, skip_tenant: bool) -> Result<()> {
+    match (f.kind, v) {
+        (FieldKind::Tenant, Value::String(s)) if !skip_tenant => check_tenant(s, f.limit),
+        (FieldKind::Text, Value::String(s)) => check_text(f.path, s, f.limit),
+        (FieldKind::Identifier, Value::String(s)) => check_printable(f.path, s, f.limit),
+        (FieldKind::Scheme, Value::String(s)) => check_scheme(s, f.limit),
+        (FieldKind::Positive, Value::U32(n)) => check_positive(f.path, n),
+        (FieldKind::Dtype, Value::Dtype(None)) if f.ty == FieldType::Dtype => {
+            Err(Error::identity(f.path, "must be set"))
+        }
+        _ => Ok(()),
     }
 }
 
@@ -321,26 +359,29 @@ pub fn resolve_slice(kv: &Kv, shard: &Shard) -> Result<Slice> {
 }
 
 impl Identity {
-    /// Checks every field in the C++ library's order and returns the identity
-    /// as encoded (under the single-tenant policy the empty tenant becomes
-    /// SINGLE_TENANT_NAME). The error names the first invalid field.
-    pub fn validated(&self, single_tenant: bool) -> Result<Identity> {
+    /// Checks every field in the order docs/format.md states (the C++
+    /// library's): each member's own rule in field-table order (tenant,
+    /// model.name, model.revision, kv.dtype, kv.quant.scheme, kv.block_size,
+    /// kv.num_layers, kv.num_kv_heads, kv.head_dim, kv.layout, adapter.name),
+    /// then the quant rules of scheme "none", then the geometry
+    /// (resolve_slice). Returns the identity as encoded (under the
+    /// single-tenant policy the empty tenant becomes SINGLE_TENANT_NAME). The
+    /// error names the first invalid field.
+    pub fn validated(&self, policy: TenantPolicy) -> Result<Identity> {
         let mut id = self.clone();
+        let single_tenant = policy == TenantPolicy::SingleTenant;
         if single_tenant {
             if !id.tenant.is_empty() {
                 return Err(Error::identity("tenant", "must be empty under the single-tenant policy"));
             }
             id.tenant = SINGLE_TENANT_NAME.into();
-        } else {
-            check_tenant(&id.tenant)?;
         }
-        check_text("model.name", &id.model.name, limits::MODEL_NAME)?;
-        check_printable("model.revision", &id.model.revision, limits::REVISION)?;
-        if id.kv.dtype.is_none() {
-            return Err(Error::identity("kv.dtype", "must be set"));
+        for f in FIELDS.iter().filter(|f| !f.is_part()) {
+            if let Some(v) = (f.get)(&id) {
+                check_member(f, v, single_tenant)?;
+            }
         }
         let q = &id.kv.quant;
-        check_scheme(&q.scheme)?;
         if q.scheme == "none" {
             let none = |field: &'static str| {
                 Err(Error::identity(field, "must keep its default when kv.quant.scheme is \"none\""))
@@ -357,12 +398,6 @@ impl Identity {
             if q.scales_fingerprint.is_some() {
                 return none("kv.quant.scales_fingerprint");
             }
-        }
-        check_positive("kv.block_size", id.kv.block_size)?;
-        check_positive("kv.head_dim", id.kv.head_dim)?;
-        check_printable("kv.layout", &id.kv.layout, limits::LAYOUT)?;
-        if let Some(a) = &id.adapter {
-            check_text("adapter.name", &a.name, limits::ADAPTER_NAME)?;
         }
         resolve_slice(&id.kv, &id.shard)?;
         Ok(id)

@@ -2,21 +2,26 @@
 //! A deployment rank's namespace: root, block-hash chain and store keys
 //! (docs/format.md, sections 2 to 5).
 
+use std::fmt;
+
 use hmac::{Hmac, Mac};
 use sha2::{Digest as _, Sha256};
 
 use crate::digest::{hex, Digest};
 use crate::encode::encode_identity;
 use crate::error::{Error, Result};
-use crate::identity::{resolve_slice, Identity, Slice};
+use crate::identity::{resolve_slice, Identity, Slice, TenantPolicy};
 
 /// Tenant secret sizes of a keyed namespace, in bytes.
 pub const MIN_SECRET_SIZE: usize = 32;
 /// See MIN_SECRET_SIZE.
 pub const MAX_SECRET_SIZE: usize = 256;
 
-/// The tag that opens every store key.
-pub const STORE_KEY_TAG: &str = "kvk1/";
+/// The tag that opens every store key (format version 3).
+pub const STORE_KEY_TAG: &str = "kvk3/";
+
+/// The longest model segment of a store key, in characters.
+const MODEL_SEGMENT_MAX: usize = 80;
 
 /// How the namespace hashes: plain SHA-256, or HMAC-SHA-256 under a tenant secret.
 #[derive(Clone)]
@@ -68,28 +73,146 @@ pub struct HashOptions {
     pub extras: Vec<ExtraKey>,
 }
 
+/// A keyed namespace's secret id (docs/format.md): the first 8 bytes of
+/// HMAC-SHA-256(secret, "I"). A public fingerprint of the tenant secret, in the
+/// envelope and (as 16 lowercase hex digits) in every store key, so that one
+/// retired secret's values can be selected and purged.
+pub fn secret_id(secret: &[u8]) -> SecretId {
+    let mut mac = <Hmac<Sha256> as Mac>::new_from_slice(secret).expect("HMAC takes keys of any size");
+    mac.update(b"I");
+    let mut id = SecretId([0u8; 8]);
+    id.0.copy_from_slice(&mac.finalize().into_bytes()[..8]);
+    id
+}
+
+/// A tenant secret's public id (see `secret_id`).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct SecretId(pub [u8; 8]);
+
+impl SecretId {
+    /// 16 lowercase hex digits, as in store keys.
+    pub fn hex(&self) -> String {
+        hex(&self.0)
+    }
+}
+
+impl fmt::Display for SecretId {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.hex())
+    }
+}
+
 /// Everything one deployment rank derives from its identity.
 #[derive(Clone)]
 pub struct Namespace {
     pub(crate) id: Identity,
     pub(crate) hasher: Hasher,
+    pub(crate) secret_id: Option<SecretId>,
     pub(crate) slice: Slice,
     pub(crate) encoding: Vec<u8>,
     root: Digest,
     key_prefix: String,
 }
 
-/// "kvk1/<tenant>/": the prefix of every key of the tenant.
+/// Shows the identity, kind, secret id and root; never the secret.
+impl fmt::Debug for Namespace {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Namespace")
+            .field("identity", &self.id)
+            .field("keyed", &self.is_keyed())
+            .field("secret_id", &self.secret_id)
+            .field("root", &self.root)
+            .field("key_prefix", &self.key_prefix)
+            .finish()
+    }
+}
+
+/// How a namespace is built: the tenant policy and, for a keyed namespace,
+/// the tenant secret. `Namespace::builder(&id)` starts one.
+#[derive(Clone)]
+pub struct NamespaceBuilder<'a> {
+    id: &'a Identity,
+    policy: TenantPolicy,
+    secret: Option<&'a [u8]>,
+}
+
+impl<'a> NamespaceBuilder<'a> {
+    /// The tenant policy (default `TenantPolicy::Required`).
+    pub fn policy(mut self, policy: TenantPolicy) -> Self {
+        self.policy = policy;
+        self
+    }
+
+    /// A keyed namespace: every hash is an HMAC-SHA-256 under this tenant
+    /// secret (32 to 256 bytes, else an identity error on "tenant_secret",
+    /// checked after the identity).
+    pub fn secret(mut self, secret: &'a [u8]) -> Self {
+        self.secret = Some(secret);
+        self
+    }
+
+    /// Validates the identity (the error names the first invalid field, in the
+    /// order of docs/format.md) and the secret, and derives the namespace.
+    pub fn build(self) -> Result<Namespace> {
+        let id = self.id.validated(self.policy)?;
+        let (hasher, secret_id) = match self.secret {
+            None => (Hasher::Plain, None),
+            Some(secret) => {
+                if secret.len() < MIN_SECRET_SIZE || secret.len() > MAX_SECRET_SIZE {
+                    return Err(Error::identity(
+                        "tenant_secret",
+                        format!(
+                            "is {} bytes; a tenant secret has {} to {} bytes",
+                            secret.len(),
+                            MIN_SECRET_SIZE,
+                            MAX_SECRET_SIZE
+                        ),
+                    ));
+                }
+                let mac = <Hmac<Sha256> as Mac>::new_from_slice(secret)
+                    .map_err(|_| Error::identity("tenant_secret", "rejected"))?;
+                (Hasher::Keyed(mac), Some(secret_id(secret)))
+            }
+        };
+        let slice = resolve_slice(&id.kv, &id.shard)?;
+        let encoding = encode_identity(&id);
+        let root = hasher.hash(&[&encoding]);
+        let key_prefix = format!(
+            "{}{}/e{}/",
+            namespace_prefix(&id.tenant, secret_id.as_ref()),
+            model_key_segment(&id.model.name),
+            id.model.weights_epoch
+        );
+        Ok(Namespace { id, hasher, secret_id, slice, encoding, root, key_prefix })
+    }
+}
+
+/// "kvk3/<tenant>/": the prefix of every key of the tenant, under any secret.
 pub fn tenant_key_prefix(tenant: &str) -> String {
     format!("{}{}/", STORE_KEY_TAG, tenant)
 }
 
-/// Bytes outside `[A-Za-z0-9._-]` as %XX, cut to 96 characters without splitting an escape.
+/// "kvk3/<tenant>/k<secret id, 16 hex>/": the prefix of every key the tenant's
+/// keyed namespaces wrote under one secret (what a purge of a retired secret
+/// selects). `secret_id` as `secret_id()` computes it.
+pub fn secret_key_prefix(tenant: &str, secret_id: &SecretId) -> String {
+    format!("{}k{}/", tenant_key_prefix(tenant), secret_id.hex())
+}
+
+/// "kvk3/<tenant>/p/" (plain) or secret_key_prefix (keyed).
+fn namespace_prefix(tenant: &str, secret_id: Option<&SecretId>) -> String {
+    match secret_id {
+        Some(sid) => secret_key_prefix(tenant, sid),
+        None => format!("{}p/", tenant_key_prefix(tenant)),
+    }
+}
+
+/// Bytes outside `[A-Za-z0-9._-]` as %XX, cut to 80 characters without splitting an escape.
 fn model_key_segment(name: &str) -> String {
     let mut out = String::new();
     for b in name.bytes() {
         let plain = b.is_ascii_alphanumeric() || b == b'.' || b == b'_' || b == b'-';
-        if out.len() + if plain { 1 } else { 3 } > 96 {
+        if out.len() + if plain { 1 } else { 3 } > MODEL_SEGMENT_MAX {
             break;
         }
         if plain {
@@ -102,45 +225,17 @@ fn model_key_segment(name: &str) -> String {
 }
 
 impl Namespace {
-    /// A plain (SHA-256) namespace. Validates the identity: the error names
-    /// the first invalid field.
-    pub fn new(id: &Identity, single_tenant: bool) -> Result<Namespace> {
-        Namespace::build(id, single_tenant, Hasher::Plain)
+    /// A plain (SHA-256) namespace under the default tenant policy (a tenant
+    /// is required). Validates the identity: the error names the first
+    /// invalid field. `Namespace::builder` sets the policy or a secret.
+    pub fn new(id: &Identity) -> Result<Namespace> {
+        Namespace::builder(id).build()
     }
 
-    /// A keyed namespace: every hash is an HMAC-SHA-256 under the tenant
-    /// secret (32 to 256 bytes, else an identity error on "tenant_secret").
-    /// The identity is checked before the secret.
-    pub fn keyed(id: &Identity, single_tenant: bool, secret: &[u8]) -> Result<Namespace> {
-        id.validated(single_tenant)?;
-        if secret.len() < MIN_SECRET_SIZE || secret.len() > MAX_SECRET_SIZE {
-            return Err(Error::identity(
-                "tenant_secret",
-                format!(
-                    "is {} bytes; a tenant secret has {} to {} bytes",
-                    secret.len(),
-                    MIN_SECRET_SIZE,
-                    MAX_SECRET_SIZE
-                ),
-            ));
-        }
-        let mac =
-            <Hmac<Sha256> as Mac>::new_from_slice(secret).map_err(|_| Error::identity("tenant_secret", "rejected"))?;
-        Namespace::build(id, single_tenant, Hasher::Keyed(mac))
-    }
-
-    fn build(id: &Identity, single_tenant: bool, hasher: Hasher) -> Result<Namespace> {
-        let id = id.validated(single_tenant)?;
-        let slice = resolve_slice(&id.kv, &id.shard)?;
-        let encoding = encode_identity(&id);
-        let root = hasher.hash(&[&encoding]);
-        let key_prefix = format!(
-            "{}{}/e{}/",
-            tenant_key_prefix(&id.tenant),
-            model_key_segment(&id.model.name),
-            id.model.weights_epoch
-        );
-        Ok(Namespace { id, hasher, slice, encoding, root, key_prefix })
+    /// Starts a namespace with options: `.policy(TenantPolicy::SingleTenant)`,
+    /// `.secret(&tenant_secret)` for a keyed namespace, then `.build()`.
+    pub fn builder(id: &Identity) -> NamespaceBuilder<'_> {
+        NamespaceBuilder { id, policy: TenantPolicy::Required, secret: None }
     }
 
     /// The validated identity as encoded.
@@ -150,6 +245,17 @@ impl Namespace {
     /// True for a keyed (HMAC) namespace.
     pub fn is_keyed(&self) -> bool {
         matches!(self.hasher, Hasher::Keyed(_))
+    }
+    /// The secret id of a keyed namespace (`secret_id()` of its secret); None
+    /// for a plain one.
+    pub fn secret_id(&self) -> Option<SecretId> {
+        self.secret_id
+    }
+    /// Keyed: "kvk3/<tenant>/k<secret id>/", the prefix of every key sealed
+    /// under this namespace's tenant secret (any model, epoch or rank). Plain:
+    /// "kvk3/<tenant>/p/", the prefix of every plain key of the tenant.
+    pub fn secret_prefix(&self) -> String {
+        namespace_prefix(&self.id.tenant, self.secret_id.as_ref())
     }
     /// The KV heads and layers this rank holds.
     pub fn slice(&self) -> Slice {
@@ -163,11 +269,11 @@ impl Namespace {
     pub fn root(&self) -> Digest {
         self.root
     }
-    /// "kvk1/<tenant>/<model>/e<epoch>/": the prefix of this namespace's keys.
+    /// "kvk3/<tenant>/<p | k<secret id>>/<model>/e<epoch>/": the prefix of this namespace's keys.
     pub fn key_prefix(&self) -> &str {
         &self.key_prefix
     }
-    /// "kvk1/<tenant>/".
+    /// "kvk3/<tenant>/".
     pub fn tenant_prefix(&self) -> String {
         tenant_key_prefix(&self.id.tenant)
     }
@@ -226,7 +332,7 @@ impl Namespace {
         self.hasher.hash(&[&m])
     }
 
-    /// "kvk1/<tenant>/<model>/e<epoch>/<object hash, 64 hex>".
+    /// "kvk3/<tenant>/<p | k<secret id>>/<model>/e<epoch>/<object hash, 64 hex>".
     pub fn store_key(&self, block: &Digest) -> String {
         format!("{}{}", self.key_prefix, hex(&self.object_hash(block).0))
     }

@@ -2,7 +2,7 @@
 //! Names refuse exactly the code points the C++ library's
 //! kvkey::is_unsafe_code_point refuses: every range, to its ends.
 
-use kvkey::{Adapter, Dtype, Identity, Namespace};
+use kvkey::{Adapter, Identity, Namespace};
 
 /// The ends of every unsafe range (and a few inside).
 const UNSAFE: &[u32] = &[
@@ -15,22 +15,13 @@ const SAFE_NEIGHBOURS: &[u32] = &[
     0x1f999,
 ];
 
+mod common;
+
 fn identity(model: &str, adapter: &str) -> Identity {
-    Identity {
-        tenant: "t".into(),
-        model: kvkey::Model { name: model.into(), revision: "r".into(), ..Default::default() },
-        kv: kvkey::Kv {
-            dtype: Some(Dtype::Fp16),
-            block_size: 16,
-            num_layers: 4,
-            num_kv_heads: 4,
-            head_dim: 8,
-            layout: "l".into(),
-            ..Default::default()
-        },
-        adapter: Some(Adapter { name: adapter.into(), ..Default::default() }),
-        ..Default::default()
-    }
+    let mut id = common::valid_identity();
+    id.model.name = model.into();
+    id.adapter = Some(Adapter { name: adapter.into(), ..Default::default() });
+    id
 }
 
 fn with(cp: u32) -> String {
@@ -41,7 +32,7 @@ fn with(cp: u32) -> String {
 fn names_refuse_unsafe_code_points() {
     for &cp in UNSAFE {
         for (field, id) in [("model.name", identity(&with(cp), "x")), ("adapter.name", identity("m", &with(cp)))] {
-            let e = Namespace::new(&id, false).err().unwrap_or_else(|| panic!("{} with U+{:04X} accepted", field, cp));
+            let e = Namespace::new(&id).err().unwrap_or_else(|| panic!("{} with U+{:04X} accepted", field, cp));
             assert_eq!((e.kind(), e.field()), ("identity_error", field), "U+{:04X}", cp);
         }
     }
@@ -51,7 +42,7 @@ fn names_refuse_unsafe_code_points() {
 fn names_take_the_neighbours_of_unsafe_ranges() {
     for &cp in SAFE_NEIGHBOURS {
         let name = with(cp);
-        if let Err(e) = Namespace::new(&identity(&name, &name), false) {
+        if let Err(e) = Namespace::new(&identity(&name, &name)) {
             panic!("U+{:04X}: {}", cp, e);
         }
     }

@@ -1,12 +1,14 @@
 // SPDX-License-Identifier: Apache-2.0
-//! The committed vectors (tests/vectors/format-v2.json and u64-projection.json)
+//! The committed vectors (tests/vectors/format-v3.json and u64-projection.json)
 //! reproduced by this crate.
 
 use kvkey::{
-    from_hex, parse_envelope, xxh3_128_digest, Adapter, Digest, Dtype, ExtraKey, HashOptions, Identity, IntegrityMode,
-    Namespace, Reason, Shard, Verdict,
+    from_hex, parse_envelope, plain_digest, secret_id, secret_key_prefix, xxh3_128_digest, Adapter, Digest, Dtype,
+    ExtraKey, HashOptions, Identity, IntegrityMode, Namespace, Reason, Shard, TenantPolicy, Verdict,
 };
 use serde_json::Value;
+
+mod common;
 
 fn read(name: &str) -> Value {
     let path = format!("{}/../../tests/vectors/{}", env!("CARGO_MANIFEST_DIR"), name);
@@ -62,6 +64,22 @@ fn identity(c: &Value) -> Identity {
     id
 }
 
+fn policy(c: &Value) -> TenantPolicy {
+    if c["tenant_policy"] == "single_tenant" {
+        TenantPolicy::SingleTenant
+    } else {
+        TenantPolicy::Required
+    }
+}
+
+fn case<'a>(doc: &'a Value, name: &Value) -> &'a Value {
+    doc["cases"].as_array().expect("cases").iter().find(|c| &c["name"] == name).expect("the case")
+}
+
+fn hex(b: &[u8]) -> String {
+    b.iter().map(|x| format!("{:02x}", x)).collect()
+}
+
 fn tokens(doc: &Value) -> Vec<u32> {
     doc["tokens"]["values"].as_array().expect("tokens").iter().map(|t| t.as_u64().expect("a token") as u32).collect()
 }
@@ -72,15 +90,15 @@ fn payload(i: usize, size: usize) -> Vec<u8> {
 }
 
 #[test]
-fn format_v2_cases() {
-    let doc = read("format-v2.json");
+fn format_v3_cases() {
+    let doc = read("format-v3.json");
+    assert_eq!(doc["format_version"], 3);
     let toks = tokens(&doc);
     let cases = doc["cases"].as_array().expect("cases");
     assert!(!cases.is_empty());
     for c in cases {
         let name = c["name"].as_str().expect("a name");
-        let ns = Namespace::new(&identity(c), c["tenant_policy"] == "single_tenant").expect(name);
-        let hex = |b: &[u8]| b.iter().map(|x| format!("{:02x}", x)).collect::<String>();
+        let ns = Namespace::builder(&identity(c)).policy(policy(c)).build().expect(name);
         assert_eq!(hex(ns.encoding()), c["encoding"], "{}", name);
         assert_eq!(ns.root().hex(), c["root"], "{}", name);
         let salt = c["salt"].as_str().expect("a salt").as_bytes().to_vec();
@@ -105,13 +123,13 @@ fn format_v2_cases() {
         for (i, e) in strings(&c["envelopes"]).iter().enumerate() {
             let h = from_hex(e).expect("hex");
             let p = payload(i, size as usize);
-            assert_eq!(
-                xxh3_128_digest(&p).iter().map(|x| format!("{:02x}", x)).collect::<String>(),
-                c["payload_digests"][i]
-            );
+            // The digest covers payload || header' (the header with its digest zero).
+            assert_eq!(hex(&plain_digest(&p, &h)), c["payload_digests"][i]);
+            assert_ne!(hex(&xxh3_128_digest(&p)), c["payload_digests"][i]);
             assert_eq!(ns.seal(&blocks[i], &p).expect("plain"), h, "{} envelope {}", name, i);
             let env = parse_envelope(&h).expect("well-formed");
             assert_eq!((env.block_hash, env.payload_size, env.mode), (blocks[i], size, IntegrityMode::Xxh3_128));
+            assert_eq!(env.secret_id, None);
             let producer = env.identity().map(|i| Identity { shard: ns.identity().shard, ..i });
             assert_eq!(producer.as_ref(), Some(ns.identity()));
             assert!(ns.verify(&h, &blocks[i], &p).is_ok());
@@ -135,26 +153,38 @@ fn format_v2_cases() {
 
 #[test]
 fn payload_digests() {
-    for p in read("format-v2.json")["payloads"].as_array().expect("payloads") {
+    for p in read("format-v3.json")["payloads"].as_array().expect("payloads") {
         let bytes = from_hex(p["hex"].as_str().expect("hex")).expect("hex");
-        let d: String = xxh3_128_digest(&bytes).iter().map(|x| format!("{:02x}", x)).collect();
-        assert_eq!(d, p["xxh3_128"]);
+        assert_eq!(hex(&xxh3_128_digest(&bytes)), p["xxh3_128"]);
     }
 }
 
 #[test]
 fn keyed_namespace() {
-    let doc = read("format-v2.json");
+    let doc = read("format-v3.json");
     let k = &doc["keyed"];
-    let c = doc["cases"].as_array().expect("cases").iter().find(|c| c["name"] == k["case"]).expect("the case");
+    let c = case(&doc, &k["case"]);
     let id = identity(c);
     let secret = from_hex(k["secret_hex"].as_str().expect("hex")).expect("hex");
-    let ns = Namespace::keyed(&id, false, &secret).expect("keyed");
+    let keyed = |secret: &[u8]| Namespace::builder(&id).policy(policy(c)).secret(secret).build();
+    let ns = keyed(&secret).expect("keyed");
     assert_eq!(ns.root().hex(), k["root"]);
+    let sid = ns.secret_id().expect("a keyed namespace has a secret id");
+    assert_eq!((sid.hex(), sid), (k["secret_id"].as_str().expect("hex").to_string(), secret_id(&secret)));
+    assert_eq!(ns.secret_prefix(), k["secret_prefix"]);
+    assert_eq!(secret_key_prefix(&ns.identity().tenant, &sid), k["secret_prefix"]);
+    assert_eq!(ns.key_prefix(), k["key_prefix"]);
+    assert!(ns.key_prefix().starts_with(&ns.secret_prefix()) && ns.secret_prefix().starts_with(&ns.tenant_prefix()));
+    let other = from_hex(k["rotated"]["secret_hex"].as_str().expect("hex")).expect("hex");
+    let rotated = keyed(&other).expect("keyed");
+    assert_eq!(rotated.secret_id().map(|s| s.hex()).as_deref(), k["rotated"]["secret_id"].as_str());
+    assert_eq!(rotated.key_prefix(), k["rotated"]["key_prefix"]);
     let blocks = ns.block_hashes(&tokens(&doc), &HashOptions::default()).expect("blocks");
     assert_eq!(blocks.iter().map(Digest::hex).collect::<Vec<_>>(), strings(&k["blocks"]));
     assert_eq!(blocks.iter().map(|b| ns.store_key(b)).collect::<Vec<_>>(), strings(&k["keys"]));
-    let plain = Namespace::new(&id, false).expect("plain");
+    let plain = Namespace::builder(&id).policy(policy(c)).build().expect("plain");
+    assert_eq!(plain.secret_id(), None);
+    assert_eq!(plain.secret_prefix(), format!("{}p/", plain.tenant_prefix()));
     let size = c["payload_size"].as_u64().expect("a size");
     for (i, e) in strings(&k["envelopes"]).iter().enumerate() {
         let h = from_hex(e).expect("hex");
@@ -168,9 +198,36 @@ fn keyed_namespace() {
         assert_eq!(ns.verify(&h, &blocks[i], &p), Verdict { reason: Reason::PayloadMismatch, field: "payload" });
         let swapped = Verdict { reason: Reason::IdentityMismatch, field: "envelope.namespace_kind" };
         assert_eq!(plain.verify_header(&h, &blocks[i], size), swapped);
+        // Sealed under the retired secret: a miss that names the secret.
+        let other_secret = Verdict { reason: Reason::IdentityMismatch, field: "tenant.secret_id" };
+        assert_eq!(rotated.verify_header(&h, &blocks[i], size), other_secret);
+        assert_eq!(parse_envelope(&h).expect("well-formed").secret_id, Some(sid));
     }
-    let short = Namespace::keyed(&id, false, &secret[..31]).err().expect("a 31-byte secret is refused");
+    let short = keyed(&secret[..31]).expect_err("a 31-byte secret is refused");
     assert_eq!((short.kind(), short.field()), ("identity_error", "tenant_secret"));
+}
+
+#[test]
+fn splice_is_rejected() {
+    let doc = read("format-v3.json");
+    let sp = &doc["splice"];
+    let c = case(&doc, &sp["case"]);
+    let ns = Namespace::builder(&identity(c)).policy(policy(c)).build().expect("plain");
+    let blocks = ns.block_hashes(&tokens(&doc), &HashOptions::default()).expect("blocks");
+    let header = from_hex(sp["header_hex"].as_str().expect("hex")).expect("hex");
+    let a = sp["read_as_block"].as_u64().expect("an index") as usize;
+    let b = sp["payload_block"].as_u64().expect("an index") as usize;
+    let size = c["payload_size"].as_u64().expect("a size") as usize;
+    let v = ns.verify(&header, &blocks[a], &payload(b, size));
+    assert!(!v.is_ok());
+    assert_eq!(
+        (v.reason.name(), v.field),
+        (sp["verdict"]["reason"].as_str().unwrap(), sp["verdict"]["field"].as_str().unwrap())
+    );
+    // Object B's own header, with its own block, still verifies.
+    let mut own = header.clone();
+    own[16..48].copy_from_slice(&blocks[b].0);
+    assert!(ns.verify(&own, &blocks[b], &payload(b, size)).is_ok());
 }
 
 #[test]
@@ -188,21 +245,8 @@ fn u64_projection() {
 
 #[test]
 fn validation_names_the_field() {
-    let valid = Identity {
-        tenant: "t".into(),
-        model: kvkey::Model { name: "m".into(), revision: "r".into(), ..Default::default() },
-        kv: kvkey::Kv {
-            dtype: Some(Dtype::Fp16),
-            block_size: 16,
-            num_layers: 4,
-            num_kv_heads: 4,
-            head_dim: 8,
-            layout: "l".into(),
-            ..Default::default()
-        },
-        ..Default::default()
-    };
-    assert!(Namespace::new(&valid, false).is_ok());
+    let valid = common::valid_identity();
+    assert!(Namespace::new(&valid).is_ok());
     type Edit = Box<dyn Fn(&mut Identity)>;
     let cases: Vec<(&str, Edit)> = vec![
         ("tenant", Box::new(|id| id.tenant = "-a".into())),
@@ -218,7 +262,52 @@ fn validation_names_the_field() {
     for (field, edit) in cases {
         let mut id = valid.clone();
         edit(&mut id);
-        let e = Namespace::new(&id, false).err().unwrap_or_else(|| panic!("{} accepted", field));
+        let e = Namespace::new(&id).err().unwrap_or_else(|| panic!("{} accepted", field));
+        assert_eq!((e.kind(), e.field()), ("identity_error", field));
+    }
+    // Several defects: refused on the first in the documented order (each
+    // member's own rule in table order, then the quant rules, then geometry).
+    let defects: Vec<(&str, Edit)> = vec![
+        (
+            "kv.block_size",
+            Box::new(|id| {
+                id.kv.quant.group_size = 4;
+                id.kv.block_size = 0;
+            }),
+        ),
+        (
+            "kv.num_layers",
+            Box::new(|id| {
+                id.kv.num_layers = 0;
+                id.kv.layout = String::new();
+            }),
+        ),
+        (
+            "kv.num_kv_heads",
+            Box::new(|id| {
+                id.kv.num_kv_heads = 0;
+                id.adapter = Some(Adapter::default());
+            }),
+        ),
+        (
+            "adapter.name",
+            Box::new(|id| {
+                id.adapter = Some(Adapter::default());
+                id.kv.quant.zero_point = true;
+            }),
+        ),
+        (
+            "kv.quant.scale_dtype",
+            Box::new(|id| {
+                id.kv.quant.scale_dtype = Some(Dtype::Bf16);
+                id.shard.tp_size = 3;
+            }),
+        ),
+    ];
+    for (field, edit) in defects {
+        let mut id = valid.clone();
+        edit(&mut id);
+        let e = Namespace::new(&id).err().unwrap_or_else(|| panic!("{} accepted", field));
         assert_eq!((e.kind(), e.field()), ("identity_error", field));
     }
 }

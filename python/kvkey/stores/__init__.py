@@ -14,20 +14,26 @@ truncates or swaps values causes misses, never wrong loads.
   every primary.
 
 A store raises ``StoreError`` (with ``kind`` one of ``StoreError.KINDS``) when a call
-cannot complete; any other exception is a bug and passes through the connector.
-See docs/python.md, "Connector and stores".
+cannot complete; any other exception is a bug and passes through the connector. A key that
+fails on its own (a Redis key of another type, answered ``WRONGTYPE``) is a miss for that key
+alone: the store returns a ``Replies`` whose ``errors`` name it, and the rest of the batch is
+served. See docs/python.md, "Connector and stores", and docs/connectors.md.
 """
 
 from __future__ import annotations
 
+import collections
 import importlib
+import inspect
 import secrets
 import socket
 import threading
 import time
-from typing import Any, Callable, Dict, Iterator, List, Optional, Protocol, Sequence, TypeVar, runtime_checkable
+from typing import (Any, Callable, Dict, Iterable, Iterator, List, Optional, Protocol, Sequence, Tuple, TypeVar,
+                    runtime_checkable)
 
-__all__ = ["MemoryStore", "Prefix", "RedisClusterStore", "RedisStore", "Store", "StoreError", "glob_escape"]
+__all__ = ["MemoryStore", "MooncakeStore", "Prefix", "RedisClusterStore", "RedisStore", "Replies", "Store",
+           "StoreError", "glob_escape"]
 
 _T = TypeVar("_T")
 
@@ -102,27 +108,74 @@ class Prefix(bytes):
         return obj
 
 
+class Replies(list):  # type: ignore[type-arg]
+    """What a store method returns, one entry per key, with the keys that failed on their own.
+
+    ``errors`` maps a key's position to its ``StoreError`` (kind ``server`` for an error reply
+    such as Redis' ``WRONGTYPE``, ``protocol`` for a reply of the wrong type); that entry is the
+    method's miss (None from ``get`` and ``get_prefix``, False from ``exists`` and ``put``). A
+    consumer that ignores ``errors`` sees a plain list of misses; the connector counts each entry
+    of ``errors`` as one store error of its kind."""
+
+    errors: Dict[int, StoreError]
+
+    def __init__(self, items: Iterable[Any] = (), errors: Optional[Dict[int, StoreError]] = None) -> None:
+        super().__init__(items)
+        self.errors = dict(errors or {})
+
+
+class _KeyErrors:
+    """Per-key failures of a store, counted: ``key_errors`` (kind -> count since the store was
+    made) and ``last_key_error`` (the latest ``StoreError``, or None)."""
+
+    def __init__(self) -> None:
+        self.key_errors: "collections.Counter[str]" = collections.Counter()
+        self.last_key_error: Optional[StoreError] = None
+        self._key_errors_lock = threading.Lock()
+
+    def _replies(self, items: List[Any], errors: Dict[int, StoreError]) -> Replies:
+        if errors:
+            with self._key_errors_lock:
+                for e in errors.values():
+                    self.key_errors[e.kind] += 1
+                self.last_key_error = errors[max(errors)]
+        return Replies(items, errors)
+
+
 def glob_escape(prefix: str) -> str:
     """``prefix`` with the Redis glob specials (``* ? [ ] \\``) escaped, for SCAN MATCH."""
     return "".join("\\" + c if c in "*?[]\\" else c for c in prefix)
 
 
-class MemoryStore:
+class MemoryStore(_KeyErrors):
     """A Store in process memory: a dict behind a lock. ``values`` is the dict itself
-    (key -> bytes), for tests that damage values in place."""
+    (key -> bytes), for tests that damage values in place. A value that is not bytes-like
+    (planted in ``values`` by a test) is a per-key failure, ``StoreError("protocol")`` in the
+    ``errors`` of the ``Replies``: a miss for that key alone."""
 
     def __init__(self) -> None:
+        super().__init__()
         self.values: Dict[str, bytes] = {}
         self._lock = threading.Lock()
 
-    def get(self, keys: Sequence[str]) -> List[Optional[bytes]]:
+    def _found(self, keys: Sequence[str], during: str) -> Tuple[List[Any], Dict[int, StoreError]]:
         with self._lock:
-            return [self.values.get(k) for k in keys]
+            found: List[Any] = [self.values.get(k) for k in keys]
+        errors: Dict[int, StoreError] = {}
+        for i, v in enumerate(found):
+            if v is not None and not isinstance(v, (bytes, bytearray, memoryview)):
+                errors[i] = StoreError("protocol", f"{during}: the value of key {i} is a {type(v).__name__}, "
+                                       "not bytes")
+                found[i] = None
+        return found, errors
 
-    def get_prefix(self, keys: Sequence[str], length: int) -> List[Optional[bytes]]:
-        with self._lock:
-            found = [self.values.get(k) for k in keys]
-        return [None if v is None else Prefix(v[:length], len(v)) for v in found]
+    def get(self, keys: Sequence[str]) -> Replies:
+        found, errors = self._found(keys, "get")
+        return self._replies(found, errors)
+
+    def get_prefix(self, keys: Sequence[str], length: int) -> Replies:
+        found, errors = self._found(keys, "get_prefix")
+        return self._replies([None if v is None else Prefix(bytes(v[:length]), len(v)) for v in found], errors)
 
     def put(self, keys: Sequence[str], values: Sequence[Any]) -> None:
         if len(keys) != len(values):
@@ -136,7 +189,7 @@ class MemoryStore:
             return sum(self.values.pop(k, None) is not None for k in set(keys))
 
     def exists(self, keys: Sequence[str]) -> List[bool]:
-        with self._lock:
+        with self._lock:  # a value of any type exists, as a Redis key of any type does
             return [k in self.values for k in keys]
 
     def scan_prefix(self, prefix: str) -> Iterator[str]:
@@ -181,30 +234,50 @@ def _wire(key: str) -> Any:
     return key.encode("utf-8", "surrogateescape") if isinstance(key, str) else key
 
 
-def _as_bytes(reply: Any, what: str) -> Optional[bytes]:
-    if reply is None or isinstance(reply, bytes):
-        return reply
-    raise StoreError("protocol", f"{what}: expected bytes or nil, got {type(reply).__name__}")
+def _key_error(reply: Any, during: str, i: int, expected: str) -> StoreError:
+    """The per-key failure of a reply that is not what its command answers: an error reply
+    (redis-py returns a pipeline's error replies as exceptions when it does not raise them) or
+    a reply of another type. The stream is in step (the sentinel checks that), so it is this
+    key's alone."""
+    if isinstance(reply, BaseException):
+        return StoreError(_redis_error_kind(reply) or "server", f"{during} of key {i}: {type(reply).__name__}: {reply}")
+    return StoreError("protocol", f"{during} of key {i}: expected {expected}, got {type(reply).__name__}")
 
 
-def _prefixes(replies: List[Any]) -> List[Optional[bytes]]:
-    """GETRANGE and STRLEN replies, alternating, as a Prefix or None per key."""
+def _values(replies: List[Any], during: str) -> Tuple[List[Optional[bytes]], Dict[int, StoreError]]:
+    """GET replies: bytes or None per key, and the keys that failed."""
     out: List[Optional[bytes]] = []
-    for data, size in zip(replies[0::2], replies[1::2]):
-        data = _as_bytes(data, "GETRANGE")
-        if not isinstance(size, int):
-            raise StoreError("protocol", f"STRLEN answered a {type(size).__name__}")
+    errors: Dict[int, StoreError] = {}
+    for i, r in enumerate(replies):
+        if r is not None and not isinstance(r, bytes):
+            errors[i] = _key_error(r, during, i, "bytes or nil")
+            r = None
+        out.append(r)
+    return out, errors
+
+
+def _prefixes(replies: List[Any]) -> Tuple[List[Optional[bytes]], Dict[int, StoreError]]:
+    """GETRANGE and STRLEN replies, alternating, as a Prefix or None per key, and the keys
+    that failed (a key of another type answers WRONGTYPE to both)."""
+    out: List[Optional[bytes]] = []
+    errors: Dict[int, StoreError] = {}
+    for i, (data, size) in enumerate(zip(replies[0::2], replies[1::2])):
+        if data is not None and not isinstance(data, bytes):
+            errors[i] = _key_error(data, "get_prefix (GETRANGE)", i, "bytes")
+        elif isinstance(size, BaseException) or not isinstance(size, int) or isinstance(size, bool):
+            errors[i] = _key_error(size, "get_prefix (STRLEN)", i, "an integer")
         # GETRANGE answers "" and STRLEN 0 for a missing key: an empty value reads as missing too.
-        out.append(Prefix(data, size) if data else None)
-    return out
+        out.append(Prefix(data, size) if i not in errors and data else None)
+    return out, errors
 
 
-# One command for a batch of headers: GETRANGE and STRLEN of every key, alternating.
+# One command for a batch of headers: GETRANGE and STRLEN of every key, alternating. pcall:
+# a key that fails (WRONGTYPE) answers its error in its place, and the other keys are read.
 _PREFIX_SCRIPT = """
 local out, last = {}, tonumber(ARGV[1]) - 1
 for i, key in ipairs(KEYS) do
-  out[2 * i - 1] = redis.call('GETRANGE', key, 0, last)
-  out[2 * i] = redis.call('STRLEN', key)
+  out[2 * i - 1] = redis.pcall('GETRANGE', key, 0, last)
+  out[2 * i] = redis.pcall('STRLEN', key)
 end
 return out
 """
@@ -224,16 +297,49 @@ class _HeldPool:
         return getattr(self._pool, name)
 
 
-class _RedisBase:
+def _check_client(store: str, client: Any, cluster: bool) -> None:
+    """Refuses a client the store cannot work with, saying why (ValueError, TypeError)."""
+    rcluster: Any = importlib.import_module("redis.cluster")
+    execute = getattr(client, "execute_command", None)
+    if execute is None or not hasattr(client, "pipeline"):
+        raise TypeError(f"{store}: the client is a {type(client).__name__}, expected a "
+                        f"{'redis.cluster.RedisCluster' if cluster else 'redis.Redis'}")
+    if inspect.iscoroutinefunction(execute):
+        raise TypeError(f"{store}: the client is an asyncio client ({type(client).__module__}."
+                        f"{type(client).__name__}); {store} needs a synchronous one")
+    if cluster != isinstance(client, rcluster.RedisCluster):
+        raise TypeError(f"{store}: the client is a {type(client).__name__}: use "
+                        f"{'RedisClusterStore' if not cluster else 'RedisStore'} for it")
+    encoder = client.get_encoder() if hasattr(client, "get_encoder") else None
+    if getattr(encoder, "decode_responses", False):
+        raise ValueError(f"{store}: the client decodes responses (decode_responses=True), but stored values "
+                         "are bytes: create it with decode_responses=False (the default)")
+
+
+class _Asking:
+    """A pipeline as a command sees it after an ASK redirection: each command preceded by
+    ``ASKING`` (which admits the next command only, on the importing node)."""
+
+    def __init__(self, pipe: Any) -> None:
+        self._pipe = pipe
+
+    def execute_command(self, *args: Any) -> None:
+        self._pipe.execute_command("ASKING")
+        self._pipe.execute_command(*args)
+
+
+class _RedisBase(_KeyErrors):
     """What RedisStore and RedisClusterStore share: the commands as pipelines of
     single-key commands, each pipeline ending with an ``ECHO <nonce>`` sentinel, a
     deadline per call, and the error handling."""
 
     def __init__(self, client: Any, batch: int, deadline: Optional[float] = None) -> None:
+        super().__init__()
         if batch < 1:
             raise ValueError(f"batch is {batch}, must be at least 1")
         if deadline is not None and not deadline > 0:
             raise ValueError(f"deadline is {deadline!r}, must be positive seconds or None")
+        _check_client(type(self).__name__, client, isinstance(self, RedisClusterStore))
         self.client = client
         self._batch = batch
         self.deadline = deadline
@@ -280,12 +386,21 @@ class _RedisBase:
         return self._pipelined(self._pipeline(), during, chunk, command, per_item)
 
     def _pipelined(self, pipe: Any, during: str, chunk: Sequence[_T], command: Callable[[Any, _T], Any],
-                   per_item: int) -> List[Any]:
+                   per_item: int, asking: bool = False) -> List[Any]:
+        """The commands of ``chunk`` in one pipeline; with ``asking``, each preceded by
+        ``ASKING`` (a Redis Cluster's ASK redirection), whose replies are dropped."""
         for item in chunk:
-            command(pipe, item)
+            command(_Asking(pipe) if asking else pipe, item)
         replies = self._execute(pipe, during)
-        if len(replies) != len(chunk) * per_item:
-            raise StoreError("protocol", f"{during}: {len(replies)} replies to {len(chunk) * per_item} commands")
+        sent = len(chunk) * per_item * (2 if asking else 1)
+        if len(replies) != sent:
+            raise StoreError("protocol", f"{during}: {len(replies)} replies to {sent} commands")
+        if asking:
+            if any(r is not True and r != b"OK" for r in replies[0::2]):
+                bad = next(r for r in replies[0::2] if r is not True and r != b"OK")
+                raise StoreError("protocol" if not isinstance(bad, BaseException) else "server",
+                                 f"{during}: ASKING answered {bad!r}")
+            replies = replies[1::2]
         return replies
 
     def _execute(self, pipe: Any, during: str) -> List[Any]:
@@ -325,7 +440,9 @@ class _RedisBase:
             timer.start()
         try:
             try:
-                replies = list(pipe.execute(raise_on_error=True))
+                # Error replies come back in place (one key's WRONGTYPE fails that key alone);
+                # an error that breaks the stream (a ConnectionError) still raises.
+                replies = list(pipe.execute(raise_on_error=False))
             except Exception as e:
                 if expired.is_set():
                     raise StoreError("timeout", f"{during}: the call passed its deadline of {self.deadline} s") from e
@@ -351,11 +468,11 @@ class _RedisBase:
                 conn.disconnect()  # never back to the pool open: it may be out of step
             pool.release(conn)
 
-    def get(self, keys: Sequence[str]) -> List[Optional[bytes]]:
+    def get(self, keys: Sequence[str]) -> Replies:
         replies = self._each("get", keys, lambda p, k: p.execute_command("GET", _wire(k)))
-        return [_as_bytes(r, "GET") for r in replies]
+        return self._replies(*_values(replies, "get"))
 
-    def get_prefix(self, keys: Sequence[str], length: int) -> List[Optional[bytes]]:
+    def get_prefix(self, keys: Sequence[str], length: int) -> Replies:
         if length < 1:
             raise ValueError(f"get_prefix: length is {length}, must be at least 1")
 
@@ -363,26 +480,27 @@ class _RedisBase:
             p.execute_command("GETRANGE", _wire(k), 0, length - 1)
             p.execute_command("STRLEN", _wire(k))
 
-        return _prefixes(self._each("get_prefix", keys, both, per_item=2))
+        return self._replies(*_prefixes(self._each("get_prefix", keys, both, per_item=2)))
 
-    def put(self, keys: Sequence[str], values: Sequence[Any]) -> List[bool]:
+    def put(self, keys: Sequence[str], values: Sequence[Any]) -> Replies:
         if len(keys) != len(values):
             raise ValueError(f"put: {len(keys)} keys but {len(values)} values")
         replies = self._each("put", list(zip(keys, values)),
                              lambda p, kv: p.execute_command("SET", _wire(kv[0]), bytes(kv[1])))
-        return [r is True for r in replies]
+        errors = {i: _key_error(r, "put", i, "OK") for i, r in enumerate(replies) if r is not True}
+        return self._replies([r is True for r in replies], errors)
 
     def delete(self, keys: Sequence[str]) -> int:
         replies = self._each("delete", list(dict.fromkeys(keys)), lambda p, k: p.execute_command("UNLINK", _wire(k)))
-        if any(not isinstance(r, int) for r in replies):
-            raise StoreError("protocol", "delete: UNLINK answered a non-integer")
-        return sum(replies)
+        ok = [isinstance(r, int) and not isinstance(r, bool) and r in (0, 1) for r in replies]
+        self._replies([], {i: _key_error(r, "delete", i, "0 or 1") for i, r in enumerate(replies) if not ok[i]})
+        return sum(r for r, good in zip(replies, ok) if good)
 
-    def exists(self, keys: Sequence[str]) -> List[bool]:
+    def exists(self, keys: Sequence[str]) -> Replies:
         replies = self._each("exists", keys, lambda p, k: p.execute_command("EXISTS", _wire(k)))
-        if any(r not in (0, 1) for r in replies):
-            raise StoreError("protocol", "exists: EXISTS answered something other than 0 or 1")
-        return [r == 1 for r in replies]
+        ok = [isinstance(r, int) and not isinstance(r, bool) and r in (0, 1) for r in replies]
+        errors = {i: _key_error(r, "exists", i, "0 or 1") for i, r in enumerate(replies) if not ok[i]}
+        return self._replies([good and r == 1 for r, good in zip(replies, ok)], errors)
 
     def _scan_node(self, node_client: Any, prefix: str) -> Iterator[str]:
         pattern = glob_escape(prefix) + "*"
@@ -393,6 +511,8 @@ class _RedisBase:
                 pipe.execute_command("SCAN", at, "MATCH", pattern, "COUNT", 1000)
                 replies = self._execute(pipe, "scan_prefix")
                 page = replies[0] if len(replies) == 1 else None
+                if isinstance(page, BaseException):
+                    raise page  # an error reply: StoreError("server")
                 if not (isinstance(page, (list, tuple)) and len(page) == 2 and isinstance(page[1], list)):
                     raise StoreError("protocol", f"scan_prefix: SCAN answered {type(page).__name__}")
                 return page
@@ -421,13 +541,39 @@ class RedisStore(_RedisBase):
     call: redis-py's ``socket_timeout`` bounds each read only, so when the deadline
     passes the store shuts the socket of the pipeline under way (``StoreError("timeout")``).
     The client is thread-safe, and so is the store.
+
+    A key that fails on its own (a key of another type answers ``WRONGTYPE``) is a miss for
+    that key alone (``Replies.errors``). The constructor refuses a client that cannot work
+    (``decode_responses=True``: ValueError; an asyncio or cluster client: TypeError) and, with
+    ``check=True`` (the default), sends ``PING``: a server that cannot be reached (a wrong
+    port) is ``StoreError("connection")`` there, not a silent miss at every call.
     """
 
-    def __init__(self, client: Any, *, batch: int = 512, deadline: Optional[float] = 10.0) -> None:
+    def __init__(self, client: Any, *, batch: int = 512, deadline: Optional[float] = 10.0,
+                 check: bool = True) -> None:
         super().__init__(client, batch, deadline)
         self._script: Any = None  # the header script, registered on first use; False: not available
+        if check:
+            self.ping()
 
-    def get_prefix(self, keys: Sequence[str], length: int) -> List[Optional[bytes]]:
+    def ping(self) -> None:
+        """Sends ``PING`` (with the sentinel); raises StoreError when the server does not answer
+        ``PONG``, naming the server's address."""
+        kwargs = getattr(self.client.connection_pool, "connection_kwargs", {})
+        where = kwargs.get("path") or f"{kwargs.get('host', '?')}:{kwargs.get('port', '?')}"
+
+        def run() -> None:
+            pipe = self._pipeline()
+            pipe.execute_command("PING")
+            reply = self._execute(pipe, "ping")[0]
+            if isinstance(reply, BaseException):
+                raise reply
+            if reply is not True and reply not in (b"PONG", "PONG"):
+                raise StoreError("protocol", f"ping: {where} answered {reply!r}, not PONG")
+
+        self._call(f"ping {where}", run)
+
+    def get_prefix(self, keys: Sequence[str], length: int) -> Replies:
         """One ``EVALSHA`` per ``batch`` keys of a script that runs ``GETRANGE key 0 length-1``
         and ``STRLEN key`` for each (packing two commands per key in Python costs more than
         verifying the headers); where scripts are not available (disabled, or refused by
@@ -440,25 +586,30 @@ class RedisStore(_RedisBase):
             self._script = self.client.register_script(_PREFIX_SCRIPT)
         rex: Any = importlib.import_module("redis.exceptions")
 
-        def run() -> List[Optional[bytes]]:
+        def run() -> Replies:
             out: List[Optional[bytes]] = []
+            errors: Dict[int, StoreError] = {}
             for start in range(0, len(keys), self._batch):
                 chunk = [_wire(k) for k in keys[start:start + self._batch]]
                 pipe = self._pipeline()
                 self._script(keys=chunk, args=[length], client=pipe)
                 replies = self._execute(pipe, "get_prefix")[0]
+                if isinstance(replies, BaseException):
+                    raise replies  # the server refused the script: the fallback below
                 if not isinstance(replies, list) or len(replies) != 2 * len(chunk):
                     raise StoreError("protocol", f"get_prefix: the header script answered "
                                      f"{type(replies).__name__} for {len(chunk)} keys")
-                out.extend(_prefixes(replies))
-            return out
+                found, failed = _prefixes(replies)
+                errors.update((start + i, e) for i, e in failed.items())
+                out.extend(found)
+            return self._replies(out, errors)
 
         try:
             return self._call("get_prefix", run)
         except StoreError as e:
             if not isinstance(e.__cause__, rex.ResponseError):
                 raise
-            # The server refused the script, or a command in it failed: the pipeline
+            # The server refused the script (disabled, or refused by ACL): the pipeline
             # answers or raises on its own; if it answers, scripts are the problem.
             out = super().get_prefix(keys, length)
             self._script = False
@@ -482,15 +633,29 @@ class RedisClusterStore(_RedisBase):
     per primary, sent on that node's connection pool, and each of these pipelines
     ends with ``ECHO <nonce>``, checked as in RedisStore; ``deadline`` bounds each
     call as in RedisStore. ``scan_prefix`` scans every primary (its pages end with
-    the sentinel too). A redirection (MOVED, ASK) is ``StoreError("server")``. After
-    any error the slot map is refreshed before the next call (it follows a failover
-    or a resharding) and the idle connections of every node are closed, so none out
-    of step is reused. Use one store per thread: redis-py's cluster client updates
-    its slot map without a lock.
+    the sentinel too).
+
+    Redirections are followed inside the same call, for at most ``max_redirects`` hops per
+    key: a key answered ``MOVED`` is sent again to the node named there, whose slot
+    the store's slot map then gives (redis-py's slot-map update for a moved slot); a key
+    answered ``ASK`` (its slot is being migrated and the key has left) is sent again to the
+    importing node, each command preceded by ``ASKING``. Every pipeline of every hop ends
+    with its own sentinel. A key still redirected after ``max_redirects`` hops, and any
+    other error reply, is a miss for that key alone (``Replies.errors``, kind ``server``).
+    After a call that failed the slot map is refreshed before the next call (it follows a
+    failover) and the idle connections of every node are closed, so none out of step is
+    reused. Use one store per thread: redis-py's cluster client updates its slot map
+    without a lock. The constructor refuses a client that cannot work, as RedisStore's
+    does; a wrong address already fails in ``RedisCluster()``.
     """
 
-    def __init__(self, client: Any, *, batch: int = 512, deadline: Optional[float] = 10.0) -> None:
+    def __init__(self, client: Any, *, batch: int = 512, deadline: Optional[float] = 10.0,
+                 max_redirects: int = 5) -> None:
         super().__init__(client, batch, deadline)
+        if max_redirects < 0:
+            raise ValueError(f"max_redirects is {max_redirects}, must be at least 0")
+        self.max_redirects = max_redirects
+        self.redirects: "collections.Counter[str]" = collections.Counter()  # "moved", "ask": keys sent again
         self._stale = False
 
     def _drop_connections(self) -> None:
@@ -504,24 +669,55 @@ class RedisClusterStore(_RedisBase):
 
     def _chunk(self, during: str, chunk: Sequence[_T], command: Callable[[Any, _T], Any],
                per_item: int) -> List[Any]:
-        """One pipeline per node that owns keys of the batch, each with its sentinel."""
+        """One pipeline per node that owns keys of the batch, each with its sentinel; then,
+        for the keys redirected, one more round per hop (MOVED, ASK)."""
         if self._stale:
             self.client.nodes_manager.initialize()  # a promoted replica, moved slots
             self._stale = False
-        nodes: Dict[str, Any] = {}
-        where: Dict[str, List[int]] = {}
+        rex: Any = importlib.import_module("redis.exceptions")
+        out: List[Any] = [None] * (len(chunk) * per_item)
+        # (item, node, asking) still to send
+        pending: List[Tuple[int, Any, bool]] = []
         for i, item in enumerate(chunk):
             key = item if isinstance(item, str) else item[0]  # type: ignore[index]
-            node = self.client.get_node_from_key(_wire(key))
-            nodes[node.name] = node
-            where.setdefault(node.name, []).append(i)
-        out: List[Any] = [None] * (len(chunk) * per_item)
-        for name, at in where.items():
-            pipe = self.client.get_redis_connection(nodes[name]).pipeline(transaction=False)
-            replies = self._pipelined(pipe, during, [chunk[i] for i in at], command, per_item)
-            for n, i in enumerate(at):
-                out[i * per_item:(i + 1) * per_item] = replies[n * per_item:(n + 1) * per_item]
+            pending.append((i, self.client.get_node_from_key(_wire(key)), False))
+        for hop in range(self.max_redirects + 1):
+            groups: Dict[Tuple[str, bool], Tuple[Any, List[int]]] = {}
+            for i, node, asking in pending:
+                groups.setdefault((node.name, asking), (node, []))[1].append(i)
+            redirected: List[Tuple[int, Any]] = []
+            for (_, asking), (node, at) in groups.items():
+                pipe = self.client.get_redis_connection(node).pipeline(transaction=False)
+                replies = self._pipelined(pipe, during, [chunk[i] for i in at], command, per_item, asking)
+                for n, i in enumerate(at):
+                    got = replies[n * per_item:(n + 1) * per_item]
+                    # MovedError is an AskError: either, for any of the item's commands, sends it again.
+                    moved = next((r for r in got if isinstance(r, rex.AskError)), None)
+                    if moved is not None and hop < self.max_redirects:
+                        redirected.append((i, moved))
+                    else:
+                        out[i * per_item:(i + 1) * per_item] = got
+            if not redirected:
+                break
+            pending = [(i, *self._redirect(e)) for i, e in redirected]
         return out
+
+    def _redirect(self, e: Any) -> Tuple[Any, bool]:
+        """Where a redirected key goes next: (node, with ASKING)."""
+        rex: Any = importlib.import_module("redis.exceptions")
+        manager = self.client.nodes_manager
+        if isinstance(e, rex.MovedError):
+            self.redirects["moved"] += 1
+            manager.update_moved_exception(e)  # applied by the next slot look-up, under its lock
+            return manager.get_node_from_slot(e.slot_id), False
+        self.redirects["ask"] += 1
+        node = self.client.get_node(host=e.host, port=e.port)
+        if node is None:  # a node this client has not met yet
+            rcluster: Any = importlib.import_module("redis.cluster")
+            node = rcluster.ClusterNode(e.host, e.port, rcluster.PRIMARY)
+            manager.nodes_cache.setdefault(node.name, node)
+            node = manager.nodes_cache[node.name]
+        return node, True
 
     def primaries(self) -> List[Any]:
         """The primaries of the cluster, by a fresh slot map."""
@@ -536,3 +732,13 @@ class RedisClusterStore(_RedisBase):
     def scan_prefix(self, prefix: str) -> Iterator[str]:
         for node in self.primaries():
             yield from self._scan_node(self.client.get_redis_connection(node), prefix)
+
+
+def __getattr__(name: str) -> Any:
+    """``MooncakeStore`` from kvkey.stores.mooncake, imported on first use (it never
+    imports Mooncake's client itself; ``MooncakeStore.connect`` does)."""
+    if name == "MooncakeStore":
+        from .mooncake import MooncakeStore
+
+        return MooncakeStore
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -82,6 +82,6 @@ status="${PIPESTATUS[0]}"
 [ "$stores_status" -eq 0 ] || status="$stores_status"
 set -e
 echo "=== cluster results === (a 'Killed' notice above is the primary the failover scenario killed)"
-grep -hoE 'cluster (isolation|failover|resharding|purge|faults|keyed): .*|wire faults: .*' "$work/stores.log" \
+grep -hoE 'cluster (isolation|failover|resharding|purge|faults|keyed|migration): .*|wire faults: .*' "$work/stores.log" \
   "$work/tests.log" || true
 exit "$status"

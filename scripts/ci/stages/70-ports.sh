@@ -15,7 +15,7 @@ cases="${KVKEY_CONFORMANCE_CASES:-2000}"
 #    one is installed already (rustup's in ~/.cargo/bin counts).
 [ -x "$HOME/.cargo/bin/cargo" ] && export PATH="$HOME/.cargo/bin:$PATH"
 need=()
-for p in golang-go librust-sha2-dev librust-hmac-dev librust-xxhash-rust-dev librust-serde-json-dev; do
+for p in golang-go librust-sha2-dev librust-hmac-dev librust-xxhash-rust-dev librust-serde-dev librust-serde-json-dev; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || need+=("$p")
 done
 command -v cargo >/dev/null || need+=(cargo rustc)
@@ -49,6 +49,30 @@ if [ -n "$unformatted" ]; then echo "70-ports: gofmt would change: $unformatted"
 go test ./...
 go build ./cmd/kvkey-testee && rm -f kvkey-testee
 
+# 3b. The Go README's quick start as a user runs it: its setup and main.go
+#     blocks, in a throwaway module outside the tree, offline; the root it
+#     prints must be the tool's.
+quickstart_block() {  # the fenced block after <!-- quickstart:$1 --> in ports/go/README.md
+  awk -v mark="<!-- quickstart:$1 -->" '$0 == mark {found = 1; next}
+    found && /^```/ {if (inside) exit; inside = 1; next} found && inside' "$root/ports/go/README.md"
+}
+module="$(mktemp -d)"
+(
+  cd "$module"
+  quickstart_block setup >setup.sh
+  quickstart_block main.go >main.go
+  KVKEY="$root" bash -eu setup.sh
+  go run . "$root/examples/identities/qwen-fp16.json" >out.txt
+)
+want_root="$("$kvkey" identity "$root/examples/identities/qwen-fp16.json" | awk '$1 == "root" {print $NF}')"
+if ! grep -qx "root $want_root" "$module/out.txt" || ! grep -qx "same root true" "$module/out.txt"; then
+  echo "70-ports: the Go quick start printed (want root $want_root):" >&2
+  cat "$module/out.txt" >&2
+  exit 1
+fi
+rm -rf "$module"
+echo "70-ports: the Go README quick start runs from another module"
+
 # 4. Rust, offline against /usr/share/cargo/registry (ports/rust/.cargo/config.toml).
 cd "$root/ports/rust"
 cargo build --offline --locked
@@ -58,6 +82,40 @@ if cargo clippy --version >/dev/null 2>&1; then
 else
   echo "70-ports: cargo clippy is not installed: skipped"
 fi
+
+# 4b. ports/rust/README.md's quick start as a user follows it: a crate outside
+#     the tree that depends on the port by path, the one documented config
+#     step, and the README's src/main.rs; its block hashes, u64 projections and
+#     store keys must be what `kvkey keys` prints for the same file and tokens.
+quickstart="$(mktemp -d)"
+(
+  KVKEY="$root"
+  cd "$quickstart"
+  cargo new --vcs none quickstart >/dev/null 2>&1
+  cd quickstart
+  echo "kvkey = { path = \"$KVKEY/ports/rust\" }" >> Cargo.toml
+  mkdir -p .cargo && cp "$KVKEY/ports/rust/.cargo/config.toml" .cargo/
+  /usr/bin/python3 - "$KVKEY/ports/rust/README.md" > src/main.rs <<'PY'
+import re, sys
+text = open(sys.argv[1]).read()
+m = re.search(r"<!-- quickstart: src/main.rs -->\s*```rust\n(.*?)```", text, re.S)
+if not m:
+    sys.exit("70-ports: no quick start src/main.rs in ports/rust/README.md")
+print("\n".join(line[3:] if line.startswith("   ") else line for line in m.group(1).splitlines()))
+PY
+  cargo run --quiet --offline -- "$KVKEY/examples/identities/qwen-fp16.json" > got.txt
+  /usr/bin/python3 -c 'print(list(range(256)))' > tokens.json
+  "$kvkey" keys "$KVKEY/examples/identities/qwen-fp16.json" --tokens tokens.json --json > want.json
+  /usr/bin/python3 - <<'PY'
+import json
+want = [f'{b["block_hash"]} {int(b["block_hash"][:16], 16)} {b["store_key"]}' for b in json.load(open("want.json"))["blocks"]]
+got = open("got.txt").read().splitlines()
+if got != want or not got:
+    raise SystemExit(f"70-ports: the Rust quick start printed {got!r}, kvkey keys {want!r}")
+print(f"70-ports: the Rust quick start builds outside the tree and prints kvkey's {len(got)} keys")
+PY
+)
+rm -rf "$quickstart"
 
 # 5. The conformance runner over each testee: the committed vectors, then
 #    random cases from one fresh seed (printed: rerun with --seed).
@@ -70,6 +128,9 @@ for testee in "$kvkey conformance-testee" \
               "go run ./ports/go/cmd/kvkey-testee" \
               "cargo run --quiet --offline --locked --manifest-path ports/rust/Cargo.toml --bin kvkey-testee"; do
   "$kvkey" conformance --testee "$testee" --vectors tests/vectors/format-v3.json --cases "$cases" --seed "$seed" \
+    || status=1
+  # Hostile lines (docs/conformance.md, "Lines that are not requests"): every one answered, none fatal.
+  "$kvkey" conformance --testee "$testee" --mutate --cases "$cases" --seed "$seed" \
     || status=1
 done
 exit "$status"

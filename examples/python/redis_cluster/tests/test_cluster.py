@@ -390,6 +390,7 @@ def test_resharding():
            f"wrong loads: {wrong}")
     assert on_dst == len(moved)
     assert found["exact"] == len(keys)
+    assert errors["moved"] == 0, "the store follows MOVED and ASK inside its calls"
     assert wrong == 0
     fresh.purge(d.ranks[0].tenant_prefix)
 

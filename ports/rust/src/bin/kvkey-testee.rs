@@ -7,8 +7,9 @@
 
 use std::io::{self, BufRead, Write};
 
-use kvkey::{Adapter, Digest, Dtype, Error, ExtraKey, HashOptions, Identity, Namespace};
-use serde_json::{json, Map, Value};
+use kvkey::json::Json;
+use kvkey::{Digest, Error, ExtraKey, HashOptions, Identity, Namespace, TenantPolicy};
+use serde_json::{json, Value};
 
 /// One decoded request.
 #[derive(Default)]
@@ -40,207 +41,58 @@ fn bad<T>(field: impl Into<String>, message: &str) -> Result<T> {
     Err(Refusal { kind: "input_error", field: field.into(), message: message.into() })
 }
 
-/// One JSON object of the identity: absent and null members keep the C++
-/// defaults; every error names the member's dotted path.
-struct Section<'a> {
-    map: &'a Map<String, Value>,
-    fields: &'static [&'static str],
-}
-
-impl<'a> Section<'a> {
-    /// `fields` are the object's members' dotted paths, in the order `keys` lists them.
-    fn new(v: &'a Value, path: &'static str, keys: &[&str], fields: &'static [&'static str]) -> Result<Section<'a>> {
-        let map = match v.as_object() {
-            Some(m) => m,
-            None => return bad(path, "expected an object"),
-        };
-        if let Some(unknown) = map.keys().find(|k| !keys.contains(&k.as_str())) {
-            let field = if path == "identity" { unknown.clone() } else { format!("{}.{}", path, unknown) };
-            return bad(field, "unknown key");
-        }
-        Ok(Section { map, fields })
-    }
-    fn get(&self, i: usize) -> Option<&'a Value> {
-        let key = self.fields[i].rsplit('.').next().unwrap_or_default();
-        self.map.get(key).filter(|v| !v.is_null())
-    }
-    fn text(&self, i: usize, out: &mut String) -> Result<()> {
-        if let Some(v) = self.get(i) {
-            match v.as_str() {
-                Some(s) => *out = s.to_string(),
-                None => return bad(self.fields[i], "expected a string"),
-            }
-        }
-        Ok(())
-    }
-    fn uint(&self, i: usize, max: u64) -> Result<Option<u64>> {
-        match self.get(i) {
-            None => Ok(None),
-            Some(v) => match v.as_u64().filter(|n| *n <= max) {
-                Some(n) => Ok(Some(n)),
-                None => bad(self.fields[i], "expected an unsigned integer in range"),
-            },
-        }
-    }
-    fn u32(&self, i: usize, out: &mut u32) -> Result<()> {
-        if let Some(n) = self.uint(i, u64::from(u32::MAX))? {
-            *out = n as u32;
-        }
-        Ok(())
-    }
-    fn flag(&self, i: usize, out: &mut bool) -> Result<()> {
-        if let Some(v) = self.get(i) {
-            match v.as_bool() {
-                Some(b) => *out = b,
-                None => return bad(self.fields[i], "expected true or false"),
-            }
-        }
-        Ok(())
-    }
-    fn dtype(&self, i: usize) -> Result<Option<Dtype>> {
-        match self.get(i) {
-            None => Ok(None),
-            Some(v) => match v.as_str().and_then(Dtype::from_name) {
-                Some(d) => Ok(Some(d)),
-                None => bad(self.fields[i], "expected a dtype name"),
-            },
-        }
-    }
-    fn digest(&self, i: usize) -> Result<Option<Digest>> {
-        match self.get(i) {
-            None => Ok(None),
-            Some(v) => match v.as_str().map(Digest::from_hex) {
-                Some(Ok(d)) => Ok(Some(d)),
-                _ => bad(self.fields[i], "expected 64 hex digits"),
-            },
-        }
-    }
-}
-
-const TOP: &[&str] = &["tenant", "policy", "model", "kv", "shard", "adapter"];
-const MODEL: &[&str] = &[
-    "model.name",
-    "model.revision",
-    "model.weights_epoch",
-    "model.weights_fingerprint",
-    "model.positional_fingerprint",
-];
-const KV: &[&str] = &[
-    "kv.dtype",
-    "kv.quant",
-    "kv.block_size",
-    "kv.num_layers",
-    "kv.num_kv_heads",
-    "kv.head_dim",
-    "kv.layout",
-    "kv.mla",
-];
-const QUANT: &[&str] = &[
-    "kv.quant.scheme",
-    "kv.quant.group_size",
-    "kv.quant.scale_dtype",
-    "kv.quant.zero_point",
-    "kv.quant.scales_fingerprint",
-];
-const SHARD: &[&str] = &["shard.tp_size", "shard.tp_rank", "shard.pp_size", "shard.pp_rank"];
-const ADAPTER: &[&str] = &["adapter.name", "adapter.weights_fingerprint"];
-
-fn keys(paths: &[&'static str]) -> Vec<&'static str> {
-    paths.iter().map(|p| p.rsplit('.').next().unwrap_or_default()).collect()
-}
-
-fn decode_identity(v: &Value, r: &mut Request) -> Result<()> {
-    let top = Section::new(v, "identity", TOP, TOP)?;
-    let id = &mut r.identity;
-    top.text(0, &mut id.tenant)?;
-    let mut policy = "required".to_string();
-    top.text(1, &mut policy)?;
-    match policy.as_str() {
-        "single_tenant" => r.single_tenant = true,
-        "required" => {}
-        _ => return bad("policy", "expected \"required\" or \"single_tenant\""),
-    }
-    if let Some(m) = top.get(2) {
-        let s = Section::new(m, "model", &keys(MODEL), MODEL)?;
-        s.text(0, &mut id.model.name)?;
-        s.text(1, &mut id.model.revision)?;
-        if let Some(n) = s.uint(2, u64::MAX)? {
-            id.model.weights_epoch = n;
-        }
-        id.model.weights_fingerprint = s.digest(3)?;
-        id.model.positional_fingerprint = s.digest(4)?;
-    }
-    if let Some(k) = top.get(3) {
-        let s = Section::new(k, "kv", &keys(KV), KV)?;
-        id.kv.dtype = s.dtype(0)?;
-        if let Some(q) = s.get(1) {
-            let qs = Section::new(q, "kv.quant", &keys(QUANT), QUANT)?;
-            qs.text(0, &mut id.kv.quant.scheme)?;
-            qs.u32(1, &mut id.kv.quant.group_size)?;
-            id.kv.quant.scale_dtype = qs.dtype(2)?;
-            qs.flag(3, &mut id.kv.quant.zero_point)?;
-            id.kv.quant.scales_fingerprint = qs.digest(4)?;
-        }
-        s.u32(2, &mut id.kv.block_size)?;
-        s.u32(3, &mut id.kv.num_layers)?;
-        s.u32(4, &mut id.kv.num_kv_heads)?;
-        s.u32(5, &mut id.kv.head_dim)?;
-        s.text(6, &mut id.kv.layout)?;
-        s.flag(7, &mut id.kv.mla)?;
-    }
-    if let Some(sh) = top.get(4) {
-        let s = Section::new(sh, "shard", &keys(SHARD), SHARD)?;
-        s.u32(0, &mut id.shard.tp_size)?;
-        s.u32(1, &mut id.shard.tp_rank)?;
-        s.u32(2, &mut id.shard.pp_size)?;
-        s.u32(3, &mut id.shard.pp_rank)?;
-    }
-    if let Some(a) = top.get(5) {
-        let s = Section::new(a, "adapter", &keys(ADAPTER), ADAPTER)?;
-        let mut adapter = Adapter::default();
-        s.text(0, &mut adapter.name)?;
-        if let Some(d) = s.digest(1)? {
-            adapter.weights_fingerprint = d;
-        }
-        id.adapter = Some(adapter);
-    }
-    Ok(())
-}
-
-fn hex_member(m: &Map<String, Value>, key: &str, field: &'static str) -> Result<Option<Vec<u8>>> {
-    match m.get(key).filter(|v| !v.is_null()) {
+fn hex_member(m: &Json, key: &str, field: &'static str) -> Result<Option<Vec<u8>>> {
+    match m.member(key) {
         None => Ok(None),
-        Some(v) => match v.as_str().and_then(kvkey::from_hex) {
+        Some(Json::String(s)) => match kvkey::from_hex(s) {
             Some(b) => Ok(Some(b)),
             None => bad(field, "expected hex digits (an even number)"),
         },
+        Some(_) => bad(field, "expected hex digits (an even number)"),
     }
 }
 
-fn unsigned(m: &Map<String, Value>, key: &str, field: &'static str) -> Result<u64> {
-    match m.get(key).and_then(Value::as_u64) {
-        Some(n) => Ok(n),
-        None => bad(field, "expected an unsigned integer"),
+/// An unsigned integer no larger than max: written without a sign, no
+/// fraction or exponent.
+fn unsigned(v: Option<&Json>, max: u64) -> Option<u64> {
+    match v {
+        Some(Json::Unsigned(n)) if *n <= max => Some(*n),
+        _ => None,
     }
 }
 
-fn decode(raw: &Map<String, Value>) -> Result<Request> {
+/// The request members the protocol defines.
+const MEMBERS: &[&str] =
+    &["id", "identity", "identity_file", "single_tenant", "secret_hex", "tokens", "salt_hex", "extras", "verify"];
+
+fn decode(raw: &Json) -> Result<Request> {
     let mut r = Request::default();
-    match raw.get("identity") {
-        Some(v) if v.is_object() => decode_identity(v, &mut r)?,
-        _ => return bad("identity", "expected an object"),
+    if let Json::Object(members) = raw {
+        let unknown = members.iter().map(|(k, _)| k).filter(|k| !MEMBERS.contains(&k.as_str()));
+        if let Some(k) = unknown.min_by(|a, b| a.as_bytes().cmp(b.as_bytes())) {
+            return bad(k.clone(), "not a member of a request");
+        }
     }
-    match raw.get("single_tenant").filter(|v| !v.is_null()) {
+    let (identity, policy) = match (raw.member("identity"), raw.member("identity_file")) {
+        (Some(_), Some(_)) => return bad("identity", "give identity or identity_file, not both"),
+        (None, None) => return bad("identity", "give identity or identity_file"),
+        (None, Some(Json::String(text))) => Identity::from_json(text)?,
+        (None, Some(_)) => return bad("identity_file", "expected a string: the identity file's text"),
+        (Some(v), None) => kvkey::read_request_identity(v)?,
+    };
+    r.identity = identity;
+    r.single_tenant = policy == TenantPolicy::SingleTenant;
+    match raw.member("single_tenant") {
         None => {}
-        Some(Value::Bool(b)) => r.single_tenant |= *b,
+        Some(Json::Bool(b)) => r.single_tenant |= *b,
         Some(_) => return bad("single_tenant", "expected true or false"),
     }
     r.secret = hex_member(raw, "secret_hex", "secret_hex")?;
-    match raw.get("tokens").filter(|v| !v.is_null()) {
+    match raw.member("tokens") {
         None => {}
-        Some(Value::Array(list)) => {
+        Some(Json::Array(list)) => {
             for t in list {
-                match t.as_u64().filter(|n| *n <= u64::from(u32::MAX)) {
+                match unsigned(Some(t), u64::from(u32::MAX)) {
                     Some(n) => r.tokens.push(n as u32),
                     None => return bad("tokens", "token ids are integers in [0, 2^32)"),
                 }
@@ -249,28 +101,37 @@ fn decode(raw: &Map<String, Value>) -> Result<Request> {
         Some(_) => return bad("tokens", "expected an array of token ids"),
     }
     r.options.salt = hex_member(raw, "salt_hex", "salt_hex")?.unwrap_or_default();
-    match raw.get("extras").filter(|v| !v.is_null()) {
+    match raw.member("extras") {
         None => {}
-        Some(Value::Array(list)) => {
+        Some(Json::Array(list)) => {
             for x in list {
-                let m = match x.as_object() {
-                    Some(m) => m,
-                    None => return bad("extras", "expected objects"),
+                if !matches!(x, Json::Object(_)) {
+                    return bad("extras", "expected objects");
+                }
+                let num = |key: &str| match unsigned(x.get(key), u64::MAX) {
+                    Some(n) => Ok(n),
+                    None => bad("extras", "expected an unsigned integer"),
                 };
-                let token_begin = unsigned(m, "token_begin", "extras")?;
-                let token_end = unsigned(m, "token_end", "extras")?;
-                let key = hex_member(m, "key_hex", "extras")?.unwrap_or_default();
+                let token_begin = num("token_begin")?;
+                let token_end = num("token_end")?;
+                let key = hex_member(x, "key_hex", "extras")?.unwrap_or_default();
                 r.options.extras.push(ExtraKey { token_begin, token_end, key });
             }
         }
         Some(_) => return bad("extras", "expected an array"),
     }
-    match raw.get("verify").filter(|v| !v.is_null()) {
+    match raw.member("verify") {
         None => {}
-        Some(Value::Object(m)) => {
+        Some(m @ Json::Object(_)) => {
             let header = hex_member(m, "header_hex", "verify.header_hex")?.unwrap_or_default();
-            let index = unsigned(m, "block_index", "verify.block_index")?;
-            let size = unsigned(m, "payload_size", "verify.payload_size")?;
+            let index = match unsigned(m.get("block_index"), u64::MAX) {
+                Some(n) => n,
+                None => return bad("verify.block_index", "expected an unsigned integer"),
+            };
+            let size = match unsigned(m.get("payload_size"), u64::MAX) {
+                Some(n) => n,
+                None => return bad("verify.payload_size", "expected an unsigned integer"),
+            };
             r.verify = Some((header, index, size));
         }
         Some(_) => return bad("verify", "expected an object"),
@@ -279,10 +140,14 @@ fn decode(raw: &Map<String, Value>) -> Result<Request> {
 }
 
 fn answer(r: &Request) -> Result<Value> {
-    let ns = match &r.secret {
-        Some(secret) => Namespace::keyed(&r.identity, r.single_tenant, secret)?,
-        None => Namespace::new(&r.identity, r.single_tenant)?,
-    };
+    let mut builder = Namespace::builder(&r.identity);
+    if r.single_tenant {
+        builder = builder.policy(TenantPolicy::SingleTenant);
+    }
+    if let Some(secret) = &r.secret {
+        builder = builder.secret(secret);
+    }
+    let ns = builder.build()?;
     let blocks = ns.block_hashes(&r.tokens, &r.options)?;
     let mut out = json!({
         "encoding": ns.encoding().iter().map(|b| format!("{:02x}", b)).collect::<String>(),
@@ -303,17 +168,25 @@ fn answer(r: &Request) -> Result<Value> {
     Ok(out)
 }
 
-fn respond(line: &str) -> Value {
-    let raw: Value = match serde_json::from_str(line) {
-        Ok(v @ Value::Object(_)) => v,
-        _ => {
-            let e = Refusal { kind: "input_error", field: "request".into(), message: "not a JSON object".into() };
-            return refusal(Value::Null, &e);
-        }
+/// How deep a request line may nest (the request object is level 1).
+const MAX_DEPTH: usize = 32;
+
+/// The answer to one line: any bytes at all get exactly one JSON object
+/// (docs/conformance.md, "Lines that are not requests").
+fn respond(line: &[u8]) -> Value {
+    let raw = match Json::parse(line) {
+        Ok(v @ Json::Object(_)) => v,
+        Ok(_) => return refusal(Value::Null, &refuse_request("not a JSON object")),
+        Err(e) => return refusal(Value::Null, &refuse_request(&format!("not strict JSON: {}", e))),
     };
-    let map = raw.as_object().expect("an object");
-    let id = map.get("id").cloned().unwrap_or(Value::Null);
-    match decode(map).and_then(|r| answer(&r)) {
+    if raw.depth() > MAX_DEPTH {
+        return refusal(Value::Null, &refuse_request(&format!("nested deeper than {} levels", MAX_DEPTH)));
+    }
+    if let Some(path) = raw.first_duplicate() {
+        return refusal(Value::Null, &refuse_request(&format!("duplicate key {:?}", path)));
+    }
+    let id = raw.get("id").map_or(Value::Null, Json::to_value);
+    match decode(&raw).and_then(|r| answer(&r)) {
         Ok(mut v) => {
             v["id"] = id;
             v
@@ -322,21 +195,29 @@ fn respond(line: &str) -> Value {
     }
 }
 
+fn refuse_request(message: &str) -> Refusal {
+    Refusal { kind: "input_error", field: "request".into(), message: message.into() }
+}
+
 fn refusal(id: Value, e: &Refusal) -> Value {
     json!({"id": id, "error": {"kind": e.kind, "field": e.field, "message": e.message}})
 }
 
 fn main() -> io::Result<()> {
     let stdin = io::stdin();
+    let mut input = stdin.lock();
     let stdout = io::stdout();
     let mut out = io::BufWriter::new(stdout.lock());
-    for line in stdin.lock().lines() {
-        let line = line?;
-        if line.is_empty() {
-            continue;
+    let mut line = Vec::new();
+    loop {
+        line.clear();
+        if input.read_until(b'\n', &mut line)? == 0 {
+            return Ok(());
+        }
+        if line.last() == Some(&b'\n') {
+            line.pop();
         }
         writeln!(out, "{}", respond(&line))?;
         out.flush()?;
     }
-    Ok(())
 }
