@@ -33,8 +33,8 @@ namespace py = pybind11;
 namespace lm = kvkey::compat::lmdeploy;
 using namespace kvkey_python;  // NOLINT(google-build-using-namespace): the binding's own helpers
 
-void bind_model_dir(py::module_& m);  // model_dir.cpp
-void bind_metrics(py::module_& m);    // metrics.cpp
+void bind_model_dir(py::module_& m);      // model_dir.cpp
+void bind_metrics(py::module_& m);        // metrics.cpp
 void bind_identity_file(py::module_& m);  // identity_file.cpp
 
 namespace {
