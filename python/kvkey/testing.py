@@ -21,6 +21,7 @@ import collections
 import dataclasses
 import functools
 import hashlib
+import importlib
 import inspect
 import os
 import secrets
@@ -40,9 +41,10 @@ TP = 2  # ranks of the deployment under test
 
 # The case table, defined once in C++ (kvkey::testing::cases(), include/kvkey/testing.hpp):
 # (name, scenario, damage, arg, field, keyed reader). Both kits run it.
-CASES: List[Tuple[str, str, str, int, str, bool]] = list(kv._kvkey._check_store_cases())
+_binding: Any = importlib.import_module("kvkey._kvkey")
+CASES: List[Tuple[str, str, str, int, str, bool]] = list(_binding._check_store_cases())
 # The fields of a case's report, in order (kvkey::testing::report_fields): CaseResult's.
-REPORT_FIELDS: Tuple[str, ...] = tuple(kv._kvkey._check_store_report_fields)
+REPORT_FIELDS: Tuple[str, ...] = tuple(_binding._check_store_report_fields)
 
 
 @dataclasses.dataclass
