@@ -691,12 +691,12 @@ class Connector {
     note_failure(error, kind, message);
     if (opt_.raise_errors) std::rethrow_exception(error);
   }
-  void note_failure(std::exception_ptr error, std::string_view kind, const std::string& message) const {
+  void note_failure(const std::exception_ptr& error, std::string_view kind, const std::string& message) const {
     State& s = *state_;
     StoreFailureLog line;
     {
       const std::lock_guard<std::mutex> lock(s.mu);
-      if (error) s.last_error = std::move(error);
+      if (error) s.last_error = error;
       ++s.failures;
       ++s.unlogged;
       const auto now = std::chrono::steady_clock::now();
