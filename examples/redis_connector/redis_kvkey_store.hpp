@@ -17,11 +17,14 @@
 #ifndef KVKEY_EXAMPLES_REDIS_KVKEY_STORE_HPP
 #define KVKEY_EXAMPLES_REDIS_KVKEY_STORE_HPP
 
+#include <kvkey/errors.hpp>
 #include <kvkey/store.hpp>
+#include <kvkey/text.hpp>
 
 #include <cstddef>
 #include <cstdint>
 #include <mutex>
+#include <set>
 #include <optional>
 #include <string>
 #include <string_view>
@@ -128,9 +131,61 @@ class RedisStore : public kvkey::Store {
     });
   }
 
+  /// Every key starting with prefix (SCAN MATCH, the prefix glob-escaped),
+  /// without duplicates. For tests and small stores.
+  std::vector<std::string> keys(std::string_view prefix) {
+    std::set<std::string> seen;  // SCAN may return a key more than once
+    scan(prefix, [&](const std::vector<std::string>& batch) { seen.insert(batch.begin(), batch.end()); });
+    return {seen.begin(), seen.end()};
+  }
+
+  /// Removes every key starting with prefix (SCAN + UNLINK); returns how many
+  /// were removed. Pass ns.key_prefix() to drop one epoch of a model,
+  /// ns.tenant_prefix() to drop a tenant. An empty prefix is refused (input_error).
+  std::size_t purge(std::string_view prefix) {
+    if (prefix.empty()) throw kvkey::input_error("prefix", "purge: an empty prefix would remove every key");
+    std::size_t removed = 0;
+    scan(prefix, [&](const std::vector<std::string>& batch) {
+      Connection::Command unlink{"UNLINK"};
+      for (const std::string& key : batch) unlink.push_back(key);
+      run([&] {
+        const Reply r = conn_.command(unlink);
+        if (r->type != REDIS_REPLY_INTEGER || r->integer < 0 || static_cast<std::size_t>(r->integer) > batch.size()) {
+          throw StoreError(StoreError::Kind::protocol, "UNLINK: unexpected reply");
+        }
+        removed += static_cast<std::size_t>(r->integer);  // a key SCAN repeats counts once
+      });
+    });
+    return removed;
+  }
+
   Connection& connection() noexcept { return conn_; }
 
  private:
+  template <class Visit>
+  void scan(std::string_view prefix, Visit&& visit) {
+    const std::string pattern = kvkey::glob_escape(prefix) + "*";
+    std::string cursor = "0";
+    do {
+      std::vector<std::string> batch = run([&] {
+        const Reply r = conn_.command({"SCAN", cursor, "MATCH", pattern, "COUNT", "1000"});
+        if (r->type != REDIS_REPLY_ARRAY || r->elements != 2 || r->element[0]->type != REDIS_REPLY_STRING ||
+            r->element[1]->type != REDIS_REPLY_ARRAY) {
+          throw StoreError(StoreError::Kind::protocol, "SCAN: expected [cursor, keys]");
+        }
+        cursor.assign(r->element[0]->str, r->element[0]->len);
+        std::vector<std::string> keys;
+        for (std::size_t i = 0; i < r->element[1]->elements; ++i) {
+          const redisReply& k = *r->element[1]->element[i];
+          if (k.type != REDIS_REPLY_STRING) throw StoreError(StoreError::Kind::protocol, "SCAN: a key is not a string");
+          keys.emplace_back(k.str, k.len);
+        }
+        return keys;
+      });
+      if (!batch.empty()) visit(batch);
+    } while (cursor != "0");
+  }
+
   // Runs one call; the example's StoreError becomes a kvkey::store_error of its metrics kind.
   template <class F>
   auto run(F&& f) -> decltype(f()) {

@@ -21,6 +21,7 @@ import collections
 import dataclasses
 import functools
 import hashlib
+import importlib
 import inspect
 import os
 import secrets
@@ -37,6 +38,13 @@ __all__ = ["CaseResult", "Report", "check_store"]
 _HEADER = kv.envelope_size
 BLOCKS = 4  # blocks per prompt; faults hit block 2 unless a case says otherwise
 TP = 2  # ranks of the deployment under test
+
+# The case table, defined once in C++ (kvkey::testing::cases(), include/kvkey/testing.hpp):
+# (name, scenario, damage, arg, field, keyed reader). Both kits run it.
+_binding: Any = importlib.import_module("kvkey._kvkey")
+CASES: List[Tuple[str, str, str, int, str, bool]] = list(_binding._check_store_cases())
+# The fields of a case's report, in order (kvkey::testing::report_fields): CaseResult's.
+REPORT_FIELDS: Tuple[str, ...] = tuple(_binding._check_store_report_fields)
 
 
 @dataclasses.dataclass
@@ -410,48 +418,34 @@ def _version(version: int) -> _Change:
     return change
 
 
-def _fault_cases() -> List[Tuple[str, _Damage, bool]]:
-    """(name, damage, keyed reader)."""
-    cases: List[Tuple[str, _Damage, bool]] = []
-    for field, changes in FIELD_CHANGES:
-        cases.append((f"foreign {field}", _foreign(field, changes), False))
-    cases.append(("foreign shard (another rank's value under this rank's key)", _rewrite(
-        lambda v, c, d, hs, r: c.value(d.ranks[(r + 1) % len(d.ranks)], hs[2])), False))
-    for offset, what in [(0, "magic"), (8, "format version"), (12, "identity length"), (16, "block hash"),
-                         (48, "payload size"), (56, "slice"), (72, "namespace kind"), (73, "integrity mode"),
-                         (75, "reserved"), (84, "nonce"), (100, "payload digest"), (130, "identity"),
-                         (1000, "padding")]:
-        cases.append((f"header bit flip at {offset} ({what})", _rewrite(_flip(offset)), False))
-    cases.append(("header bit flip at 84 (nonce), keyed", _rewrite(_flip(84)), True))
-    cases.append(("header bit flip at 100 (tag), keyed", _rewrite(_flip(100)), True))
-    for offset, what in [(_HEADER, "first"), (_HEADER + 100, "middle"), (-1, "last")]:
-        cases.append((f"payload bit flip ({what} byte)", _rewrite(_flip(offset)), False))
-        cases.append((f"payload bit flip ({what} byte), keyed", _rewrite(_flip(offset)), True))
-    cases += [
-        ("torn value (newer header, older payload tail)", _rewrite(_torn(_HEADER + 64)), False),
-        ("torn header (newer first 100 bytes)", _rewrite(_torn(100)), False),
-        ("torn value, keyed", _rewrite(_torn(_HEADER + 64)), True),
-        ("truncated inside the header", _rewrite(lambda v, *a: v[:700]), False),
-        ("truncated to the header", _rewrite(lambda v, *a: v[:_HEADER]), False),
-        ("truncated by one byte", _rewrite(lambda v, *a: v[:-1]), False),
-        ("extended by one byte", _rewrite(lambda v, *a: v + b"\0"), False),
-        ("empty value", _rewrite(lambda v, *a: b""), False),
-        ("non-kvkey value (random bytes)", _rewrite(lambda v, *a: os.urandom(len(v))), False),
-        ("non-kvkey value (text)", _rewrite(lambda v, *a: b"not a kvkey value"), False),
-        ("non-kvkey value (payload without header)", _rewrite(lambda v, *a: v[_HEADER:]), False),
-        ("value deleted", _rewrite(lambda v, *a: None), False),
-        ("transplanted header", _transplant, False),
-        ("transplanted payload", _transplant_payload, False),
-        ("swapped values (blocks)", _swap_blocks, False),
-        ("swapped values (ranks)", _swap_ranks, False),
-        ("swapped values, keyed", _swap_blocks, True),
-        (f"format version {kv.format_version - 1}", _rewrite(_version(kv.format_version - 1)), False),
-        (f"format version {kv.format_version + 1}", _rewrite(_version(kv.format_version + 1)), False),
-        ("plain value under a keyed reader's key", _keyed_mix(reader_keyed=True), True),
-        ("keyed value under a plain reader's key", _keyed_mix(reader_keyed=False), False),
-        ("value keyed with another secret", _keyed_mix(reader_keyed=True, other_secret=True), True),
-    ]
-    return cases
+def _damage(kind: str, arg: int, field: str, keyed: bool) -> _Damage:
+    """The Python side of the damage named ``kind`` in the case table (kvkey/testing.hpp)."""
+    changes = dict(FIELD_CHANGES)
+    rewrites: Dict[str, Callable[[], _Change]] = {
+        "other_rank": lambda: lambda v, c, d, hs, r: c.value(d.ranks[(r + 1) % len(d.ranks)], hs[2]),
+        "flip": lambda: _flip(arg),
+        "torn": lambda: _torn(arg),
+        "cut": lambda: lambda v, *a: v[:arg],
+        "extend": lambda: lambda v, *a: v + b"\0",
+        "empty": lambda: lambda v, *a: b"",
+        "random_bytes": lambda: lambda v, *a: os.urandom(len(v)),
+        "text": lambda: lambda v, *a: b"not a kvkey value",
+        "payload_only": lambda: lambda v, *a: v[_HEADER:],
+        "deleted": lambda: lambda v, *a: None,
+        "version": lambda: _version(arg),
+    }
+    if kind in rewrites:
+        return _rewrite(rewrites[kind]())
+    others: Dict[str, Callable[[], _Damage]] = {
+        "foreign": lambda: _foreign(field, changes[field]),
+        "transplant_header": lambda: _transplant,
+        "transplant_payload": lambda: _transplant_payload,
+        "swap_blocks": lambda: _swap_blocks,
+        "swap_ranks": lambda: _swap_ranks,
+        "plain_value": lambda: _keyed_mix(reader_keyed=True),
+        "keyed_value": lambda: _keyed_mix(reader_keyed=keyed, other_secret=keyed),
+    }
+    return others[kind]()
 
 
 def _keyed_mix(reader_keyed: bool, other_secret: bool = False) -> _Damage:
@@ -735,18 +729,18 @@ def _check_async_store(make_store: Callable[[], Any], make_connector: Optional[_
 
 def _check(make_store: Callable[[], Any], connect: _MakeConnector, cases: Optional[Sequence[str]]) -> Report:
     run = secrets.token_hex(3)
+    scenarios: Dict[str, Callable[..., Callable[[_Case], None]]] = {
+        "baseline": lambda keyed, **_: lambda c: _baseline(c, keyed),
+        "fault": lambda keyed, damage, arg, field: functools.partial(
+            _run_fault, damage=_damage(damage, arg, field, keyed), keyed=keyed),
+        "epoch_bump": lambda **_: _epoch_bump,
+        "cross_tenant": lambda **_: _cross_tenant,
+        "stale_writer": lambda **_: _stale_writer,
+        "concurrent_writers": lambda **_: _concurrent_writers,
+    }
     plan: List[Tuple[str, Callable[[_Case], None]]] = [
-        ("baseline", lambda c: _baseline(c, False)),
-        ("baseline, keyed", lambda c: _baseline(c, True)),
-    ]
-    for name, damage, keyed in _fault_cases():
-        plan.append((name, functools.partial(_run_fault, damage=damage, keyed=keyed)))
-    plan += [
-        ("epoch bump", _epoch_bump),
-        ("cross-tenant read", _cross_tenant),
-        ("stale writer racing an epoch bump", _stale_writer),
-        ("concurrent writers of one key", _concurrent_writers),
-    ]
+        (name, scenarios[scenario](keyed=keyed, damage=damage, arg=arg, field=field))
+        for name, scenario, damage, arg, field, keyed in CASES]
     results = []
     for i, (name, body) in enumerate(plan):
         if cases is not None and not any(s in name for s in cases):

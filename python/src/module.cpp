@@ -9,6 +9,7 @@
 #include <kvkey/compat/lmdeploy.hpp>
 #include <kvkey/any_key_namespace.hpp>
 #include <kvkey/kvkey.hpp>
+#include <kvkey/testing.hpp>
 
 #include <cstdint>
 #include <cstring>
@@ -767,6 +768,21 @@ PYBIND11_MODULE(_kvkey, m) {
 
   m.attr("envelope_size") = kvkey::envelope_size;
   m.attr("format_version") = kvkey::format_version;
+  // The conformance kit's case table and report fields (kvkey/testing.hpp), which
+  // kvkey.testing runs: one definition of the cases for both kits.
+  m.def("_check_store_cases", [] {
+    py::list out;
+    for (const kvkey::testing::CaseSpec& c : kvkey::testing::cases()) {
+      out.append(py::make_tuple(c.name, std::string(kvkey::testing::to_string(c.scenario)),
+                                std::string(kvkey::testing::to_string(c.damage)), c.arg, c.field, c.keyed));
+    }
+    return out;
+  });
+  {
+    py::list fields;
+    for (const std::string_view f : kvkey::testing::report_fields) fields.append(std::string(f));
+    m.attr("_check_store_report_fields") = py::tuple(fields);
+  }
   m.attr("store_key_tag") = std::string(kvkey::store_key_tag);
   m.attr("single_tenant_name") = std::string(kvkey::single_tenant_name);
   m.attr("__version__") = std::to_string(KVKEY_VERSION_MAJOR) + "." + std::to_string(KVKEY_VERSION_MINOR) + "." +

@@ -1,6 +1,8 @@
 """kvkey.testing.check_store: passes for a correct store and connector, and catches
 broken ones (stale or lossy stores, a connector that skips verification)."""
 
+import dataclasses
+
 import kvkey
 from kvkey.connector import BlockResult
 from kvkey.stores import MemoryStore
@@ -194,6 +196,22 @@ def test_a_store_that_recycles_its_buffers_under_a_zero_copy_connector_is_caught
     # The same store, honest about its buffers: the connector copies, and nothing is wrong.
     report = check_store(HonestRecyclingStore, cases=["baseline", "payload bit flip (middle byte)"])
     assert report.ok, str(report)
+
+
+def test_the_python_and_cpp_kits_run_the_same_cases_with_the_same_report_fields():
+    # The case table lives in C++ (kvkey::testing::cases()); the Python kit runs it as is.
+    table = [c[0] for c in kvkey._kvkey._check_store_cases()]
+    report = check_store(MemoryStore, cases=["baseline", "foreign kv.dtype"])
+    assert [c.name for c in report.cases] == ["baseline", "baseline, keyed", "foreign kv.dtype"]
+    assert kvkey.testing.CASES and [c[0] for c in kvkey.testing.CASES] == table
+    assert len(set(table)) == len(table)
+    # Every damage and scenario of the table has a Python implementation.
+    for name, scenario, damage, arg, field, keyed in kvkey.testing.CASES:
+        if scenario == "fault":
+            assert callable(kvkey.testing._damage(damage, arg, field, keyed)), name
+    # The report's fields: kvkey::testing::report_fields, CaseResult's, in order.
+    fields = [f.name for f in dataclasses.fields(kvkey.testing.CaseResult)]
+    assert fields == list(kvkey._kvkey._check_store_report_fields)
 
 
 class RefusesEmpty(MemoryStore):
