@@ -63,7 +63,11 @@ def test_store_semantics(store):
     assert all(store.put(keys, [b"v%d" % i + bytes(2000) for i in range(300)]))
     assert store.get([keys[3], p + "nope"]) == [b"v3" + bytes(2000), None]  # b"" from Mooncake is a miss
     heads = store.get_prefix(keys + [p + "nope"], 1024)
-    assert heads[5] == (b"v5" + bytes(2000))[:1024] and heads[-1] is None and len(heads) == 301
+    assert heads == [(b"v%d" % i + bytes(2000))[:1024] for i in range(300)] + [None]
+    # The ranged reads go in concurrent calls (read_streams, 4 here): each header lands in its own place.
+    for streams in (1, 3):
+        with MooncakeStore(store.client, read_streams=streams) as other:
+            assert other.get_prefix(keys[::-1] + [p + "nope"], 1024) == heads[-2::-1] + [None]
     assert store.exists([keys[0], p + "nope"]) == [True, False]
     # put replaces (Mooncake's own put would keep the old value): upsert.
     assert store.put([keys[0]], [b"new" * 10]) == [True]
@@ -158,6 +162,13 @@ def test_zero_copy_slots(store):
     assert (results[1].verdict.reason, results[1].verdict.field) == ("identity_mismatch", "kv.dtype")
     assert results[4].verdict.reason == "size_mismatch"
     assert bytes(into.payload(0)) == bytes([1]) * 8192 and bytes(into.payload(7)) == bytes([8]) * 8192
+    # In batches of 3 (each verified while the next is read), every block gets its own result.
+    with MooncakeStore(store.client, batch=3, read_streams=2) as small:
+        into2 = mc.Slots(small, 8, 8192)
+        again = mc.MooncakeConnector(small, ns, payload_size=8192).load_into(hashes[::-1], into2)
+        assert [r.status for r in again] == [r.status for r in results[::-1]]
+        assert [r.verdict.reason for r in again if r.verdict] == [r.verdict.reason for r in results[::-1] if r.verdict]
+        assert bytes(into2.payload(0)) == bytes([8]) * 8192 and bytes(into2.payload(7)) == bytes([1]) * 8192
     # A plain Connector.load_into with ordinary buffers still copies only verified bytes.
     bufs = [bytearray(8192) for _ in range(2)]
     assert [r.status for r in conn.load_into(hashes[:2], bufs)] == ["loaded", "rejected"]

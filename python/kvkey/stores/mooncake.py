@@ -14,7 +14,8 @@ adapter must absorb; each is handled here and documented in docs/integration/moo
 - Keys cannot be listed: ``scan_prefix`` raises NotImplementedError, and ``purge(prefix)``
   removes by ``remove_by_regex`` with the prefix escaped.
 - Headers are read with one ``batch_get_session_start`` (one master round trip, like
-  ``batch_is_exist``) and ranged reads of the first 1024 bytes into registered memory.
+  ``batch_is_exist``) and ranged reads of the first 1024 bytes into registered memory,
+  in several concurrent calls (the TCP transport serializes the ranges of one call).
 - The zero-copy path (``MooncakeConnector.save_from`` / ``load_into`` with ``Slots``):
   values are written from, and read into, registered memory with ``batch_upsert_from`` /
   ``batch_get_into``, and verified in place.
@@ -24,11 +25,12 @@ Importing this module does not import ``mooncake``; ``MooncakeStore.connect`` do
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import mmap
 import threading
 import time
-from typing import Any, Dict, Iterator, List, Optional, Sequence, Tuple
+from typing import Any, Dict, Generator, Iterator, List, Optional, Sequence, Tuple
 
 from .. import InputError, KeyNamespace, Verdict, envelope_size
 from ..connector import BlockResult, Connector
@@ -37,6 +39,7 @@ from . import StoreError
 __all__ = ["CODES", "MooncakeConnector", "MooncakeStore", "Slots", "code_kind", "regex_escape", "spawn_holder"]
 
 _HEADER = envelope_size
+_MIN_STREAM = 64  # keys per concurrent ranged-read call, at least (MooncakeStore.read_streams)
 
 # Mooncake's ErrorCode values (mooncake-store/include/types.h) that the adapter names.
 CODES: Dict[int, str] = {
@@ -156,6 +159,9 @@ class MooncakeStore:
     removes (``delete``, ``purge``) skip the read lease (default True; see the module's doc). ``busy_retries``,
     ``busy_wait``: a write refused because readers hold the object (-714, -706, -708) is
     retried this many times, ``busy_wait`` seconds apart, then reported as not stored.
+    ``read_streams``: ``get_prefix`` (the lookup) splits its ranged header reads into up
+    to this many concurrent calls of at least 64 keys (the TCP transport moves one call's
+    ranges one after another; see ``get_prefix``).
 
     Thread-safe: the client is, and each thread has its own registered scratch memory
     for headers.
@@ -163,9 +169,11 @@ class MooncakeStore:
 
     def __init__(self, client: Any, *, batch: int = 128, key_batch: int = 4096, force_remove: bool = True,
                  busy_retries: int = 20, busy_wait: float = 0.005,
-                 max_batch_bytes: int = 64 << 20) -> None:
+                 max_batch_bytes: int = 64 << 20, read_streams: int = 8) -> None:
         if batch < 1 or key_batch < 1:
             raise ValueError(f"batch is {batch} and key_batch {key_batch}, both must be at least 1")
+        if read_streams < 1:
+            raise ValueError(f"read_streams is {read_streams}, must be at least 1")
         if max_batch_bytes < 1:
             raise ValueError(f"max_batch_bytes is {max_batch_bytes}, must be at least 1")
         self.client = client
@@ -175,6 +183,8 @@ class MooncakeStore:
         self.busy_retries = busy_retries
         self.busy_wait = busy_wait
         self.max_batch_bytes = max_batch_bytes
+        self.read_streams = read_streams
+        self._executor: Any = None
         self.last_code = OK  # the last negative code a call met (for diagnostics)
         self._local = threading.local()
         self._regions: List[_Region] = []
@@ -213,6 +223,9 @@ class MooncakeStore:
         """Unregisters the store's memory and, for a store made by ``connect``, closes the client."""
         with self._lock:
             regions, self._regions = self._regions, []
+            executor, self._executor = self._executor, None
+        if executor is not None:
+            executor.shutdown(wait=True)
         for r in regions:
             r.close()
         if self._owns_client:
@@ -304,10 +317,12 @@ class MooncakeStore:
 
     def get_prefix(self, keys: Sequence[str], length: int) -> List[Optional[bytes]]:
         """The first ``length`` bytes of each value: one ``batch_get_session_start`` per
-        ``batch`` keys (the replicas, in one master round trip) and one
+        ``key_batch`` keys (the replicas, in one master round trip), then
         ``batch_get_into_multi_buffer_ranges`` reading ``[0, length)`` of each into this
-        thread's registered scratch memory. A value shorter than ``length``, or a key whose
-        session another thread ended, is read whole with ``get``."""
+        thread's registered scratch memory, split into ``read_streams`` concurrent calls
+        (Mooncake's TCP transport moves the ranges of one call one after another), then
+        ``batch_get_session_end``. A value shorter than ``length``, or a key whose session
+        another thread ended, is read whole with ``get``."""
         if length < 1:
             raise ValueError(f"get_prefix: length is {length}, must be at least 1")
         keys = list(keys)
@@ -324,10 +339,7 @@ class MooncakeStore:
                 whole = [i for i, c in enumerate(started) if c < 0 and c not in _MISS]
                 if live:
                     scratch = self._scratch(length * len(live))
-                    got = self._codes("batch_get_into_multi_buffer_ranges", self._call(
-                        "batch_get_into_multi_buffer_ranges", self.client.batch_get_into_multi_buffer_ranges,
-                        [chunk[i] for i in live], [[scratch.address + n * length] for n in range(len(live))],
-                        [[length]] * len(live), [[0]] * len(live)), len(live))
+                    got = self._ranges([chunk[i] for i in live], scratch.address, length)
                     for n, (i, c) in enumerate(zip(live, got)):
                         if c == length:
                             out[a + i] = bytes(scratch.view[n * length:(n + 1) * length])
@@ -342,6 +354,38 @@ class MooncakeStore:
                 for i, v in zip(whole, self.get([chunk[i] for i in whole])):
                     out[a + i] = v
         return out
+
+    def _ranges(self, keys: List[str], address: int, length: int) -> List[int]:
+        """``[0, length)`` of each key (its session started) into ``address + n * length``:
+        ``batch_get_into_multi_buffer_ranges``, split into up to ``read_streams`` calls
+        of at least ``_MIN_STREAM`` keys that run at once. Mooncake's TCP transport moves
+        the ranges of one call one after another (one request and reply each), so one call
+        pays every round trip in turn; concurrent calls overlap them."""
+        n = len(keys)
+        streams = max(1, min(self.read_streams, n // _MIN_STREAM))
+
+        def read(a: int, b: int) -> List[int]:
+            return self._codes("batch_get_into_multi_buffer_ranges", self._call(
+                "batch_get_into_multi_buffer_ranges", self.client.batch_get_into_multi_buffer_ranges,
+                keys[a:b], [[address + i * length] for i in range(a, b)], [[length]] * (b - a),
+                [[0]] * (b - a)), b - a)
+
+        if streams == 1:
+            return read(0, n)
+        step = -(-n // streams)
+        parts = [self._pool().submit(read, a, min(n, a + step)) for a in range(step, n, step)]
+        out = read(0, min(n, step))  # the first part in this thread
+        for f in parts:
+            out.extend(f.result())
+        return out
+
+    def _pool(self) -> Any:
+        with self._lock:
+            if self._executor is None:
+                from concurrent.futures import ThreadPoolExecutor
+                self._executor = ThreadPoolExecutor(max(1, self.read_streams - 1),
+                                                    thread_name_prefix="kvkey-mooncake-read")
+            return self._executor
 
     def _write(self, what: str, keys: List[str], write: Any) -> List[int]:
         """Runs ``write(indices) -> codes`` and retries the keys refused as busy."""
@@ -416,18 +460,48 @@ class MooncakeStore:
         ``addresses[i]`` (registered memory). Per key the value's size, or a negative
         Mooncake code (``NOT_FOUND``; ``INVALID_PARAMS`` when the value is larger than its
         buffer). Bytes may have been written into a buffer whose code is negative. Raises
-        ``StoreError`` when every key failed for want of the store."""
-        keys = list(keys)
+        ``StoreError`` when every key of a batch failed for want of the store."""
         out: List[int] = []
-        for a, b in self._chunks(len(keys)):  # each batch must finish within the read lease (-707)
+        with contextlib.closing(self.get_into_batches(keys, addresses, sizes)) as batches:
+            for _, _, got in batches:
+                out.extend(got)
+        return out
+
+    def get_into_batches(self, keys: Sequence[str], addresses: Sequence[int],
+                         sizes: Sequence[int]) -> Generator[Tuple[int, int, List[int]], None, None]:
+        """``get_into_registered`` one ``batch`` at a time: yields ``(start, end, codes)``
+        for ``keys[start:end]`` as each batch lands, while the next batch is already being
+        read (in the store's read thread), so the caller's work on one batch (verifying
+        it) overlaps the transfer of the next. Every read has finished when the generator
+        is exhausted or closed (use ``contextlib.closing``): nothing is written into the
+        buffers afterwards."""
+        keys, addresses, sizes = list(keys), list(addresses), list(sizes)
+        if not len(keys) == len(addresses) == len(sizes):
+            raise ValueError(f"get_into: {len(keys)} keys, {len(addresses)} addresses, {len(sizes)} sizes")
+
+        def read(a: int, b: int) -> List[int]:  # each batch must finish within the read lease (-707)
             got = self._codes("batch_get_into", self._call(
-                "batch_get_into", self.client.batch_get_into, keys[a:b], list(addresses[a:b]), list(sizes[a:b])),
-                b - a)
+                "batch_get_into", self.client.batch_get_into, keys[a:b], addresses[a:b], sizes[a:b]), b - a)
             hard = [c for c in got if c < 0 and c not in _MISS and code_kind(c) != "server"]
             if hard and len(hard) == len(got):
                 raise self._fail("batch_get_into", hard[0], len(hard))
-            out.extend(got)
-        return out
+            return got
+
+        spans = list(self._chunks(len(keys)))
+        ahead: Any = None
+        try:
+            for j, (a, b) in enumerate(spans):
+                got = read(a, b) if ahead is None else ahead.result()
+                ahead = None
+                if j + 1 < len(spans):
+                    ahead = self._pool().submit(read, *spans[j + 1])
+                yield a, b, got
+        finally:
+            if ahead is not None:  # the caller stopped early: let the read in flight finish
+                try:
+                    ahead.result()
+                except Exception:  # noqa: BLE001 - the caller is leaving already; only the wait matters
+                    pass
 
     def delete(self, keys: Sequence[str]) -> int:
         """``batch_remove`` (forced unless ``force_remove`` is False); how many existed."""
@@ -626,20 +700,23 @@ class MooncakeConnector(Connector):
         n = len(hashes)
         payloads: List[Optional[memoryview]] = [None] * n
         verdicts: List[Optional[Verdict]] = [None] * n
-        try:
-            sizes = self.store.get_into_registered(keys, [slots.address(i) for i in idx], [slots.stride] * n)
+        whole: List[int] = []  # read whole, to name why the value did not fit or could not be read
+        try:  # each batch is verified while the next one is read
+            with contextlib.closing(self.store.get_into_batches(keys, [slots.address(i) for i in idx],
+                                                                [slots.stride] * n)) as batches:
+                for start, end, sizes in batches:
+                    for b, got in zip(range(start, end), sizes):
+                        if got in _MISS:
+                            continue
+                        if got < 0:
+                            whole.append(b)
+                            continue
+                        verdicts[b], payloads[b] = self._verify_slot(ns, hashes[b], slots, idx[b], got)
         except StoreError as e:
+            payloads, verdicts = [None] * n, [None] * n
             self._record_load(hashes, payloads, verdicts)
             self._store_error(e)
             return [BlockResult("missing")] * n
-        whole: List[int] = []  # read whole, to name why the value did not fit or could not be read
-        for b, (h, i, got) in enumerate(zip(hashes, idx, sizes)):
-            if got in _MISS:
-                continue
-            if got < 0:
-                whole.append(b)
-                continue
-            verdicts[b], payloads[b] = self._verify_slot(ns, h, slots, i, got)
         if whole:
             try:
                 values = self.store.get([keys[b] for b in whole])
