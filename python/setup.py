@@ -34,7 +34,7 @@ def kvkey_version():
 
 extension = Pybind11Extension(
     "kvkey._kvkey",
-    ["src/module.cpp", "src/model_dir.cpp", "src/metrics.cpp", "src/value.cpp"],  # model_dir.cpp also needs nlohmann-json's headers
+    ["src/module.cpp", "src/model_dir.cpp", "src/identity_file.cpp", "src/metrics.cpp", "src/value.cpp"],  # model_dir.cpp, identity_file.cpp also need nlohmann-json
     include_dirs=[INCLUDE],
     libraries=["crypto", "xxhash"],  # OpenSSL 3 libcrypto (EVP), xxHash for payload digests
     cxx_std=17,
