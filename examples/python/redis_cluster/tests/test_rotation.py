@@ -36,7 +36,9 @@ def test_rotation_keeps_the_secret_and_the_payload_policy(payload_check):
         # Nobody without the secret computes these keys: they differ from the plain namespace's.
         assert n.root != p.root
         assert n.store_key(h) != p.store_key(p.block_hashes(TOKENS)[0])
-        assert n.key_prefix == p.key_prefix  # the readable prefix, for purging the epoch
+        # The readable prefix, for purging the epoch: the plain one with the secret's id for "p".
+        assert n.key_prefix == p.key_prefix.replace(p.secret_prefix, n.secret_prefix, 1)
+        assert n.secret_prefix == f"{n.tenant_prefix}k{n.secret_id}/"
         value = seal_value(n, h, b"kv bytes" * 8)
         assert value[73] == 2  # the payload carries a Poly1305 tag
         assert verify_value(n, value, h).ok
