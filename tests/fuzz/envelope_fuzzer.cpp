@@ -62,12 +62,16 @@ void check(const kvkey::KeyNamespace<Hash>& ns, const std::uint8_t* header, std:
   switch (v.reason) {
     case kvkey::Reason::ok:
       require(same_kind && same_identity && same_slice && contents->block_hash == block &&
-                  contents->payload_size == size && contents->integrity == ns.integrity_mode(),
+                  contents->payload_size == size && contents->integrity == ns.integrity_mode() &&
+                  contents->secret_id == ns.secret_id(),
               "an accepted header decodes to the reader's own contents");
       break;
     case kvkey::Reason::identity_mismatch:
       if (v.field == "envelope.namespace_kind") {
         require(!same_kind, "'envelope.namespace_kind' is named only for the other kind");
+      } else if (v.field == "tenant.secret_id") {
+        require(same_kind && same_identity && contents->secret_id != ns.secret_id(),
+                "'tenant.secret_id' is named only when only the sealing secret differs");
       } else if (v.field == "shard") {
         require(same_kind && same_identity && !same_slice, "'shard' is named only when only the slice differs");
       } else {
