@@ -43,8 +43,11 @@ std::string quote(std::string_view s, std::size_t max = quote_limit);
 
 template <class... Args>
 [[noreturn]] void fail(fmt::format_string<Args...> f, Args&&... args) {
-  // Whatever a caller formatted in, the message is one printable line.
-  throw Failure(escape(fmt::format(f, std::forward<Args>(args)...)));
+  // Whatever a caller formatted in, the message is one printable line of bounded length
+  // (a JSON path through deep nesting can be long).
+  std::string m = escape(fmt::format(f, std::forward<Args>(args)...));
+  if (m.size() > 900) m = m.substr(0, 900) + "...";
+  throw Failure(std::move(m));
 }
 
 }  // namespace kvkey_tool
