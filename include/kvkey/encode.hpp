@@ -16,15 +16,13 @@
 #include <utility>
 #include <vector>
 
+#include "kvkey/buffer.hpp"
 #include "kvkey/config.hpp"
 #include "kvkey/detail/endian.hpp"
 #include "kvkey/digest.hpp"
 #include "kvkey/identity.hpp"
 
 KVKEY_BEGIN_NAMESPACE
-
-/// Bytes as kvkey hands them out (encodings).
-using Bytes = std::vector<std::uint8_t>;
 
 /// The 8 ASCII bytes that open every identity encoding (docs/format.md).
 inline constexpr char identity_tag[8] = {'k', 'v', 'k', 'e', 'y', '.', 'i', 'd'};

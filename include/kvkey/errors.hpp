@@ -5,6 +5,8 @@
 #ifndef KVKEY_ERRORS_HPP
 #define KVKEY_ERRORS_HPP
 
+#include <array>
+#include <cstddef>
 #include <memory>
 #include <stdexcept>
 #include <string>
@@ -89,6 +91,20 @@ class crypto_error : public error {
  public:
   explicit crypto_error(std::string_view what) : error("kvkey.crypto_error", {}, what) {}
 };
+
+/// The kinds of store failure (kvkey::store_error, kvkey/store.hpp), as
+/// Metrics::record_store_error counts them; any other kind is "other" (the last).
+inline constexpr std::array<std::string_view, 5> store_error_kinds = {"connection", "timeout", "protocol", "server",
+                                                                      "other"};
+
+namespace detail {
+/// The index of kind in store_error_kinds, or of "other".
+constexpr std::size_t store_error_index(std::string_view kind) noexcept {
+  std::size_t k = 0;
+  while (k + 1 < store_error_kinds.size() && store_error_kinds[k] != kind) ++k;
+  return k;
+}
+}  // namespace detail
 
 KVKEY_END_NAMESPACE
 

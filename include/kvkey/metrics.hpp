@@ -27,29 +27,16 @@
 
 #include "kvkey/config.hpp"
 #include "kvkey/envelope.hpp"
+#include "kvkey/errors.hpp"
 #include "kvkey/identity.hpp"
 
 KVKEY_BEGIN_NAMESPACE
-
-/// The kinds of store error Metrics::record_store_error counts; any other kind
-/// is counted as "other" (the last entry).
-inline constexpr std::array<std::string_view, 5> store_error_kinds = {"connection", "timeout", "protocol", "server",
-                                                                      "other"};
 
 /// Every rejection reason, in Reason order (Reason::ok excluded): the values of
 /// the `reason` label.
 inline constexpr std::array<Reason, 6> rejection_reasons = {Reason::malformed,         Reason::unsupported_version,
                                                             Reason::identity_mismatch, Reason::block_mismatch,
                                                             Reason::size_mismatch,     Reason::payload_mismatch};
-
-namespace detail {
-/// The index of kind in store_error_kinds, or of "other".
-constexpr std::size_t store_error_index(std::string_view kind) noexcept {
-  std::size_t k = 0;
-  while (k + 1 < store_error_kinds.size() && store_error_kinds[k] != kind) ++k;
-  return k;
-}
-}  // namespace detail
 
 /// The values of the `field` label of kvkey_rejected_blocks_total: every
 /// identity field (identity_field_names()), the fields a Verdict names outside

@@ -40,6 +40,7 @@
 #include <type_traits>
 #include <utility>
 
+#include "kvkey/buffer.hpp"
 #include "kvkey/config.hpp"
 #include "kvkey/digest.hpp"
 #include "kvkey/envelope.hpp"
@@ -47,12 +48,6 @@
 #include "kvkey/identity.hpp"
 
 KVKEY_BEGIN_NAMESPACE
-
-/// One contiguous piece of a payload.
-struct ConstBuffer {
-  const void* data = nullptr;
-  std::size_t size = 0;
-};
 
 /// A non-owning view of one stored object's KV bytes: one range, or
 /// scatter-gather parts (e.g. per-layer buffers) whose concatenation is the

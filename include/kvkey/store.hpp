@@ -5,6 +5,9 @@
 // (docs/connectors.md); kvkey::Connector (kvkey/connector.hpp) seals, looks up
 // and loads blocks through it, and kvkey::testing::check_store
 // (kvkey/testing.hpp) checks an implementation against the store's faults.
+// A store that owns or registers the memory values move through (Mooncake's
+// registered buffers) also provides registered memory, the zero-copy
+// capability: RegisteredMemory, register_memory, write_from and read_into.
 #ifndef KVKEY_STORE_HPP
 #define KVKEY_STORE_HPP
 
@@ -22,9 +25,9 @@
 #include <utility>
 #include <vector>
 
+#include "kvkey/buffer.hpp"
 #include "kvkey/config.hpp"
-#include "kvkey/encode.hpp"
-#include "kvkey/metrics.hpp"
+#include "kvkey/errors.hpp"
 
 KVKEY_BEGIN_NAMESPACE
 
@@ -42,10 +45,31 @@ class store_error : public std::runtime_error {
   std::string_view kind_;
 };
 
-/// One writable piece of a destination (load_into) or of a staging buffer.
-struct MutableBuffer {
-  void* data = nullptr;
-  std::size_t size = 0;
+/// Memory registered with a store for zero-copy transfers (Store::register_memory,
+/// Store::allocate_memory): values are written from it (Store::write_from) and read
+/// into it (Store::read_into) without a copy. It stays registered while this object
+/// lives; a store's subclass unregisters it in its destructor. The base class
+/// registers nothing: it is the memory of a store without the capability (any
+/// memory serves), and keep holds what keeps the bytes alive, if anything.
+class RegisteredMemory {
+ public:
+  explicit RegisteredMemory(MutableBuffer memory, std::shared_ptr<void> keep = {})
+      : memory_(memory), keep_(std::move(keep)) {}
+  virtual ~RegisteredMemory() = default;
+  RegisteredMemory(const RegisteredMemory&) = delete;
+  RegisteredMemory& operator=(const RegisteredMemory&) = delete;
+  /// The registered bytes.
+  MutableBuffer buffer() const noexcept { return memory_; }
+  /// True when [data, data + size) lies inside this memory.
+  bool contains(const void* data, std::size_t size) const noexcept {
+    const auto* b = static_cast<const std::uint8_t*>(memory_.data);
+    const auto* p = static_cast<const std::uint8_t*>(data);
+    return b != nullptr && p >= b && size <= memory_.size && p - b <= static_cast<std::ptrdiff_t>(memory_.size - size);
+  }
+
+ private:
+  MutableBuffer memory_;
+  std::shared_ptr<void> keep_;
 };
 
 /// One key's reply to a batch read (Store::read_many, read_prefix_many,
@@ -110,6 +134,13 @@ struct StoreWrite {
 /// pipeline (Redis: one round trip for all keys). The read_* members are what
 /// kvkey::Connector calls; their defaults wrap get_many, get_prefix_many and
 /// exists_many, and a zero-copy store overrides them (docs/connectors.md).
+///
+/// Registered memory (the zero-copy capability, docs/connectors.md): a store
+/// whose client moves values straight between the store and memory it owns or
+/// has registered says so with registers_memory(), hands that memory out
+/// (register_memory, allocate_memory), writes values from it (write_from) and
+/// reads values into it (read_into). The defaults serve every other store:
+/// plain memory, write_from as put_many of copies, read_into as read_many.
 class Store {
  public:
   virtual ~Store() = default;
@@ -156,22 +187,55 @@ class Store {
   virtual std::vector<StoreValue> read_prefix_many(const std::vector<std::string>& keys, std::size_t n) {
     return wrap(get_prefix_many(keys, n));
   }
-  /// Reads each value for Connector::load_into. staging[i] is connector-owned
-  /// memory of the size the value should have; a store that can read straight
-  /// into memory (Mooncake's batch_get_into) writes the value there and
-  /// returns a StoreValue pointing into it (its size the value's whole size:
-  /// larger than staging[i] means the value did not fit, and only its first
-  /// staging[i].size bytes were written). The connector verifies a block
-  /// before it copies anything into the caller's destinations, so rejected
-  /// bytes only ever reach staging. Default: read_many (staging unused).
+  /// Reads each value into memory for Connector::load_into. into[i] is memory
+  /// of the size the value should have: connector-owned staging, or a slot of
+  /// registered memory (inside memory from register_memory or allocate_memory
+  /// when registers_memory()). A store that can read straight into memory
+  /// (Mooncake's batch_get_into) writes the value there and returns a
+  /// StoreValue pointing into it (its size the value's whole size: larger than
+  /// into[i] means the value did not fit, and only its first into[i].size bytes
+  /// were written). Nothing may be written into into[i] once the call returns.
+  /// The connector verifies a block before anything is served, so rejected
+  /// bytes only ever reach into[i]. Default: read_many (into unused).
   virtual std::vector<StoreValue> read_into(const std::vector<std::string>& keys,
-                                            const std::vector<MutableBuffer>& staging) {
-    (void)staging;
+                                            const std::vector<MutableBuffer>& into) {
+    (void)into;
     return read_many(keys);
   }
-  /// True when read_into writes into the staging memory (the connector then
-  /// provides it); false (the default): read_into is read_many, no staging.
-  virtual bool reads_into() const noexcept { return false; }
+  /// True when read_into writes into the memory it is given (the connector then
+  /// provides staging); false (the default): read_into is read_many.
+  virtual bool reads_into() const noexcept { return registers_memory(); }
+
+  /// True when the store moves values straight between the store and
+  /// registered memory: write_from and read_into use the memory they are given
+  /// without a copy, and it must come from register_memory or allocate_memory.
+  virtual bool registers_memory() const noexcept { return false; }
+  /// Registers memory (the engine's own: its KV pool, slots) for zero-copy
+  /// transfers, until the result is released. The caller keeps the bytes alive
+  /// meanwhile. Default: nothing to register.
+  virtual std::shared_ptr<RegisteredMemory> register_memory(MutableBuffer memory) {
+    return std::make_shared<RegisteredMemory>(memory);
+  }
+  /// New memory of size bytes, registered for zero-copy transfers and freed
+  /// with the result. Default: zeroed heap bytes.
+  virtual std::shared_ptr<RegisteredMemory> allocate_memory(std::size_t size) {
+    std::shared_ptr<std::uint8_t[]> bytes(new std::uint8_t[size == 0 ? 1 : size]());
+    return std::make_shared<RegisteredMemory>(MutableBuffer{bytes.get(), size}, bytes);
+  }
+  /// put for each (key, value) where values[i] lies in registered memory (a
+  /// store with registers_memory() writes it from there, no copy); one
+  /// StoreWrite per key. Default: put_many of copies (allocate_value).
+  virtual std::vector<StoreWrite> write_from(const std::vector<std::string>& keys,
+                                             const std::vector<ConstBuffer>& values) {
+    std::vector<StoreValue> copies;
+    copies.reserve(values.size());
+    for (const ConstBuffer& v : values) {
+      StoreValue c = allocate_value(v.size);
+      if (v.size != 0) std::memcpy(const_cast<std::uint8_t*>(c.data), v.data, v.size);
+      copies.push_back(std::move(c));
+    }
+    return put_many(keys, copies);
+  }
   /// exists_many as StoreValues (present or not, no bytes).
   virtual std::vector<StoreValue> probe_many(const std::vector<std::string>& keys) {
     const std::vector<bool> found = exists_many(keys);
