@@ -11,6 +11,9 @@
 //   std::size_t reusable = c.lookup(blocks);                    // leading blocks verified on every rank
 //   auto kv = c.load(blocks, 0);                                // verified payloads, nullopt = miss
 //   auto res = c.load_into(blocks, destinations, 0);            // verified, then scattered per layer
+//   kvkey::Slots slots(store, blocks.size(), payload_size);     // registered memory: the zero-copy path
+//   c.save_from(blocks, slots);                                 // sealed in place, written from the slots
+//   auto in = c.load_into(blocks, slots);                       // read into the slots, verified there
 //
 // Lookups read each value's header and count a block only when its header
 // verifies on every rank; loads verify header and payload. A value that does
@@ -102,6 +105,82 @@ struct LoadedView {
   ConstBuffer payload;                             ///< the verified bytes (empty unless loaded)
   std::shared_ptr<const StoreValue::Owner> owner;  ///< keeps them alive
   LoadResult result;
+};
+
+/// Value slots in registered memory, the zero-copy path (Connector::save_from,
+/// Connector::load_into with Slots; docs/connectors.md, "Registered memory"):
+/// count slots of value_size(payload_size) bytes, slot i at i * stride(), each
+/// the stored value of one block (header, then payload). The engine writes a
+/// block's KV into payload(i) before save_from and uses it after a load_into
+/// whose result for the block is loaded; a slot whose result is not loaded may
+/// hold rejected bytes (header and payload): it must not be used.
+class Slots {
+ public:
+  /// count slots in new memory the store registers (Store::allocate_memory).
+  Slots(Store& store, std::size_t count, std::uint64_t payload_size)
+      : Slots(nullptr, count, payload_size, &store, nullptr, false) {}
+  /// count slots in the engine's memory (at least count * stride() bytes),
+  /// registered with the store (Store::register_memory) unless registered:
+  /// the engine registered it itself. The engine keeps it alive while the
+  /// slots live.
+  Slots(Store& store, MutableBuffer memory, std::size_t count, std::uint64_t payload_size, bool registered = false)
+      : Slots(nullptr, count, payload_size, &store, &memory, registered) {}
+  /// count slots over memory registered already.
+  Slots(std::shared_ptr<RegisteredMemory> memory, std::size_t count, std::uint64_t payload_size)
+      : Slots(std::move(memory), count, payload_size, nullptr, nullptr, false) {}
+
+  std::size_t count() const noexcept { return count_; }
+  std::size_t payload_size() const noexcept { return stride_ - envelope_size; }
+  /// Bytes per slot: value_size(payload_size()).
+  std::size_t stride() const noexcept { return stride_; }
+  /// Slot i: its whole value, its header, its payload (input_error out of range).
+  MutableBuffer value(std::size_t i) const { return {base(i), stride_}; }
+  MutableBuffer header(std::size_t i) const { return {base(i), envelope_size}; }
+  MutableBuffer payload(std::size_t i) const { return {base(i) + envelope_size, stride_ - envelope_size}; }
+  const RegisteredMemory& memory() const noexcept { return *memory_; }
+
+ private:
+  Slots(std::shared_ptr<RegisteredMemory> memory, std::size_t count, std::uint64_t payload_size, Store* store,
+        const MutableBuffer* given, bool registered)
+      : memory_(std::move(memory)), count_(count) {
+    if (count == 0 || payload_size == 0) {
+      throw input_error("slots", "Slots: count " + std::to_string(count) + " and payload_size " +
+                                     std::to_string(payload_size) + " must be at least 1");
+    }
+    stride_ = value_size(payload_size);
+    if (count > std::numeric_limits<std::size_t>::max() / stride_) {
+      throw input_error("slots", "Slots: " + std::to_string(count) + " slots of " + std::to_string(stride_) +
+                                     " bytes do not fit in memory");
+    }
+    const std::size_t need = count * stride_;
+    if (given != nullptr) {
+      if (given->data == nullptr || given->size < need) {
+        throw input_error("buffer", "Slots: the buffer has " + std::to_string(given->data ? given->size : 0) +
+                                        " bytes, " + std::to_string(count) + " slots of " + std::to_string(stride_) +
+                                        " need " + std::to_string(need));
+      }
+      memory_ = registered ? std::make_shared<RegisteredMemory>(*given) : store->register_memory(*given);
+    } else if (store != nullptr) {
+      memory_ = store->allocate_memory(need);
+    }
+    if (!memory_ || memory_->buffer().data == nullptr || memory_->buffer().size < need) {
+      throw input_error("slots", "Slots: the registered memory holds " +
+                                     std::to_string(memory_ ? memory_->buffer().size : 0) + " bytes, " +
+                                     std::to_string(count) + " slots of " + std::to_string(stride_) + " need " +
+                                     std::to_string(need));
+    }
+  }
+  std::uint8_t* base(std::size_t i) const {
+    if (i >= count_) {
+      throw input_error("indices",
+                        "slot " + std::to_string(i) + " is out of range [0, " + std::to_string(count_) + ")");
+    }
+    return static_cast<std::uint8_t*>(memory_->buffer().data) + i * stride_;
+  }
+
+  std::shared_ptr<RegisteredMemory> memory_;
+  std::size_t count_ = 0;
+  std::size_t stride_ = 0;
 };
 
 namespace detail {
@@ -227,45 +306,45 @@ class Connector {
                                           " bytes, this deployment's blocks have " + std::to_string(*want));
       }
     }
-    ConnectorCall call;
-    call.op = ConnectorCall::Op::save;
-    std::vector<std::string> keys = keys_of(ns, blocks);
-    std::size_t saved = 0;
-    try {
+    const std::vector<std::string> keys = keys_of(ns, blocks);
+    return put(keys, [&] {
       std::vector<StoreValue> values;
       values.reserve(blocks.size());
       for (std::size_t i = 0; i < blocks.size(); ++i) {
         values.push_back(store_->allocate_value(static_cast<std::size_t>(value_size(payloads[i].size()))));
+        auto* out = const_cast<std::uint8_t*>(values.back().data);  // allocate_value's memory is writable
+        seal(ns, blocks[i], payloads[i], out, values.back().size);
       }
-      {
-        for (std::size_t i = 0; i < blocks.size(); ++i) {
-          auto* out = const_cast<std::uint8_t*>(values[i].data);  // allocate_value's memory is writable
-          (void)ns.seal_value(blocks[i], payloads[i], out, values[i].size);
-        }
-      }
-      const std::vector<StoreWrite> written = store_->put_many(keys, values);
-      if (written.size() != keys.size()) {
-        throw store_error("protocol", "put: " + std::to_string(written.size()) + " replies for " +
-                                          std::to_string(keys.size()) + " keys");
-      }
-      for (const StoreWrite& w : written) {
-        if (w.stored) ++saved;
-        if (!w.error.empty()) key_failed(call, w.error, "put: a key failed");
-      }
-    } catch (const store_error&) {
-      call.counts[0] = 0;
-      call.counts[1] = blocks.size();
-      failed(call, std::current_exception());
-      return 0;
-    }
-    call.counts[0] = saved;
-    call.counts[1] = blocks.size() - saved;
-    done(call);
-    return saved;
+      return store_->put_many(keys, values);
+    });
   }
   /// One block.
   bool save(const Digest& block, Payload payload, std::size_t rank = 0) const {
     return save(std::vector<Digest>{block}, std::vector<Payload>{payload}, rank) == 1;
+  }
+
+  /// The zero-copy save: block n's payload is in slots.payload(indices[n])
+  /// (indices empty: slot n). Seals each header in place (the payload is
+  /// digested where it lies, nothing is copied) and writes the slots' values
+  /// with one write_from. Returns how many values the store took. input_error
+  /// when an index is out of range or given twice, or the slots' payload size
+  /// is not this deployment's.
+  std::size_t save_from(const std::vector<Digest>& blocks, const Slots& slots,
+                        const std::vector<std::size_t>& indices = {}, std::size_t rank = 0) const {
+    const Namespace& ns = at(rank);
+    const std::vector<std::size_t> idx = slot_indices(blocks.size(), slots, indices, rank, "save_from");
+    const std::vector<std::string> keys = keys_of(ns, blocks);
+    return put(keys, [&] {
+      std::vector<ConstBuffer> values;
+      values.reserve(blocks.size());
+      for (std::size_t i = 0; i < blocks.size(); ++i) {
+        const MutableBuffer v = slots.value(idx[i]);
+        const MutableBuffer p = slots.payload(idx[i]);
+        seal(ns, blocks[i], Payload(p.data, p.size), static_cast<std::uint8_t*>(v.data), v.size);
+        values.push_back({v.data, v.size});
+      }
+      return store_->write_from(keys, values);
+    });
   }
 
   // ---- lookup -------------------------------------------------------------------
@@ -399,16 +478,14 @@ class Connector {
       if (!v.error.empty()) key_failed(call, v.error, "get: a key failed");
       if (!v.present) continue;
       pin(v);
-      const OpenedValue o = ns.open_value(v.data, v.size, blocks[i]);
-      Verdict verdict = o.verdict;
-      if (verdict.ok() && want && o.payload.size != *want) verdict = ns.verify(v.data, envelope_size, blocks[i], *want);
-      if (!verdict.ok()) {
-        out[i].result = {LoadResult::Status::rejected, std::move(verdict), 0};
+      OpenedValue o = open(ns, v, {}, blocks[i], want);
+      if (!o.ok()) {
+        out[i].result = {LoadResult::Status::rejected, std::move(o.verdict), 0};
         continue;
       }
       out[i].payload = o.payload;
       out[i].owner = std::move(v.owner);
-      out[i].result = {LoadResult::Status::loaded, std::move(verdict), o.payload.size};
+      out[i].result = {LoadResult::Status::loaded, std::move(o.verdict), o.payload.size};
     }
     finish_load(call, blocks, out, nullptr);
     return out;
@@ -433,10 +510,13 @@ class Connector {
   /// Writes each block's verified payload into its destination: the parts
   /// (per-layer K and V, say) whose concatenation is the payload, of exactly
   /// the payload's size in all. Each value is read (read_into, staged in
-  /// connector memory where the store reads into memory) and verified whole
-  /// before anything is written; a block that is missing or rejected (a
-  /// payload of another size than its destination included: size_mismatch)
-  /// leaves every part of its destination untouched.
+  /// connector memory, registered with the store where it registers memory)
+  /// and verified whole before anything is written; a block that is missing or
+  /// rejected (a payload of another size than its destination included:
+  /// size_mismatch) leaves every part of its destination untouched.
+  /// input_error, before anything is read, when the destinations are not one
+  /// per block, a part is null, or (where this deployment's payload size is
+  /// known) a destination does not hold exactly one payload.
   std::vector<LoadResult> load_into(const std::vector<Digest>& blocks,
                                     const std::vector<std::vector<MutableBuffer>>& destinations,
                                     std::size_t rank = 0) const {
@@ -445,73 +525,76 @@ class Connector {
       throw input_error("buffers", "load_into: " + std::to_string(blocks.size()) + " blocks but " +
                                        std::to_string(destinations.size()) + " destinations");
     }
+    const std::optional<std::uint64_t> want = payload_size(rank);
     std::vector<std::size_t> sizes(blocks.size(), 0);
     for (std::size_t i = 0; i < blocks.size(); ++i) {
       for (const MutableBuffer& b : destinations[i]) {
         if (b.data == nullptr && b.size != 0) {
-          throw input_error("buffers", "load_into: destination " + std::to_string(i) + " has a null part");
+          throw input_error("buffers", "load_into: buffers[" + std::to_string(i) + "] has a null part");
         }
         sizes[i] += b.size;
       }
+      if (want && sizes[i] != *want) {
+        throw input_error("buffers", "load_into: buffers[" + std::to_string(i) + "] holds " + std::to_string(sizes[i]) +
+                                         " bytes, this deployment's blocks have " + std::to_string(*want));
+      }
     }
-    std::vector<LoadedView> out(blocks.size());
-    ConnectorCall call;
-    call.op = ConnectorCall::Op::load;
-    const std::vector<std::string> keys = keys_of(ns, blocks);
-    // Staging for a store that reads into memory: uninitialised, connector-owned.
-    std::unique_ptr<std::uint8_t[]> staging;
+    // Staging for a store that reads into memory: connector-owned (registered where the store registers memory).
+    std::unique_ptr<std::uint8_t[]> heap;
+    std::shared_ptr<RegisteredMemory> registered;
     std::vector<MutableBuffer> stage(blocks.size());
     if (store_->reads_into() && !blocks.empty()) {
       std::size_t total = 0;
       for (std::size_t s : sizes) total += envelope_size + s;
-      staging.reset(new std::uint8_t[total]);
-      for (std::size_t i = 0, off = 0; i < blocks.size(); off += envelope_size + sizes[i], ++i) {
-        stage[i] = {staging.get() + off, envelope_size + sizes[i]};
-      }
-    }
-    std::vector<StoreValue> values;
-    try {
-      if (!keys.empty()) values = checked(store_->read_into(keys, stage), keys.size(), "get_into");
-    } catch (const store_error&) {
-      finish_load(call, blocks, out, std::current_exception());
-      return results(out);
-    }
-    const std::optional<std::uint64_t> want = payload_size(rank);
-    for (std::size_t i = 0; i < blocks.size(); ++i) {
-      StoreValue& v = values[i];
-      if (!v.error.empty()) key_failed(call, v.error, "get_into: a key failed");
-      if (!v.present) continue;
-      pin(v);
-      Verdict verdict{Reason::ok, {}};
-      OpenedValue o;
-      if (staged(v, stage[i]) && v.size > stage[i].size) {
-        verdict = ns.verify(v.data, std::min<std::size_t>(envelope_size, stage[i].size), blocks[i],
-                            v.size - std::min<std::size_t>(v.size, envelope_size));
-        if (verdict.ok()) verdict = {Reason::size_mismatch, "payload_size"};  // did not fit: never served
+      std::uint8_t* base = nullptr;
+      if (store_->registers_memory()) {
+        registered = store_->allocate_memory(total);
+        base = static_cast<std::uint8_t*>(registered->buffer().data);
       } else {
-        o = ns.open_value(v.data, v.size, blocks[i]);
-        verdict = o.verdict;
-        if (verdict.ok() && o.payload.size != sizes[i]) {
-          verdict = ns.verify(v.data, envelope_size, blocks[i], sizes[i]);
-        } else if (verdict.ok() && want && o.payload.size != *want) {
-          verdict = ns.verify(v.data, envelope_size, blocks[i], *want);
-        }
+        heap.reset(new std::uint8_t[total]);
+        base = heap.get();
       }
-      if (!verdict.ok()) {
-        out[i].result = {LoadResult::Status::rejected, std::move(verdict), 0};
-        continue;
+      for (std::size_t i = 0, off = 0; i < blocks.size(); off += envelope_size + sizes[i], ++i) {
+        stage[i] = {base + off, envelope_size + sizes[i]};
       }
-      const auto* src = static_cast<const std::uint8_t*>(o.payload.data);
+    }
+    std::vector<LoadedView> out(blocks.size());
+    read_verified(ns, blocks, stage, sizes, out);
+    for (std::size_t i = 0; i < blocks.size(); ++i) {
+      if (!out[i].result.loaded()) continue;
+      const auto* src = static_cast<const std::uint8_t*>(out[i].payload.data);
       for (const MutableBuffer& d : destinations[i]) {
         if (d.size != 0) std::memcpy(d.data, src, d.size);
         src += d.size;
       }
-      out[i].payload = o.payload;
-      out[i].result = {LoadResult::Status::loaded, std::move(verdict), o.payload.size};
     }
-    finish_load(call, blocks, out, nullptr);
     return results(out);
   }
+
+  /// The zero-copy load: reads block n's value into slots.value(indices[n])
+  /// (indices empty: slot n) with one read_into (a store with registered
+  /// memory writes it there, no copy) and verifies it there. A block is loaded
+  /// only when its header and payload verify: its payload is then
+  /// slots.payload(indices[n]). A slot whose block is missing or rejected may
+  /// hold the rejected or partly read bytes: never use it. (A store without
+  /// the capability returns its values elsewhere: they are verified there and
+  /// only verified payloads are copied into the slots.) input_error as for
+  /// save_from.
+  std::vector<LoadResult> load_into(const std::vector<Digest>& blocks, const Slots& slots,
+                                    const std::vector<std::size_t>& indices = {}, std::size_t rank = 0) const {
+    const Namespace& ns = at(rank);
+    const std::vector<std::size_t> idx = slot_indices(blocks.size(), slots, indices, rank, "load_into");
+    std::vector<MutableBuffer> into(blocks.size());
+    for (std::size_t i = 0; i < blocks.size(); ++i) into[i] = slots.value(idx[i]);
+    std::vector<LoadedView> out(blocks.size());
+    read_verified(ns, blocks, into, std::vector<std::size_t>(blocks.size(), slots.payload_size()), out);
+    for (std::size_t i = 0; i < blocks.size(); ++i) {
+      const MutableBuffer p = slots.payload(idx[i]);
+      if (out[i].result.loaded() && out[i].payload.data != p.data) std::memcpy(p.data, out[i].payload.data, p.size);
+    }
+    return results(out);
+  }
+
   /// One contiguous destination per block.
   std::vector<LoadResult> load_into(const std::vector<Digest>& blocks, const std::vector<MutableBuffer>& destinations,
                                     std::size_t rank = 0) const {
@@ -575,6 +658,123 @@ class Connector {
     const auto* begin = static_cast<const std::uint8_t*>(stage.data);
     return begin != nullptr && v.data >= begin && v.data <= begin + stage.size;
   }
+  // The one seal step of every save: the value of block (payload, header
+  // sealed over it) written to out[0, capacity); in place when the payload
+  // already lies at out + envelope_size (save_from).
+  static void seal(const Namespace& ns, const Digest& block, Payload payload, std::uint8_t* out, std::size_t capacity) {
+    (void)ns.seal_value(block, payload, out, capacity);
+  }
+
+  // The one open step of every load: the verdict on value v of block, and the
+  // verified payload inside it. into: the memory v was read into (empty: none);
+  // a value larger than into did not fit and is never served. expect: the
+  // payload size the caller can take, if known.
+  static OpenedValue open(const Namespace& ns, const StoreValue& v, const MutableBuffer& into, const Digest& block,
+                          std::optional<std::uint64_t> expect) {
+    OpenedValue o;
+    if (staged(v, into) && v.size > into.size) {
+      const std::size_t room = into.size - std::min<std::size_t>(into.size, envelope_size);
+      o.verdict = ns.verify(v.data, std::min<std::size_t>(envelope_size, into.size), block, room);
+      if (o.verdict.ok()) o.verdict = {Reason::size_mismatch, "payload_size"};  // did not fit: never served
+      return o;
+    }
+    o = ns.open_value(v.data, v.size, block);
+    if (o.ok() && expect && o.payload.size != *expect) {
+      o.verdict = ns.verify(v.data, envelope_size, block, *expect);
+      if (o.verdict.ok()) o.verdict = {Reason::size_mismatch, "payload_size"};
+      o.payload = {};
+    }
+    return o;
+  }
+
+  // One read_into of blocks' keys into `into` (empty entries: no staging),
+  // each value verified (open) against sizes[i]: out[i] loaded with a view of
+  // the verified payload, rejected or missing; recorded as one load.
+  void read_verified(const Namespace& ns, const std::vector<Digest>& blocks, const std::vector<MutableBuffer>& into,
+                     const std::vector<std::size_t>& sizes, std::vector<LoadedView>& out) const {
+    ConnectorCall call;
+    call.op = ConnectorCall::Op::load;
+    const std::vector<std::string> keys = keys_of(ns, blocks);
+    std::vector<StoreValue> values;
+    try {
+      if (!keys.empty()) values = checked(store_->read_into(keys, into), keys.size(), "get_into");
+    } catch (const store_error&) {
+      finish_load(call, blocks, out, std::current_exception());
+      return;
+    }
+    for (std::size_t i = 0; i < blocks.size(); ++i) {
+      StoreValue& v = values[i];
+      if (!v.error.empty()) key_failed(call, v.error, "get_into: a key failed");
+      if (!v.present) continue;
+      if (!staged(v, into[i])) pin(v);
+      OpenedValue o = open(ns, v, into[i], blocks[i], sizes[i]);
+      if (!o.ok()) {
+        out[i].result = {LoadResult::Status::rejected, std::move(o.verdict), 0};
+        continue;
+      }
+      out[i].payload = o.payload;
+      out[i].owner = std::move(v.owner);
+      out[i].result = {LoadResult::Status::loaded, std::move(o.verdict), o.payload.size};
+    }
+    finish_load(call, blocks, out, nullptr);
+  }
+
+  // Stores the values make() seals (one store write): counted as one save.
+  template <class Make>
+  std::size_t put(const std::vector<std::string>& keys, Make&& make) const {
+    ConnectorCall call;
+    call.op = ConnectorCall::Op::save;
+    std::size_t saved = 0;
+    try {
+      const std::vector<StoreWrite> written = make();
+      if (written.size() != keys.size()) {
+        throw store_error("protocol", "put: " + std::to_string(written.size()) + " replies for " +
+                                          std::to_string(keys.size()) + " keys");
+      }
+      for (const StoreWrite& w : written) {
+        if (w.stored) ++saved;
+        if (!w.error.empty()) key_failed(call, w.error, "put: a key failed");
+      }
+    } catch (const store_error&) {
+      call.counts[0] = 0;
+      call.counts[1] = keys.size();
+      failed(call, std::current_exception());
+      return 0;
+    }
+    call.counts[0] = saved;
+    call.counts[1] = keys.size() - saved;
+    done(call);
+    return saved;
+  }
+
+  // The slot of each block: indices (empty: 0..n-1), checked.
+  std::vector<std::size_t> slot_indices(std::size_t n, const Slots& slots, const std::vector<std::size_t>& indices,
+                                        std::size_t rank, const char* call) const {
+    std::vector<std::size_t> idx = indices;
+    if (idx.empty()) {
+      for (std::size_t i = 0; i < n; ++i) idx.push_back(i);
+    }
+    if (idx.size() != n) {
+      throw input_error("indices", std::string(call) + ": " + std::to_string(n) + " blocks but " +
+                                       std::to_string(idx.size()) + " slot indices");
+    }
+    std::vector<bool> used(slots.count(), false);
+    for (std::size_t i : idx) {
+      if (i >= slots.count()) {
+        throw input_error("indices", std::string(call) + ": slot " + std::to_string(i) + " is out of range [0, " +
+                                         std::to_string(slots.count()) + ")");
+      }
+      if (used[i]) throw input_error("indices", std::string(call) + ": slot " + std::to_string(i) + " is given twice");
+      used[i] = true;
+    }
+    const std::optional<std::uint64_t> want = payload_size(rank);
+    if (want && *want != slots.payload_size()) {
+      throw input_error("slots", std::string(call) + ": the slots hold " + std::to_string(slots.payload_size()) +
+                                     "-byte payloads, this deployment's blocks have " + std::to_string(*want));
+    }
+    return idx;
+  }
+
   // A value whose bytes may change under the connector is copied first.
   static void pin(StoreValue& v) {
     if (v.stable) return;

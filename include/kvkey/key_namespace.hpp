@@ -336,9 +336,12 @@ class KeyNamespace {
     return value;
   }
 
-  /// As above, written to out[0, capacity) (which must not overlap the
-  /// payload); returns the bytes written, value_size(payload.size()). Throws
-  /// input_error, writing nothing, when capacity is too small. No heap allocation.
+  /// As above, written to out[0, capacity); returns the bytes written,
+  /// value_size(payload.size()). out must not overlap the payload, except that
+  /// the payload may lie exactly at out + envelope_size: the value is then
+  /// sealed in place (only the header is written; the zero-copy path,
+  /// Connector::save_from). Throws input_error, writing nothing, when capacity
+  /// is too small. No heap allocation.
   std::size_t seal_value(const Digest& block_hash, Payload payload, std::uint8_t* out, std::size_t capacity) const {
     const std::uint64_t n = payload.size();
     if (out == nullptr || capacity < envelope_size || capacity - envelope_size < n) {
@@ -352,7 +355,7 @@ class KeyNamespace {
       const auto* src = static_cast<const std::uint8_t*>(b.data);
       for (std::size_t off = 0; off < b.size; off += piece) {
         const std::size_t len = std::min(piece, b.size - off);
-        std::memcpy(dst, src + off, len);
+        if (dst != src + off) std::memcpy(dst, src + off, len);  // in place: nothing to copy
         s.update(dst, len);
         dst += len;
       }

@@ -7,6 +7,10 @@
 // table kvkey::testing::cases(), which the Python kit (kvkey.testing) runs
 // too, under the same names and with the same report fields:
 //
+// Every case runs twice, into the same CaseResult: through save and load_into
+// with buffers, then through the zero-copy path (save_from, load_into with
+// Slots in memory the store registers), its errors marked "zero-copy: ".
+//
 //   kvkey::testing::Report r = kvkey::testing::check_store([] { return std::make_unique<MyStore>(); });
 //   if (!r.ok()) std::cerr << r.summary();
 #ifndef KVKEY_TESTING_HPP
@@ -278,6 +282,20 @@ class ConnectorUnderTest {
   virtual std::vector<LoadedView> load(const std::vector<Digest>& blocks, std::size_t rank) = 0;
   virtual std::vector<LoadResult> load_into(const std::vector<Digest>& blocks,
                                             const std::vector<MutableBuffer>& destinations, std::size_t rank) = 0;
+  /// The zero-copy save (Connector::save_from), block i in slot i. Default: the
+  /// slots' payloads through save.
+  virtual std::size_t save_slots(const std::vector<Digest>& blocks, const Slots& slots, std::size_t rank) {
+    std::vector<Payload> payloads;
+    for (std::size_t i = 0; i < blocks.size(); ++i) payloads.emplace_back(slots.payload(i).data, slots.payload_size());
+    return save(blocks, payloads, rank);
+  }
+  /// The zero-copy load (Connector::load_into with Slots), block i in slot i.
+  /// Default: load_into the slots' payloads.
+  virtual std::vector<LoadResult> load_slots(const std::vector<Digest>& blocks, const Slots& slots, std::size_t rank) {
+    std::vector<MutableBuffer> d;
+    for (std::size_t i = 0; i < blocks.size(); ++i) d.push_back(slots.payload(i));
+    return load_into(blocks, d, rank);
+  }
 };
 
 /// kvkey::Connector<AnyKeyNamespace> as the connector under test (zero-copy loads: load_views).
@@ -294,6 +312,12 @@ class ConnectorAdapter : public ConnectorUnderTest {
   std::vector<LoadResult> load_into(const std::vector<Digest>& blocks, const std::vector<MutableBuffer>& destinations,
                                     std::size_t rank) override {
     return conn_.load_into(blocks, destinations, rank);
+  }
+  std::size_t save_slots(const std::vector<Digest>& blocks, const Slots& slots, std::size_t rank) override {
+    return conn_.save_from(blocks, slots, {}, rank);
+  }
+  std::vector<LoadResult> load_slots(const std::vector<Digest>& blocks, const Slots& slots, std::size_t rank) override {
+    return conn_.load_into(blocks, slots, {}, rank);
   }
   const Connector<AnyKeyNamespace>& connector() const noexcept { return conn_; }
 
@@ -440,10 +464,12 @@ inline Bytes bytes_of(const ConstBuffer& b) {
 /// One case: its store, the bytes each key may load as, and the checks.
 class Case {
  public:
-  Case(const CaseSpec& spec, Store& store, const MakeConnector& make, std::string tenant)
-      : spec_(spec), store_(store), make_(make), tenant_(std::move(tenant)) {
+  Case(const CaseSpec& spec, Store& store, const MakeConnector& make, std::string tenant, bool zero_copy = false)
+      : spec_(spec), store_(store), make_(make), tenant_(std::move(tenant)), zero_copy_(zero_copy) {
     result.name = spec.name;
   }
+  /// Saves and load_into go through the zero-copy path (Slots).
+  bool zero_copy() const noexcept { return zero_copy_; }
   CaseResult result;
   std::mutex mu;  // result and allowed, for the racing cases
 
@@ -495,7 +521,16 @@ class Case {
       std::vector<Payload> views;
       for (const Digest& h : hashes) payloads.push_back(d.payload(r, h, version));
       for (const Bytes& p : payloads) views.emplace_back(p.data(), p.size());
-      const std::size_t saved = conn.save(hashes, views, r);
+      std::size_t saved = 0;
+      if (zero_copy_ && !hashes.empty()) {
+        const Slots slots(store_, hashes.size(), payloads[0].size());
+        for (std::size_t i = 0; i < hashes.size(); ++i) {
+          std::copy(payloads[i].begin(), payloads[i].end(), static_cast<std::uint8_t*>(slots.payload(i).data));
+        }
+        saved = conn.save_slots(hashes, slots, r);
+      } else {
+        saved = conn.save(hashes, views, r);
+      }
       if (saved != hashes.size()) {
         error("save stored " + std::to_string(saved) + " of " + std::to_string(hashes.size()) + " values");
       }
@@ -559,6 +594,12 @@ class Case {
     // Served payloads are checked only after every other read of this check: what was
     // served must stay what was verified, whatever the store does with its buffers.
     std::vector<std::pair<std::string, LoadedView>> served;
+    struct InSlot {
+      std::shared_ptr<Slots> slots;
+      std::size_t i;
+      Bytes loaded;
+    };
+    std::vector<InSlot> in_slots;  // zero-copy loads: what each loaded slot held
     for (std::size_t rank = 0; rank < d.ranks.size(); ++rank) {
       const AnyKeyNamespace& ns = d.ranks[rank];
       std::vector<LoadedView> views = conn.load(hashes, rank);
@@ -578,14 +619,29 @@ class Case {
       const std::vector<Bytes> sentinel = buffers;
       std::vector<MutableBuffer> dest;
       for (Bytes& b : buffers) dest.push_back({b.data(), b.size()});
-      const std::vector<LoadResult> results = conn.load_into(hashes, dest, rank);
+      std::vector<LoadResult> results;
+      if (zero_copy_ && !hashes.empty()) {
+        // Slots of this deployment's payload size; a loaded slot's payload is what was
+        // served, checked again after the last read (the store may not write it later).
+        auto slots = std::make_shared<Slots>(store_, hashes.size(), d.payload(rank, hashes[0]).size());
+        results = conn.load_slots(hashes, *slots, rank);
+        for (std::size_t i = 0; i < hashes.size() && i < results.size(); ++i) {
+          if (!results[i].loaded()) continue;
+          const auto* p = static_cast<const std::uint8_t*>(slots->payload(i).data);
+          buffers[i].assign(p, p + slots->payload_size());
+          in_slots.push_back({slots, i, buffers[i]});
+        }
+      } else {
+        results = conn.load_into(hashes, dest, rank);
+      }
       for (std::size_t i = 0; i < hashes.size() && i < results.size(); ++i) {
         const std::set<Bytes> a = allowed(ns.store_key(hashes[i]));
         if (results[i].loaded()) {
           (a.count(buffers[i]) ? r.loaded : r.wrong_loads) += 1;
           continue;
         }
-        if (buffers[i] != sentinel[i]) ++r.wrong_loads;  // unverified bytes written into the caller's buffer
+        // Unverified bytes written into the caller's buffer (a slot of a block not loaded may hold them).
+        if (!zero_copy_ && buffers[i] != sentinel[i]) ++r.wrong_loads;
         if (results[i].status == LoadResult::Status::rejected) {
           ++r.rejected;
           ++r.reasons[std::string(to_string(results[i].verdict.reason)) + " " + results[i].verdict.field];
@@ -599,8 +655,15 @@ class Case {
     for (const auto& [key, view] : served) {
       (allowed(key).count(bytes_of(view.payload)) ? r.loaded : r.wrong_loads) += 1;
     }
+    for (const InSlot& slot : in_slots) {  // written after the load returned: not what was verified
+      if (bytes_of({slot.slots->payload(slot.i).data, slot.slots->payload_size()}) != slot.loaded) ++r.wrong_loads;
+    }
     const std::lock_guard<std::mutex> lock(mu);
-    CaseResult& t = result;
+    add(result, r);
+  }
+
+  /// Adds r's counts and errors to t.
+  static void add(CaseResult& t, const CaseResult& r, const std::string& mark = "") {
     t.lookups += r.lookups;
     t.counted += r.counted;
     t.counted_rejected += r.counted_rejected;
@@ -610,7 +673,7 @@ class Case {
     t.wrong_loads += r.wrong_loads;
     t.lost += r.lost;
     for (const auto& [k, n] : r.reasons) t.reasons[k] += n;
-    t.errors.insert(t.errors.end(), r.errors.begin(), r.errors.end());
+    for (const std::string& e : r.errors) t.errors.push_back(mark + e);
   }
 
   const CaseSpec& spec() const noexcept { return spec_; }
@@ -620,6 +683,7 @@ class Case {
   Store& store_;
   const MakeConnector& make_;
   std::string tenant_;
+  bool zero_copy_ = false;
   std::map<std::string, std::set<Bytes>> allowed_;
 };
 
@@ -919,22 +983,28 @@ Report check_store(MakeStore&& make_store, const CheckOptions& options = {}) {
       continue;
     }
     auto store = make_store();
-    detail::Case c(spec, *store, options.make_connector, "kvkey-check-" + run + "-" + std::to_string(i));
-    try {
-      switch (spec.scenario) {
-        case Scenario::baseline: detail::baseline(c); break;
-        case Scenario::fault: detail::fault(c); break;
-        case Scenario::epoch_bump: detail::epoch_bump(c); break;
-        case Scenario::cross_tenant: detail::cross_tenant(c); break;
-        case Scenario::stale_writer: detail::stale_writer(c, options.race_rounds); break;
-        case Scenario::concurrent_writers: detail::concurrent_writers(c, options.race_rounds); break;
+    CaseResult result;
+    result.name = spec.name;
+    for (const bool zero_copy : {false, true}) {
+      detail::Case c(spec, *store, options.make_connector,
+                     "kvkey-check-" + run + "-" + std::to_string(i) + (zero_copy ? "z" : ""), zero_copy);
+      try {
+        switch (spec.scenario) {
+          case Scenario::baseline: detail::baseline(c); break;
+          case Scenario::fault: detail::fault(c); break;
+          case Scenario::epoch_bump: detail::epoch_bump(c); break;
+          case Scenario::cross_tenant: detail::cross_tenant(c); break;
+          case Scenario::stale_writer: detail::stale_writer(c, options.race_rounds); break;
+          case Scenario::concurrent_writers: detail::concurrent_writers(c, options.race_rounds); break;
+        }
+      } catch (const std::exception& e) {
+        c.error(std::string("exception: ") + e.what());
+      } catch (...) {
+        c.error("exception of an unknown type");
       }
-    } catch (const std::exception& e) {
-      c.error(std::string("exception: ") + e.what());
-    } catch (...) {
-      c.error("exception of an unknown type");
+      detail::Case::add(result, c.result, zero_copy ? "zero-copy: " : "");
     }
-    report.cases.push_back(std::move(c.result));
+    report.cases.push_back(std::move(result));
   }
   return report;
 }

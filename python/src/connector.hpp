@@ -20,6 +20,7 @@
 #include <cstdint>
 #include <cstring>
 #include <deque>
+#include <limits>
 #include <memory>
 #include <optional>
 #include <string>
@@ -78,6 +79,9 @@ class PyStore : public kvkey::Store {
     has_prefix_ = py::hasattr(store_, "get_prefix");
     has_exists_ = py::hasattr(store_, "exists");
     has_into_ = py::hasattr(store_, "get_into");
+    // Registered memory (the zero-copy capability): writes from, reads into addresses.
+    has_registered_ = py::hasattr(store_, "put_from") && py::hasattr(store_, "get_into_registered");
+    has_register_ = py::hasattr(store_, "register_memory");
   }
   PyStore(const PyStore&) = delete;
   PyStore& operator=(const PyStore&) = delete;
@@ -141,6 +145,11 @@ class PyStore : public kvkey::Store {
   std::vector<kvkey::StoreValue> read_into(const std::vector<std::string>& keys,
                                            const std::vector<kvkey::MutableBuffer>& staging) override {
     py::gil_scoped_acquire gil;
+    if (has_registered_) {
+      const py::object reply =
+          call("get_into_registered", py::make_tuple(key_list(keys), addresses(staging), sizes(staging)));
+      return sizes_read(reply, keys.size(), staging, "get_into_registered");
+    }
     if (!has_into_) return values(call("get", py::make_tuple(key_list(keys))), keys.size(), "get");
     py::list views(staging.size());
     for (std::size_t i = 0; i < staging.size(); ++i) {
@@ -157,31 +166,26 @@ class PyStore : public kvkey::Store {
       throw;
     }
     release(views);  // the store may not write into staging after the call
-    std::vector<kvkey::StoreValue> out;
-    std::size_t i = 0;
-    each(reply, keys.size(), "get_into", [&](const py::handle& item) {
-      kvkey::StoreValue v;
-      if (item.is_none()) {
-      } else if (!is_bool(item) && PyLong_Check(item.ptr()) != 0) {
-        int overflow = 0;
-        const long long n = PyLong_AsLongLongAndOverflow(item.ptr(), &overflow);
-        if (overflow < 0 || (overflow == 0 && n < 0)) {
-          v.error = "server";  // a negative error code: an error, never a hit
-        } else if (overflow == 0) {
-          v.present = true;
-          v.data = static_cast<const std::uint8_t*>(staging[i].data);
-          v.size = static_cast<std::size_t>(n);
-        }  // 2^63 and beyond: no value this connector could hold, a miss
-      } else {
-        v.error = entry_error(item);
-      }
-      ++i;
-      out.push_back(std::move(v));
-    });
-    key_errors(reply, out);
-    return out;
+    return sizes_read(reply, keys.size(), staging, "get_into");
   }
-  bool reads_into() const noexcept override { return has_into_; }
+  bool reads_into() const noexcept override { return has_into_ || has_registered_; }
+  bool registers_memory() const noexcept override { return has_registered_; }
+  std::shared_ptr<kvkey::RegisteredMemory> register_memory(kvkey::MutableBuffer memory) override {
+    return std::make_shared<Region>(*this, memory, nullptr);
+  }
+  std::shared_ptr<kvkey::RegisteredMemory> allocate_memory(std::size_t size) override {
+    std::shared_ptr<std::uint8_t[]> bytes(new std::uint8_t[size == 0 ? 1 : size]);
+    return std::make_shared<Region>(*this, kvkey::MutableBuffer{bytes.get(), size}, bytes);
+  }
+  std::vector<kvkey::StoreWrite> write_from(const std::vector<std::string>& keys,
+                                            const std::vector<kvkey::ConstBuffer>& values) override {
+    if (!has_registered_) return kvkey::Store::write_from(keys, values);
+    py::gil_scoped_acquire gil;
+    std::vector<kvkey::MutableBuffer> at;
+    at.reserve(values.size());
+    for (const kvkey::ConstBuffer& v : values) at.push_back({const_cast<void*>(v.data), v.size});
+    return writes(call("put_from", py::make_tuple(key_list(keys), addresses(at), sizes(at))), keys.size(), "put_from");
+  }
   kvkey::StoreValue allocate_value(std::size_t size) override {
     py::gil_scoped_acquire gil;
     PyObject* b = PyBytes_FromStringAndSize(nullptr, static_cast<Py_ssize_t>(size));
@@ -207,10 +211,49 @@ class PyStore : public kvkey::Store {
         objs[i] = py::bytes(reinterpret_cast<const char*>(values[i].data), values[i].size);
       }
     }
-    const py::object reply = call("put", py::make_tuple(key_list(keys), objs));
+    return writes(call("put", py::make_tuple(key_list(keys), objs)), keys.size(), "put");
+  }
+
+ private:
+  // Memory registered with the Python store while this lives: store.register_memory(address,
+  // size) where the store has it; its result's close() unregisters it.
+  struct Region : kvkey::RegisteredMemory {
+    Region(PyStore& s, kvkey::MutableBuffer m, std::shared_ptr<void> keep)
+        : kvkey::RegisteredMemory(m, std::move(keep)) {
+      if (!s.has_register_) return;
+      py::gil_scoped_acquire gil;
+      const py::object h = s.call("register_memory", py::make_tuple(reinterpret_cast<std::uintptr_t>(m.data), m.size));
+      handle = std::make_shared<PyOwner>(h.ptr());
+    }
+    Region(const Region&) = delete;
+    Region& operator=(const Region&) = delete;
+    ~Region() override {
+      if (!handle || handle->obj == nullptr || Py_IsInitialized() == 0) return;
+      py::gil_scoped_acquire gil;
+      if (handle->obj != Py_None) {
+        PyObject* r = PyObject_CallMethod(handle->obj, "close", nullptr);
+        if (r == nullptr) PyErr_Clear();
+        Py_XDECREF(r);
+      }
+      handle.reset();
+    }
+    std::shared_ptr<PyOwner> handle;
+  };
+  static py::list addresses(const std::vector<kvkey::MutableBuffer>& at) {
+    py::list out(at.size());
+    for (std::size_t i = 0; i < at.size(); ++i) out[i] = py::int_(reinterpret_cast<std::uintptr_t>(at[i].data));
+    return out;
+  }
+  static py::list sizes(const std::vector<kvkey::MutableBuffer>& at) {
+    py::list out(at.size());
+    for (std::size_t i = 0; i < at.size(); ++i) out[i] = py::int_(at[i].size);
+    return out;
+  }
+  // A put / put_from reply: None (all stored), or per key a bool, 1 / 0, or a key's failure.
+  std::vector<kvkey::StoreWrite> writes(const py::object& reply, std::size_t n, const char* what) const {
     std::vector<kvkey::StoreWrite> out;
-    if (reply.is_none()) return std::vector<kvkey::StoreWrite>(keys.size());
-    each(reply, keys.size(), "put", [&](const py::handle& item) {
+    if (reply.is_none()) return std::vector<kvkey::StoreWrite>(n);
+    each(reply, n, what, [&](const py::handle& item) {
       kvkey::StoreWrite w;
       const int flag = is_bool(item) ? (PyObject_IsTrue(item.ptr()) == 1 ? 1 : 0) : zero_or_one(item);
       if (flag >= 0) {
@@ -224,8 +267,34 @@ class PyStore : public kvkey::Store {
     key_errors(reply, out);
     return out;
   }
-
- private:
+  // A get_into / get_into_registered reply: per key the value's size (read into
+  // staging[i]), None (missing), a negative error code or a key's failure.
+  std::vector<kvkey::StoreValue> sizes_read(const py::object& reply, std::size_t n,
+                                            const std::vector<kvkey::MutableBuffer>& staging, const char* what) const {
+    std::vector<kvkey::StoreValue> out;
+    std::size_t i = 0;
+    each(reply, n, what, [&](const py::handle& item) {
+      kvkey::StoreValue v;
+      if (item.is_none()) {
+      } else if (!is_bool(item) && PyLong_Check(item.ptr()) != 0) {
+        int overflow = 0;
+        const long long got = PyLong_AsLongLongAndOverflow(item.ptr(), &overflow);
+        if (overflow < 0 || (overflow == 0 && got < 0)) {
+          v.error = "server";  // a negative error code: an error, never a hit
+        } else if (overflow == 0) {
+          v.present = true;
+          v.data = static_cast<const std::uint8_t*>(staging[i].data);
+          v.size = static_cast<std::size_t>(got);
+        }  // 2^63 and beyond: no value this connector could hold, a miss
+      } else {
+        v.error = entry_error(item);
+      }
+      ++i;
+      out.push_back(std::move(v));
+    });
+    key_errors(reply, out);
+    return out;
+  }
   static std::optional<kvkey::Bytes> one(const std::vector<kvkey::StoreValue>& v) {
     if (v.empty() || !v[0].present) return std::nullopt;
     return kvkey::Bytes(v[0].data, v[0].data + v[0].size);
@@ -390,6 +459,8 @@ class PyStore : public kvkey::Store {
   bool has_prefix_ = false;
   bool has_exists_ = false;
   bool has_into_ = false;
+  bool has_registered_ = false;
+  bool has_register_ = false;
 };
 
 // A buffer argument held for the length of a call: read-only (payloads) or writable (destinations).
@@ -552,7 +623,11 @@ class PyConnector {
       throw kvkey::input_error("buffers", "load_into: " + std::to_string(blocks.size()) + " block hashes but " +
                                               std::to_string(dest.parts.size()) + " buffers");
     }
-    const std::vector<kvkey::LoadResult> res = guarded([&] { return core_->load_into(blocks, dest.parts, rank); });
+    return results(guarded([&] { return core_->load_into(blocks, dest.parts, rank); }));
+  }
+
+  // (status, Verdict or None, nbytes) per block.
+  static py::list results(const std::vector<kvkey::LoadResult>& res) {
     py::list out(res.size());
     static const char* const names[] = {"loaded", "missing", "rejected"};
     for (std::size_t i = 0; i < res.size(); ++i) {
@@ -562,6 +637,23 @@ class PyConnector {
       out[i] = py::make_tuple(names[static_cast<int>(res[i].status)], verdict, res[i].nbytes);
     }
     return out;
+  }
+
+  // The zero-copy path over a kvkey.Slots: count slots of payload_size-byte
+  // payloads at address (memory the Python Slots holds and registered).
+  std::size_t save_from(const py::object& hashes, const py::object& slots, const py::object& indices,
+                        std::size_t rank) {
+    const std::vector<kvkey::Digest> blocks = to_digests(hashes, "block_hashes");
+    const kvkey::Slots s = to_slots(slots);
+    const std::vector<std::size_t> idx = to_indices(indices);
+    return guarded([&] { return core_->save_from(blocks, s, idx, rank); });
+  }
+  py::list load_into_slots(const py::object& hashes, const py::object& slots, const py::object& indices,
+                           std::size_t rank) {
+    const std::vector<kvkey::Digest> blocks = to_digests(hashes, "block_hashes");
+    const kvkey::Slots s = to_slots(slots);
+    const std::vector<std::size_t> idx = to_indices(indices);
+    return results(guarded([&] { return core_->load_into(blocks, s, idx, rank); }));
   }
 
   py::object last_error() const {
@@ -579,6 +671,29 @@ class PyConnector {
   std::optional<std::uint64_t> payload_size(std::size_t rank) const { return core_->payload_size(rank); }
 
  private:
+  // A kvkey.Slots (its address, count and payload_size) as kvkey::Slots over its memory.
+  static kvkey::Slots to_slots(const py::object& slots) {
+    const auto address = to_uint<std::uintptr_t>(slots.attr("memory_address"), "slots.memory_address");
+    const auto count = to_uint<std::size_t>(slots.attr("count"), "slots.count");
+    const auto payload = to_uint<std::uint64_t>(slots.attr("payload_size"), "slots.payload_size");
+    const std::size_t stride = kvkey::value_size(payload);
+    if (count == 0 || count > std::numeric_limits<std::size_t>::max() / stride) {
+      throw kvkey::input_error("slots",
+                               "Slots: " + std::to_string(count) + " slots of " + std::to_string(stride) + " bytes");
+    }
+    auto memory = std::make_shared<kvkey::RegisteredMemory>(
+        kvkey::MutableBuffer{reinterpret_cast<void*>(address), count * stride});
+    return kvkey::Slots(std::move(memory), count, payload);
+  }
+  static std::vector<std::size_t> to_indices(const py::object& indices) {
+    std::vector<std::size_t> out;
+    if (indices.is_none()) return out;
+    for_each_item(indices, "indices", "a list of slot indices", [&](const py::handle& item, std::size_t i) {
+      out.push_back(to_uint<std::size_t>(item, indexed("indices", i)));
+    });
+    return out;
+  }
+
   template <class F>
   auto guarded(F&& f) -> decltype(f()) {
     try {
@@ -633,6 +748,8 @@ void bind_connector(py::module_& m) {
       .def("lookup", &C::lookup)
       .def("load", &C::load)
       .def("load_into", &C::load_into)
+      .def("save_from", &C::save_from)
+      .def("load_into_slots", &C::load_into_slots)
       .def("last_error", &C::last_error)
       .def("clear_last_error", &C::clear_last_error)
       .def("payload_size", &C::payload_size);

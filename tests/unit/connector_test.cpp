@@ -187,11 +187,36 @@ TEST_CASE("Connector::load_into verifies, then scatters into per-layer parts", "
   CHECK(r[1].status == kvkey::LoadResult::Status::rejected);
   CHECK(r[1].verdict.reason == Reason::payload_mismatch);
   for (std::size_t i = 4; i < 8; ++i) CHECK(dst[i] == Bytes(q, 0xA5));
-  // A destination of another size: size_mismatch, untouched.
-  Bytes small(payload_bytes - 1, 0x11);
-  const auto r2 = c.load_into({blocks[0]}, std::vector<kvkey::MutableBuffer>{{small.data(), small.size()}});
-  CHECK(r2[0].verdict.reason == Reason::size_mismatch);
-  CHECK(small == Bytes(payload_bytes - 1, 0x11));
+}
+
+TEST_CASE("Connector::load_into: destinations that cannot hold a payload are the caller's error", "[connector]") {
+  kvkey::MemoryStore store;
+  const kvkey::KeyNamespace<> ns(small_identity());
+  kvkey::Metrics m;
+  const kvkey::Connector<> c(store, ns, &m);
+  const std::vector<kvkey::Digest> blocks = ns.block_hashes(kvkey_test::tokens(8));
+  const Bytes p = pattern(payload_bytes, 3);
+  REQUIRE(c.save(blocks, views({p, p})) == 2);
+  REQUIRE(c.lookup(blocks) == 2);
+  const kvkey::MetricsSnapshot before = m.snapshot();
+  Bytes good(payload_bytes, 0x11), small(payload_bytes - 1, 0x11), big(payload_bytes + 1, 0x11);
+  for (Bytes* wrong : {&small, &big}) {
+    const std::vector<kvkey::MutableBuffer> d = {{good.data(), good.size()}, {wrong->data(), wrong->size()}};
+    try {
+      (void)c.load_into(blocks, d);
+      FAIL("no input_error");
+    } catch (const kvkey::input_error& e) {
+      CHECK(e.field() == "buffers");
+      CHECK(std::string(e.what()).find("buffers[1] holds " + std::to_string(wrong->size())) != std::string::npos);
+    }
+  }
+  // Nothing was read, nothing written, nothing counted (no rejection, no false hit).
+  CHECK(good == Bytes(payload_bytes, 0x11));
+  const kvkey::MetricsSnapshot s = m.snapshot();
+  CHECK(s.load_loaded == before.load_loaded);
+  CHECK(s.load_rejected == before.load_rejected);
+  CHECK(s.load_missing == before.load_missing);
+  CHECK(s.false_hits == before.false_hits);
 }
 
 TEST_CASE("Connector serves the bytes it verified, whatever the store does with its buffers", "[connector]") {
@@ -329,4 +354,176 @@ TEST_CASE("Connector::load_into: a store that reads into staging never writes th
   CHECK(r[2].verdict.reason == Reason::size_mismatch);
   CHECK(dst[1] == Bytes(payload_bytes, 0xEE));
   CHECK(dst[2] == Bytes(payload_bytes, 0xEE));
+}
+
+namespace {
+
+// A store with registered memory: values move only between its map and memory
+// registered with it (a write from, or a read into, anything else fails the
+// test), as Mooncake's batch_upsert_from and batch_get_into do.
+struct RegisteringStore : kvkey::MemoryStore {
+  struct Region : kvkey::RegisteredMemory {
+    Region(RegisteringStore& s, kvkey::MutableBuffer b, std::shared_ptr<void> keep)
+        : kvkey::RegisteredMemory(b, std::move(keep)), store(&s) {
+      store->live.push_back(this);
+    }
+    ~Region() override { store->live.erase(std::find(store->live.begin(), store->live.end(), this)); }
+    RegisteringStore* store;
+  };
+  std::vector<const Region*> live;
+  std::size_t writes = 0, reads = 0, outside = 0;
+  bool fail = false;
+
+  bool registers_memory() const noexcept override { return true; }
+  std::shared_ptr<kvkey::RegisteredMemory> register_memory(kvkey::MutableBuffer m) override {
+    return std::make_shared<Region>(*this, m, nullptr);
+  }
+  std::shared_ptr<kvkey::RegisteredMemory> allocate_memory(std::size_t size) override {
+    std::shared_ptr<std::uint8_t[]> bytes(new std::uint8_t[size]());
+    return std::make_shared<Region>(*this, kvkey::MutableBuffer{bytes.get(), size}, bytes);
+  }
+  bool registered(const void* p, std::size_t n) const {
+    return std::any_of(live.begin(), live.end(), [&](const Region* r) { return r->contains(p, n); });
+  }
+  std::vector<kvkey::StoreWrite> write_from(const std::vector<std::string>& keys,
+                                            const std::vector<kvkey::ConstBuffer>& values) override {
+    ++writes;
+    if (fail) throw kvkey::store_error("connection", "gone");
+    for (std::size_t i = 0; i < keys.size(); ++i) {
+      if (!registered(values[i].data, values[i].size)) ++outside;
+      put(keys[i], static_cast<const std::uint8_t*>(values[i].data), values[i].size);
+    }
+    return std::vector<kvkey::StoreWrite>(keys.size());
+  }
+  std::vector<kvkey::StoreValue> read_into(const std::vector<std::string>& keys,
+                                           const std::vector<kvkey::MutableBuffer>& into) override {
+    ++reads;
+    if (fail) throw kvkey::store_error("timeout", "late");
+    std::vector<kvkey::StoreValue> out(keys.size());
+    for (std::size_t i = 0; i < keys.size(); ++i) {
+      if (!registered(into[i].data, into[i].size)) ++outside;
+      const std::optional<Bytes> v = get(keys[i]);
+      if (!v) continue;
+      std::memcpy(into[i].data, v->data(), std::min(v->size(), into[i].size));
+      out[i].present = true;
+      out[i].data = static_cast<const std::uint8_t*>(into[i].data);
+      out[i].size = v->size();
+    }
+    return out;
+  }
+};
+
+}  // namespace
+
+TEST_CASE("Connector zero-copy path: sealed in place, written from and read into registered memory", "[connector]") {
+  RegisteringStore store;
+  const kvkey::KeyNamespace<> ns(small_identity());
+  kvkey::Metrics m;
+  const kvkey::Connector<> c(store, ns, &m);
+  const std::vector<kvkey::Digest> blocks = ns.block_hashes(kvkey_test::tokens(16));
+  REQUIRE(blocks.size() == 4);
+  kvkey::Slots out(store, 4, payload_bytes);
+  CHECK(store.live.size() == 1);
+  CHECK(out.stride() == kvkey::envelope_size + payload_bytes);
+  std::vector<Bytes> ps;
+  for (std::uint8_t i = 0; i < 4; ++i) {
+    ps.push_back(pattern(payload_bytes, static_cast<std::uint8_t>(10 + i)));
+    std::memcpy(out.payload(i).data, ps[i].data(), payload_bytes);
+  }
+  // Block n in slot 3 - n: the indices say which.
+  CHECK(c.save_from(blocks, out, {3, 2, 1, 0}) == 4);
+  CHECK(store.writes == 1);
+  CHECK(store.outside == 0);
+  for (std::size_t n = 0; n < 4; ++n) {
+    const std::optional<Bytes> v = store.get(ns.store_key(blocks[n]));
+    REQUIRE(v);
+    CHECK(ns.open_value(*v, blocks[n]).ok());
+    CHECK(Bytes(v->begin() + kvkey::envelope_size, v->end()) == ps[3 - n]);  // the payload as it lay, not copied
+    const auto* h = static_cast<const std::uint8_t*>(out.header(3 - n).data);
+    CHECK(Bytes(h, h + kvkey::envelope_size) == Bytes(v->begin(), v->begin() + kvkey::envelope_size));
+  }
+  CHECK(c.lookup(blocks) == 4);
+
+  // Damage: block 1's payload flipped, block 2 too long, block 3 removed.
+  std::optional<Bytes> v1 = store.get(ns.store_key(blocks[1]));
+  v1->back() ^= 1;
+  store.put(ns.store_key(blocks[1]), v1->data(), v1->size());
+  std::optional<Bytes> v2 = store.get(ns.store_key(blocks[2]));
+  v2->push_back(0);
+  store.put(ns.store_key(blocks[2]), v2->data(), v2->size());
+  (void)store.remove(ns.store_key(blocks[3]));
+  kvkey::Slots in(store, 4, payload_bytes);
+  const kvkey::MetricsSnapshot before = m.snapshot();
+  const std::vector<kvkey::LoadResult> r = c.load_into(blocks, in);
+  CHECK(store.reads == 1);
+  CHECK(store.outside == 0);
+  REQUIRE(r.size() == 4);
+  CHECK(r[0].loaded());
+  CHECK(r[0].nbytes == payload_bytes);
+  const auto* p0 = static_cast<const std::uint8_t*>(in.payload(0).data);
+  CHECK(Bytes(p0, p0 + payload_bytes) == ps[3]);
+  CHECK(r[1].verdict.reason == Reason::payload_mismatch);
+  CHECK(r[2].verdict.reason == Reason::size_mismatch);
+  CHECK(r[3].status == kvkey::LoadResult::Status::missing);
+  // The one metrics rule: three of the four counted by the lookup are false hits.
+  const kvkey::MetricsSnapshot s = m.snapshot();
+  CHECK(s.load_loaded - before.load_loaded == 1);
+  CHECK(s.load_rejected - before.load_rejected == 2);
+  CHECK(s.load_missing - before.load_missing == 1);
+  CHECK(s.false_hits - before.false_hits == 3);
+  CHECK(s.payload_verified_bytes - before.payload_verified_bytes == payload_bytes);
+
+  // The caller's errors, before anything is read or written.
+  const std::size_t reads = store.reads;
+  CHECK_THROWS_AS(c.load_into(blocks, in, {0, 1, 2}), kvkey::input_error);      // 3 indices for 4 blocks
+  CHECK_THROWS_AS(c.load_into(blocks, in, {0, 1, 1, 2}), kvkey::input_error);   // a slot twice
+  CHECK_THROWS_AS(c.save_from(blocks, out, {0, 1, 2, 4}), kvkey::input_error);  // out of range
+  kvkey::Slots other(store, 4, payload_bytes + 8);
+  CHECK_THROWS_AS(c.save_from(blocks, other), kvkey::input_error);  // not this deployment's payload size
+  CHECK(store.reads == reads);
+  CHECK(store.writes == 1);
+
+  // The one last-error rule: a failed call is a miss for every block, kept.
+  store.fail = true;
+  CHECK(c.save_from(blocks, out) == 0);
+  const std::vector<kvkey::LoadResult> f = c.load_into(blocks, in);
+  CHECK(std::none_of(f.begin(), f.end(), [](const kvkey::LoadResult& x) { return x.loaded(); }));
+  REQUIRE(c.last_error());
+  CHECK(m.snapshot().store_error("timeout") == 1);
+  CHECK(m.snapshot().store_error("connection") == 1);
+}
+
+TEST_CASE("Connector zero-copy path over a store without registered memory", "[connector]") {
+  kvkey::MemoryStore store;
+  const kvkey::KeyNamespace<> ns(small_identity());
+  const kvkey::Connector<> c(store, ns);
+  const std::vector<kvkey::Digest> blocks = ns.block_hashes(kvkey_test::tokens(8));
+  Bytes engine(2 * (kvkey::envelope_size + payload_bytes), 0);
+  kvkey::Slots slots(store, kvkey::MutableBuffer{engine.data(), engine.size()}, 2, payload_bytes);
+  const Bytes p = pattern(payload_bytes, 9);
+  std::memcpy(slots.payload(0).data, p.data(), p.size());
+  std::memcpy(slots.payload(1).data, p.data(), p.size());
+  CHECK(c.save_from(blocks, slots) == 2);
+  CHECK(c.load(blocks[1]) == p);
+  std::memset(engine.data(), 0, engine.size());
+  const auto r = c.load_into(blocks, slots);
+  CHECK(r[0].loaded());
+  CHECK(r[1].loaded());
+  CHECK(Bytes(engine.end() - static_cast<std::ptrdiff_t>(payload_bytes), engine.end()) == p);
+  CHECK_THROWS_AS(kvkey::Slots(store, kvkey::MutableBuffer{engine.data(), engine.size() - 1}, 2, payload_bytes),
+                  kvkey::input_error);
+  CHECK_THROWS_AS(kvkey::Slots(store, 0, payload_bytes), kvkey::input_error);
+}
+
+TEST_CASE("seal_value in place seals the payload where it lies, as a copy would", "[connector]") {
+  const kvkey::KeyNamespace<> ns(small_identity());
+  const kvkey::Digest block = ns.block_hashes(kvkey_test::tokens(4))[0];
+  const Bytes p = pattern(payload_bytes, 4);
+  Bytes value(kvkey::envelope_size + payload_bytes, 0);
+  std::memcpy(value.data() + kvkey::envelope_size, p.data(), p.size());
+  CHECK(ns.seal_value(block, kvkey::Payload(value.data() + kvkey::envelope_size, p.size()), value.data(),
+                      value.size()) == value.size());
+  CHECK(Bytes(value.begin() + kvkey::envelope_size, value.end()) == p);
+  CHECK(ns.open_value(value, block).ok());
+  CHECK(ns.open_value(ns.seal_value(block, kvkey::Payload(p.data(), p.size())), block).ok());
 }
