@@ -8,13 +8,14 @@ other round), it times:
 
 - lookup:    kvkey.Connector.lookup (every header read and verified: batch_get_session_start
              + ranged reads of 1024 bytes in read_streams concurrent calls) / raw batch_is_exist;
-- save:      MooncakeConnector.save_from (headers sealed in place, batch_upsert_from from
-             registered memory) / raw batch_put_from of the same bytes (fresh keys each round);
-- load_into: MooncakeConnector.load_into with Slots (batch_get_into into registered memory,
-             every block verified in place, each batch while the next is read) / raw
-             batch_get_into into the same memory, in the same batches;
+- save:      Connector.save_from with kvkey.Slots (headers sealed in place by the core,
+             batch_upsert_from from registered memory) / raw batch_put_from of the same
+             bytes (fresh keys each round);
+- load_into: Connector.load_into with kvkey.Slots (batch_get_into into registered memory,
+             every block verified in place by the core) / raw batch_get_into into the same
+             memory, in the same batches;
 - also, for reference: Connector.save (upsert_batch from bytes), Connector.load_into
-  into ordinary buffers (get_batch, verified copies), and the lookup with read_streams=1
+  into ordinary buffers (staged in registered memory, verified copies), and the lookup with read_streams=1
   (every header range in one call).
 
 Prints each median, the fastest round and the ratios of the medians, and the JSON of all
@@ -78,10 +79,10 @@ def main() -> int:
     try:
         ns = namespace(f"bench-{secrets.token_hex(3)}", size)
         assert ns.payload_size == size, (ns.payload_size, size)
-        conn = mc.MooncakeConnector(store, ns, payload_size=size)
+        conn = kvkey.Connector(store, ns, payload_size=size)
         hashes = ns.block_hashes(range(16 * n))
         keys = [ns.store_key(h) for h in hashes]
-        out, into = mc.Slots(store, n, size), mc.Slots(store, n, size)
+        out, into = kvkey.Slots(store, n, size), kvkey.Slots(store, n, size)
         for i in range(n):
             out.payload(i)[:] = os.urandom(64) * (size // 64)
         assert conn.save_from(hashes, out) == n
@@ -126,7 +127,7 @@ def main() -> int:
                 assert all(r == stride for r in got), got
 
         one = MooncakeStore(store.client, read_streams=1)  # the headers in one ranged-read call
-        conn_one = mc.MooncakeConnector(one, ns, payload_size=size)
+        conn_one = kvkey.Connector(one, ns, payload_size=size)
 
         def lookup_1() -> None:
             assert conn_one.lookup(hashes) == n

@@ -25,6 +25,7 @@ naming its field, and full reuse with both schemes for the same deployment.
 """
 
 import argparse
+import ctypes
 import dataclasses
 import hashlib
 import json
@@ -159,14 +160,18 @@ def consume(store: MooncakeStore, case: Case, run: str, reply: Dict[str, List[st
     # consumer's block size into registered memory.
     found = store.exists(e.legacy_keys)
     row.legacy_hits = next((n for n, f in enumerate(found) if not f), len(found))
-    region = store.register(size=e.size * row.blocks)
-    sizes = store.get_into_registered(e.legacy_keys[:row.legacy_hits],
-                           [region.address + n * e.size for n in range(row.legacy_hits)],
-                           [e.size] * row.legacy_hits)
+    memory = bytearray(e.size * row.blocks)
+    anchor = (ctypes.c_char * len(memory)).from_buffer(memory)  # pins the memory while it is registered
+    address = ctypes.addressof(anchor)
+    region = store.register_memory(address, len(memory))
+    sizes = store.client.batch_get_into(e.legacy_keys[:row.legacy_hits],  # lmdeploy's own call
+                                        [address + n * e.size for n in range(row.legacy_hits)],
+                                        [e.size] * row.legacy_hits)
+    region.close()
     for n, got in enumerate(sizes):
         if got < 0:
             row.legacy_refused += 1
-        elif bytes(region.view[n * e.size:n * e.size + got]) != e.kv[n]:
+        elif bytes(memory[n * e.size:n * e.size + got]) != e.kv[n]:
             row.legacy_wrong += 1
     # kvkey: the consumer's own keys.
     row.kvkey_hits = e.conn.lookup(e.hashes)

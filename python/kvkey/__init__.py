@@ -45,13 +45,14 @@ from ._kvkey import (  # noqa: F401  (re-exports)
 )
 from . import compat  # noqa: F401
 from . import stores  # noqa: F401
-from .connector import Connector  # noqa: F401
+from .connector import Connector, Slots  # noqa: F401
 from . import testing  # noqa: F401
 
 __all__ = [
     "Adapter",
     "Chain",
     "Connector",
+    "Slots",
     "CryptoError",
     "Error",
     "Identity",

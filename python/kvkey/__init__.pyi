@@ -11,6 +11,7 @@ from . import compat as compat
 from . import stores as stores
 from . import testing as testing
 from .connector import Connector as Connector
+from .connector import Slots as Slots
 
 # Any bytes-like object: bytes, bytearray, memoryview, numpy arrays (read as bytes(memoryview(x))).
 _BytesLike = Union[bytes, bytearray, memoryview, npt.NDArray[Any]]
@@ -306,7 +307,7 @@ def fingerprint_file(path: _StrPath) -> bytes: ...
 __all__ = [
     "Adapter", "Chain", "CryptoError", "Error", "Identity", "IdentityError", "InputError", "IoError",
     "KeyNamespace", "Kv", "KvDtype", "Metrics", "Model", "OpenedValue", "Quant", "ReusablePrefix", "Shard", "Slice",
-    "TenantSecret", "Verdict", "compat", "Connector", "dtype_bits", "dtype_itemsize", "envelope_size", "fingerprint",
+    "TenantSecret", "Verdict", "compat", "Connector", "Slots", "dtype_bits", "dtype_itemsize", "envelope_size", "fingerprint",
     "fingerprint_file", "format_version", "glob_escape", "kv_dtype_from_engine", "kv_dtype_from_string",
     "metrics_field_names", "reusable_prefix", "secret_id", "secret_key_prefix", "single_tenant_name", "store_key_tag", "stores", "testing",
 ]

@@ -16,10 +16,10 @@ import concurrent.futures
 import functools
 import inspect
 import threading
-from typing import Any, Callable, List, Optional, Sequence, TypeVar
+from typing import Any, Callable, List, Optional, Sequence, TypeVar, Union
 
 from . import KeyNamespace
-from .connector import BlockResult, Connector as _SyncConnector, _Namespaces
+from .connector import BlockResult, Connector as _SyncConnector, Slots, _Namespaces
 from .stores import StoreError
 
 __all__ = ["Connector"]
@@ -126,10 +126,16 @@ class Connector:
         """``kvkey.Connector.load``: verified payloads, or None."""
         return await self._run(self._sync.load, block_hashes, rank=rank)
 
-    async def load_into(self, block_hashes: Sequence[bytes], buffers: Sequence[Any], *,
-                        rank: int = 0) -> List[BlockResult]:
-        """``kvkey.Connector.load_into``: verified, then written into the destinations."""
-        return await self._run(self._sync.load_into, block_hashes, buffers, rank=rank)
+    async def load_into(self, block_hashes: Sequence[bytes], buffers: Union[Sequence[Any], Slots], *,
+                        rank: int = 0, indices: Optional[Sequence[int]] = None) -> List[BlockResult]:
+        """``kvkey.Connector.load_into``: verified, then written into the destinations
+        (or, with ``kvkey.Slots``, read into the slots and verified there)."""
+        return await self._run(self._sync.load_into, block_hashes, buffers, rank=rank, indices=indices)
+
+    async def save_from(self, block_hashes: Sequence[bytes], slots: Slots, indices: Optional[Sequence[int]] = None,
+                        *, rank: int = 0) -> int:
+        """``kvkey.Connector.save_from``: the zero-copy save from ``kvkey.Slots``."""
+        return await self._run(self._sync.save_from, block_hashes, slots, indices, rank=rank)
 
     def __repr__(self) -> str:
         return (f"kvkey.aio.Connector({type(self.store).__name__}, ranks={len(self.ranks)}, "

@@ -11,19 +11,22 @@ with the GIL released. See docs/python.md, "Connector and stores".
 
 from __future__ import annotations
 
+import ctypes
 import dataclasses
 import importlib
 import logging
+import mmap
 import operator
+import weakref
 from typing import Any, List, Optional, Sequence, Union, cast
 
-from . import InputError, KeyNamespace, Verdict
+from . import InputError, KeyNamespace, Verdict, envelope_size
 from .stores import Store, StoreError
 
 # kvkey::Connector in the binding (python/src/connector.hpp); private, so not in the stubs.
 _Connector: Any = getattr(importlib.import_module("kvkey._kvkey"), "_Connector")
 
-__all__ = ["BlockResult", "Connector", "logger"]
+__all__ = ["BlockResult", "Connector", "Slots", "logger"]
 
 #: Where a connector whose store keeps failing logs (WARNING, rate-limited): the error
 #: kind, the failures since the previous line and in all, and the latest message.
@@ -80,6 +83,94 @@ def _log_store_failure(kind: str, count: int, total: int, message: str) -> None:
 
 
 _Namespaces = Union[KeyNamespace, Sequence[KeyNamespace]]
+
+
+def _close(handle: Any) -> None:
+    if handle is not None:
+        handle.close()
+
+
+class Slots:
+    """Registered memory for the zero-copy path (``Connector.save_from``,
+    ``Connector.load_into`` with slots): ``count`` slots of ``1024 + payload_size`` bytes,
+    each the stored value of one block (header, then payload).
+
+    The engine writes a block's KV into ``payload(i)`` before ``save_from`` and reads it
+    from ``payload(i)`` after a ``load_into`` whose result for the block is ``loaded``. A
+    slot whose result is not ``loaded`` may hold bytes that were rejected, in its header
+    and in its payload: its contents must not be used.
+
+    ``buffer``: the engine's own memory (writable, C-contiguous, at least ``count *
+    stride`` bytes), else new page-aligned memory. The memory is registered with the
+    store (``store.register_memory(address, size)``, where the store has registered
+    memory, as ``MooncakeStore`` does) until ``close()`` or until the slots are
+    collected; ``registered=True``: the engine registered it already. Any store takes
+    slots: one without registered memory reads and writes copies of them."""
+
+    def __init__(self, store: Any, count: int, payload_size: int, buffer: Any = None, *,
+                 registered: bool = False) -> None:
+        count = _integer(count, "count")
+        payload_size = _integer(payload_size, "payload_size")
+        if count < 1 or payload_size < 1:
+            raise _input_error("slots", f"Slots: count {count} and payload_size {payload_size} must be at least 1")
+        self.store = store
+        self.count = count
+        self.payload_size = payload_size
+        self.stride = envelope_size + payload_size
+        need = count * self.stride
+        self._mm: Optional[mmap.mmap] = None
+        if buffer is None:
+            self._mm = mmap.mmap(-1, need)
+            buffer = self._mm
+        view = memoryview(buffer)
+        if view.readonly or not view.c_contiguous:
+            raise TypeError("Slots: the buffer must be writable and C-contiguous")
+        flat = view.cast("B") if view.format != "B" or view.ndim != 1 else view
+        if flat.nbytes < need:
+            raise _input_error("buffer", f"Slots: the buffer has {flat.nbytes} bytes, {count} slots of "
+                                         f"{self.stride} need {need}")
+        self._anchor = (ctypes.c_char * need).from_buffer(flat)
+        #: The address of slot 0 (the memory the store registered).
+        self.memory_address: int = ctypes.addressof(self._anchor)
+        self.view = flat[:need]
+        register = getattr(store, "register_memory", None)
+        handle = register(self.memory_address, need) if register is not None and not registered else None
+        self._finalizer = weakref.finalize(self, _close, handle)
+
+    def close(self) -> None:
+        """Unregisters the memory (the slots must not be used with the store afterwards)."""
+        self._finalizer()
+
+    def __enter__(self) -> "Slots":
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.close()
+
+    def _at(self, i: int) -> int:
+        i = _integer(i, "slot")
+        if not 0 <= i < self.count:
+            raise _input_error("indices", f"slot {i} is out of range [0, {self.count})")
+        return i * self.stride
+
+    def address(self, i: int) -> int:
+        """The address of slot ``i``'s value."""
+        return self.memory_address + self._at(i)
+
+    def header(self, i: int) -> memoryview:
+        at = self._at(i)
+        return self.view[at:at + envelope_size]
+
+    def payload(self, i: int) -> memoryview:
+        at = self._at(i) + envelope_size
+        return self.view[at:at + self.payload_size]
+
+    def value(self, i: int) -> memoryview:
+        at = self._at(i)
+        return self.view[at:at + self.stride]
+
+    def __repr__(self) -> str:
+        return f"Slots(count={self.count}, payload_size={self.payload_size})"
 
 
 class Connector:
@@ -194,15 +285,40 @@ class Connector:
         sets ``owned_values = True``) are copied before they are verified."""
         return cast(List[Optional[memoryview]], self._core.load(block_hashes, self._rank(rank)))
 
-    def load_into(self, block_hashes: Sequence[bytes], buffers: Sequence[Any], *,
-                  rank: int = 0) -> List[BlockResult]:
+    def save_from(self, block_hashes: Sequence[bytes], slots: Slots, indices: Optional[Sequence[int]] = None, *,
+                  rank: int = 0) -> int:
+        """The zero-copy save: block ``n``'s payload is in ``slots.payload(indices[n])``
+        (default: slot ``n``). Seals each header in place (the payload is digested where
+        it lies) and writes the slots with one ``store.put_from`` (registered memory, no
+        copy; a store without it gets copies). Returns how many values were stored.
+        ``InputError`` when an index is out of range or given twice, or the slots'
+        payload size is not this deployment's."""
+        if not isinstance(slots, Slots):
+            raise TypeError(f"save_from: slots is a {type(slots).__name__}, expected kvkey.Slots")
+        return int(self._core.save_from(block_hashes, slots, indices, self._rank(rank)))
+
+    def load_into(self, block_hashes: Sequence[bytes], buffers: Union[Sequence[Any], Slots], *,
+                  rank: int = 0, indices: Optional[Sequence[int]] = None) -> List[BlockResult]:
         """Writes each block's verified payload into its destination: a writable,
         C-contiguous buffer (a numpy array), or a list of them (per-layer K and V) whose
         sizes add up to the payload's. The whole value is verified before anything is
-        written; a block that is missing or does not verify (a payload of another size
-        than its destination included: ``size_mismatch``) leaves every destination
-        untouched. Returns one ``BlockResult`` per block."""
-        return [BlockResult(s, v, n) for s, v, n in self._core.load_into(block_hashes, buffers, self._rank(rank))]
+        written; a block that is missing or does not verify leaves every destination
+        untouched. A destination that does not hold exactly this deployment's payload
+        size (where it is known) is ``InputError``, before anything is read.
+
+        With ``Slots`` (the zero-copy load): reads block ``n``'s value into
+        ``slots.value(indices[n])`` (default: slot ``n``; registered memory, one
+        ``store.get_into_registered``) and verifies it there; a block is ``loaded`` only
+        when header and payload verify, its payload is then ``slots.payload(i)``. A slot
+        whose result is ``missing`` or ``rejected`` may hold the rejected bytes: never
+        use it. Returns one ``BlockResult`` per block."""
+        if isinstance(buffers, Slots):
+            res = self._core.load_into_slots(block_hashes, buffers, indices, self._rank(rank))
+        else:
+            if indices is not None:
+                raise _input_error("indices", "load_into: indices are for Slots only")
+            res = self._core.load_into(block_hashes, buffers, self._rank(rank))
+        return [BlockResult(s, v, n) for s, v, n in res]
 
     def __repr__(self) -> str:
         return (f"Connector({type(self.store).__name__}, ranks={len(self.ranks)}, "

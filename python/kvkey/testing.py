@@ -11,7 +11,10 @@ and concurrent writers of one key. Damaged values are written with the store's o
 Every case must end with 0 wrong loads (a payload served, or bytes written into a
 ``load_into`` buffer, that is not what this deployment last saved for the block), 0
 lookups that count a block whose header does not verify, and nothing lost (an intact
-block that does not load, or a lookup that stops before it). See docs/python.md.
+block that does not load, or a lookup that stops before it). Every case runs twice,
+into one result: through ``save`` and ``load_into`` with buffers, then through the
+zero-copy path (``save_from`` and ``load_into`` with ``kvkey.Slots`` in memory the store
+registers), its errors marked ``zero-copy:``. See docs/python.md.
 """
 
 from __future__ import annotations
@@ -30,7 +33,7 @@ import traceback
 from typing import Any, Callable, Dict, List, Optional, Sequence, Set, Tuple
 
 import kvkey as kv
-from .connector import Connector
+from .connector import Connector, Slots
 from .stores import Store
 
 __all__ = ["CaseResult", "Report", "check_store"]
@@ -170,9 +173,10 @@ class _Case:
     the checks."""
 
     def __init__(self, name: str, make_store: Callable[[], Store], make_connector: _MakeConnector,
-                 tenant: str) -> None:
+                 tenant: str, zero_copy: bool = False) -> None:
         self.result = CaseResult(name)
         self.store = make_store()
+        self.zero_copy = zero_copy  # saves and load_into through kvkey.Slots
         self._make_connector = make_connector
         self.tenant = tenant
         self.tenants: Set[str] = set()
@@ -193,7 +197,16 @@ class _Case:
         """Saves through the connector; what it saved becomes the only bytes allowed."""
         for r in (range(len(d.ranks)) if ranks is None else ranks):
             payloads = [d.payload(r, h, version) for h in hashes]
-            saved = conn.save(hashes, payloads, rank=r)
+            if self.zero_copy and hashes:
+                with _slots(self.store, len(hashes), len(payloads[0])) as slots:
+                    for i, p in enumerate(payloads):
+                        slots.payload(i)[:] = p
+                    if hasattr(conn, "save_from"):
+                        saved = conn.save_from(hashes, slots, rank=r)
+                    else:  # a connector under test without the zero-copy path: the slots' payloads
+                        saved = conn.save(hashes, [slots.payload(i) for i in range(len(hashes))], rank=r)
+            else:
+                saved = conn.save(hashes, payloads, rank=r)
             if saved != len(hashes):
                 self.result.errors.append(f"save stored {saved} of {len(hashes)} values")
             for h, p in zip(hashes, payloads):
@@ -251,6 +264,7 @@ class _Case:
         # what was served must stay what was verified, whatever the store does with its
         # buffers afterwards (a store that recycles them under a zero-copy connector fails).
         served: List[Tuple[str, Any]] = []
+        in_slots: List[Tuple[Slots, int, bytes]] = []
         for rank, ns in enumerate(d.ranks):
             rank_keys = [ns.store_key(h) for h in hashes]
             for key, p in zip(rank_keys, conn.load(hashes, rank=rank)):
@@ -263,9 +277,18 @@ class _Case:
             sizes = [len(next(iter(self.allowed[k]))) if self.allowed.get(k) else len(d.payload(rank, h))
                      for k, h in zip(rank_keys, hashes)]
             sentinel = [bytes([0xA5]) * n for n in sizes]
-            buffers = [bytearray(s) for s in sentinel]
-            for key, buf, before, res in zip(rank_keys, buffers, sentinel,
-                                             conn.load_into(hashes, buffers, rank=rank)):
+            buffers: List[Any] = [bytearray(s) for s in sentinel]
+            if self.zero_copy and hashes:
+                # The zero-copy load: a loaded slot's payload is checked now, and again
+                # after the last read (the store may not write into it after the call).
+                slots = _slots(self.store, len(hashes), len(d.payload(rank, hashes[0])))
+                buffers = [slots.payload(i) for i in range(len(hashes))]
+                # A connector under test without the zero-copy path loads into the slots' payloads.
+                results = conn.load_into(hashes, slots if hasattr(conn, "save_from") else buffers, rank=rank)
+                in_slots.extend((slots, i, bytes(slots.payload(i))) for i, res in enumerate(results) if res.loaded)
+            else:
+                results = conn.load_into(hashes, buffers, rank=rank)
+            for key, buf, before, res in zip(rank_keys, buffers, sentinel, results):
                 allowed = self.allowed.get(key, set())
                 if res.loaded:
                     if bytes(buf) in allowed:
@@ -273,8 +296,8 @@ class _Case:
                     else:
                         r.wrong_loads += 1
                     continue
-                if bytes(buf) != before:
-                    r.wrong_loads += 1  # unverified bytes written into the caller's buffer
+                if not self.zero_copy and bytes(buf) != before:
+                    r.wrong_loads += 1  # unverified bytes written into the caller's buffer (a slot may hold them)
                 if res.status == "rejected":
                     r.rejected += 1
                     r.reasons[f"{res.verdict.reason} {res.verdict.field}"] += 1
@@ -288,6 +311,11 @@ class _Case:
                 r.loaded += 1
             else:
                 r.wrong_loads += 1
+        for slots, i, loaded in in_slots:  # written after the load returned: not what was verified
+            if bytes(slots.payload(i)) != loaded:
+                r.wrong_loads += 1
+        for slots in {id(s): s for s, _, _ in in_slots}.values():
+            slots.close()
 
     def cleanup(self) -> None:
         for prefix in sorted(self.tenants):
@@ -745,14 +773,31 @@ def _check(make_store: Callable[[], Any], connect: _MakeConnector, cases: Option
     for i, (name, body) in enumerate(plan):
         if cases is not None and not any(s in name for s in cases):
             continue
-        case = _Case(name, make_store, connect, f"kvkey-check-{run}-{i}")
-        try:
-            body(case)
-        except Exception as e:  # noqa: BLE001 - reported, never raised
-            case.result.errors.append(f"{type(e).__name__}: {e}")
-        try:
-            case.cleanup()
-        except Exception as e:  # noqa: BLE001
-            case.result.errors.append(f"cleanup: {type(e).__name__}: {e}")
-        results.append(case.result)
+        result = CaseResult(name)
+        for zero_copy in (False, True):  # every case twice: buffers, then the zero-copy path (Slots)
+            case = _Case(name, make_store, connect, f"kvkey-check-{run}-{i}{'z' if zero_copy else ''}", zero_copy)
+            try:
+                body(case)
+            except Exception as e:  # noqa: BLE001 - reported, never raised
+                case.result.errors.append(f"{type(e).__name__}: {e}")
+            try:
+                case.cleanup()
+            except Exception as e:  # noqa: BLE001
+                case.result.errors.append(f"cleanup: {type(e).__name__}: {e}")
+            _add(result, case.result, "zero-copy: " if zero_copy else "")
+        results.append(result)
     return Report(results)
+
+
+def _add(into: CaseResult, r: CaseResult, mark: str) -> None:
+    for f in dataclasses.fields(CaseResult):
+        if f.name in ("name", "reasons", "errors"):
+            continue
+        setattr(into, f.name, getattr(into, f.name) + getattr(r, f.name))
+    into.reasons.update(r.reasons)
+    into.errors.extend(mark + e for e in r.errors)
+
+
+def _slots(store: Any, count: int, payload_size: int) -> Slots:
+    """Slots in memory the store registers (an async store's own store: ``inner``)."""
+    return Slots(getattr(store, "inner", store), count, payload_size)

@@ -25,8 +25,9 @@ def test_memory_store_passes_every_case():
                      "stale writer racing an epoch bump", "concurrent writers of one key"]:
         assert expected in names, expected
     assert len(report.cases) >= 60
-    foreign = report.case("foreign kv.dtype")  # the damage hits each of the two ranks in turn
-    assert foreign.rejected == 2 and foreign.reasons == {"identity_mismatch kv.dtype": 2}
+    # The damage hits each of the two ranks in turn, on both paths (buffers, then Slots).
+    foreign = report.case("foreign kv.dtype")
+    assert foreign.rejected == 2 * 2 and foreign.reasons == {"identity_mismatch kv.dtype": 2 * 2}
     assert "check_store: ok" in str(report) and "foreign kv.dtype" in str(report)
 
 
@@ -144,7 +145,7 @@ def test_a_lookup_by_existence_is_caught():
     report = check_store(MemoryStore, make_connector=ExistenceLookup)
     assert not report.ok
     assert report.wrong_loads == 0  # loads still verify
-    assert report.case("foreign tenant").counted_rejected == 2  # rank 0's turn and rank 1's
+    assert report.case("foreign tenant").counted_rejected == 2 * 2  # rank 0's turn and rank 1's, on both paths
     assert report.case("payload bit flip (first byte)").counted_rejected == 0  # its header verifies
 
 

@@ -383,3 +383,116 @@ def test_memory_store_a_value_that_is_not_bytes_misses_alone(ns):
     assert store.key_errors["protocol"] == 3 and conn.last_error is None
     assert store.exists(keys[3:5]) == [True, True]
     assert kvkey.stores.Replies([1, None], {1: kvkey.stores.StoreError("server", "x")}) == [1, None]
+
+
+def test_load_into_a_destination_of_another_size_is_the_callers_error(setup):
+    ns, store, _, hashes = setup
+    metrics = kvkey.Metrics()
+    conn = kvkey.Connector(store, ns, payload_size=512, metrics=metrics)
+    assert conn.save(hashes[:2], payloads(hashes[:2])) == 2
+    assert conn.lookup(hashes[:2]) == 2
+    before = metrics.as_dict()
+    for wrong in (bytearray(511), bytearray(513), [bytearray(256), bytearray(255)]):
+        good = bytearray(b"\x07" * 512)
+        with pytest.raises(kvkey.InputError, match="buffers\\[1\\] holds") as e:
+            conn.load_into(hashes[:2], [good, wrong])
+        assert e.value.field == "buffers"
+        assert good == bytearray(b"\x07" * 512)  # nothing read, nothing written
+    after = metrics.as_dict()
+    assert after["load_blocks"] == before["load_blocks"] and after["false_hits"] == before["false_hits"]
+    assert after["rejections"] == before["rejections"]
+
+
+def test_the_zero_copy_path_over_any_store(setup):
+    ns, store, _, hashes = setup
+    metrics = kvkey.Metrics()
+    conn = kvkey.Connector(store, ns, payload_size=512, metrics=metrics)
+    ps = payloads(hashes)
+    with kvkey.Slots(store, 4, 512) as out:
+        for i, p in enumerate(ps):
+            out.payload(3 - i)[:] = p.tobytes()
+        assert conn.save_from(hashes, out, indices=[3, 2, 1, 0]) == 4
+        assert bytes(out.header(3)) == store.values[ns.store_key(hashes[0])][:H]  # sealed in place
+    assert [bytes(p) for p in conn.load(hashes)] == [p.tobytes() for p in ps]
+    assert conn.lookup(hashes) == 4
+    v = bytearray(store.values[ns.store_key(hashes[1])])
+    v[-1] ^= 1
+    store.values[ns.store_key(hashes[1])] = bytes(v)
+    into = kvkey.Slots(store, 4, 512, bytearray(4 * (H + 512)))
+    res = conn.load_into(hashes, into)
+    assert [r.status for r in res] == ["loaded", "rejected", "loaded", "loaded"]
+    assert bytes(into.payload(2)) == ps[2].tobytes()
+    assert metrics.as_dict()["false_hits"] == 1  # the one metrics rule
+    with pytest.raises(kvkey.InputError, match="given twice"):
+        conn.load_into(hashes, into, indices=[0, 0, 1, 2])
+    with pytest.raises(kvkey.InputError, match="out of range"):
+        conn.save_from(hashes, into, indices=[0, 1, 2, 4])
+    with pytest.raises(kvkey.InputError, match="500-byte payloads"):
+        conn.save_from(hashes, kvkey.Slots(store, 4, 500))
+    with pytest.raises(kvkey.InputError, match="indices are for Slots only"):
+        conn.load_into(hashes, [bytearray(512)] * 4, indices=[0, 1, 2, 3])
+    with pytest.raises(kvkey.InputError, match="needs|need"):
+        kvkey.Slots(store, 4, 512, bytearray(100))
+    with pytest.raises(TypeError, match="kvkey.Slots"):
+        conn.save_from(hashes, [bytearray(512)] * 4)
+
+
+def test_the_zero_copy_path_over_a_store_with_registered_memory(setup):
+    """A Python store with the capability: register_memory, put_from, get_into_registered
+    (addresses); the connector writes from and reads into the slots through them, one
+    call per batch."""
+    import ctypes
+
+    ns, _, _, hashes = setup
+
+    class Registered(MemoryStore):
+        def __init__(self):
+            super().__init__()
+            self.regions, self.calls = [], collections.Counter()
+
+        def register_memory(self, address, size):
+            region = (address, size)
+            self.regions.append(region)
+            store = self
+
+            class Handle:
+                def close(self):
+                    store.regions.remove(region)
+
+            return Handle()
+
+        def _inside(self, address, size):
+            assert any(a <= address and address + size <= a + n for a, n in self.regions), "not registered"
+
+        def put_from(self, keys, addresses, sizes):
+            self.calls["put_from"] += 1
+            for a, n in zip(addresses, sizes):
+                self._inside(a, n)
+            return self.put(keys, [ctypes.string_at(a, n) for a, n in zip(addresses, sizes)])
+
+        def get_into_registered(self, keys, addresses, sizes):
+            self.calls["get_into_registered"] += 1
+            out = []
+            for k, a, n in zip(keys, addresses, sizes):
+                self._inside(a, n)
+                v = self.values.get(k)
+                if v is not None:
+                    ctypes.memmove(a, v, min(len(v), n))
+                out.append(None if v is None else len(v))
+            return out
+
+    store = Registered()
+    conn = kvkey.Connector(store, ns, payload_size=512)
+    with kvkey.Slots(store, 4, 512) as slots:
+        for i, p in enumerate(payloads(hashes)):
+            slots.payload(i)[:] = p.tobytes()
+        assert conn.save_from(hashes, slots) == 4
+        store.values[ns.store_key(hashes[3])] += b"!"  # longer than its slot: never served
+        res = conn.load_into(hashes, slots)
+        assert [r.status for r in res] == ["loaded", "loaded", "loaded", "rejected"]
+        assert res[3].verdict.reason == "size_mismatch"
+        assert store.calls == {"put_from": 1, "get_into_registered": 1}
+        bufs = [bytearray(512) for _ in range(3)]  # ordinary buffers: staged in registered memory
+        assert all(r.loaded for r in conn.load_into(hashes[:3], bufs))
+        assert len(store.regions) == 1  # the staging was unregistered after the call
+    assert store.regions == []

@@ -135,15 +135,15 @@ def test_check_store_two_processes(store):
 
 def test_zero_copy_slots(store):
     ns = namespace()
-    conn = mc.MooncakeConnector(store, ns, payload_size=8192)
+    conn = kvkey.Connector(store, ns, payload_size=8192)
     hashes = ns.block_hashes(range(64 * 8))
-    out = mc.Slots(store, 8, 8192)
+    out = kvkey.Slots(store, 8, 8192)
     for i in range(8):
         out.payload(i)[:] = bytes([i + 1]) * 8192
     assert conn.save_from(hashes, out) == 8
     assert conn.lookup(hashes) == 8
     assert [bytes(p) for p in conn.load(hashes)] == [bytes([i + 1]) * 8192 for i in range(8)]
-    into = mc.Slots(store, 8, 8192)
+    into = kvkey.Slots(store, 8, 8192)
     results = conn.load_into(hashes[::-1], into, indices=range(8))
     assert all(r.loaded for r in results)
     assert [bytes(into.payload(i)) for i in range(8)] == [bytes([8 - i]) * 8192 for i in range(8)]
@@ -156,24 +156,40 @@ def test_zero_copy_slots(store):
     store.put([ns.store_key(hashes[3])], [store.get([ns.store_key(hashes[3])])[0][:700]])
     store.put([ns.store_key(hashes[4])], [ns.seal_value(hashes[4], bytes(9000))])
     store.delete([ns.store_key(hashes[5])])
-    results = conn.load_into(hashes, into)
+    metrics = kvkey.Metrics()
+    counted = kvkey.Connector(store, ns, payload_size=8192, metrics=metrics)
+    assert counted.lookup(hashes) == 1  # block 1's header is foreign
+    results = counted.load_into(hashes, into)
     assert [r.status for r in results] == ["loaded", "rejected", "rejected", "rejected", "rejected", "missing",
                                            "loaded", "loaded"]
     assert (results[1].verdict.reason, results[1].verdict.field) == ("identity_mismatch", "kv.dtype")
     assert results[4].verdict.reason == "size_mismatch"
     assert bytes(into.payload(0)) == bytes([1]) * 8192 and bytes(into.payload(7)) == bytes([8]) * 8192
-    # In batches of 3 (each verified while the next is read), every block gets its own result.
+    d = metrics.as_dict()  # the connector's one metrics rule on the zero-copy path
+    assert d["load_blocks"] == {"loaded": 3, "missing": 1, "rejected": 4}
+    assert d["payload_verified_bytes"] == 3 * 8192
+    # In batches of 3, every block gets its own result.
     with MooncakeStore(store.client, batch=3, read_streams=2) as small:
-        into2 = mc.Slots(small, 8, 8192)
-        again = mc.MooncakeConnector(small, ns, payload_size=8192).load_into(hashes[::-1], into2)
+        into2 = kvkey.Slots(small, 8, 8192)
+        again = kvkey.Connector(small, ns, payload_size=8192).load_into(hashes[::-1], into2)
         assert [r.status for r in again] == [r.status for r in results[::-1]]
         assert [r.verdict.reason for r in again if r.verdict] == [r.verdict.reason for r in results[::-1] if r.verdict]
         assert bytes(into2.payload(0)) == bytes([8]) * 8192 and bytes(into2.payload(7)) == bytes([1]) * 8192
+        into2.close()
     # A plain Connector.load_into with ordinary buffers still copies only verified bytes.
     bufs = [bytearray(8192) for _ in range(2)]
     assert [r.status for r in conn.load_into(hashes[:2], bufs)] == ["loaded", "rejected"]
     assert bufs[1] == bytearray(8192)
     store.purge(ns.tenant_prefix)
+
+
+def test_check_store_with_stores_dropped_without_close(store):
+    """Each case makes a store on the one client and drops it without close(): the memory
+    it registered is unregistered with it, so the next store's is never refused."""
+    report = check_store(lambda: MooncakeStore(store.client))
+    print(report)
+    store.purge(kvkey.store_key_tag + "kvkey-check-")
+    assert report.ok, str(report)
 
 
 def test_the_mooncake_guide_runs_against_the_store(master, tmp_path, monkeypatch):

@@ -16,29 +16,31 @@ adapter must absorb; each is handled here and documented in docs/integration/moo
 - Headers are read with one ``batch_get_session_start`` (one master round trip, like
   ``batch_is_exist``) and ranged reads of the first 1024 bytes into registered memory,
   in several concurrent calls (the TCP transport serializes the ranges of one call).
-- The zero-copy path (``MooncakeConnector.save_from`` / ``load_into`` with ``Slots``):
-  values are written from, and read into, registered memory with ``batch_upsert_from`` /
-  ``batch_get_into``, and verified in place.
+- Registered memory (the zero-copy capability of the store protocol, which
+  ``kvkey.Connector.save_from`` / ``load_into`` with ``kvkey.Slots`` use): memory is
+  registered with ``register_memory`` (``register_buffer``), values are written from it
+  with ``put_from`` (``batch_upsert_from``) and read into it with ``get_into_registered``
+  (``batch_get_into``); the connector seals and verifies them in place.
+- A negative code fails its key alone (a ``Replies.errors`` entry of the code's kind),
+  unless every key of the call failed for want of the store (a ``StoreError``).
 
 Importing this module does not import ``mooncake``; ``MooncakeStore.connect`` does.
 """
 
 from __future__ import annotations
 
-import contextlib
 import ctypes
+import math
 import mmap
 import threading
 import time
-from typing import Any, Dict, Generator, Iterator, List, Optional, Sequence, Tuple
+import weakref
+from typing import Any, Dict, Iterator, List, Optional, Sequence, Tuple
 
-from .. import InputError, KeyNamespace, Verdict, envelope_size
-from ..connector import BlockResult, Connector
-from . import StoreError
+from . import Replies, StoreError, _KeyErrors
 
-__all__ = ["CODES", "MooncakeConnector", "MooncakeStore", "Slots", "code_kind", "regex_escape", "spawn_holder"]
+__all__ = ["CODES", "MooncakeStore", "code_kind", "regex_escape", "spawn_holder"]
 
-_HEADER = envelope_size
 _MIN_STREAM = 64  # keys per concurrent ranged-read call, at least (MooncakeStore.read_streams)
 
 # Mooncake's ErrorCode values (mooncake-store/include/types.h) that the adapter names.
@@ -105,48 +107,60 @@ def regex_escape(prefix: str) -> str:
     return "".join("\\" + c if c in "^$\\.*+?()[]{}|" else c for c in prefix)
 
 
-def _address(buf: Any) -> Tuple[int, int, Any]:
-    """(address, size, keep-alive) of a writable C-contiguous buffer."""
-    view = memoryview(buf)
-    if view.readonly or not view.c_contiguous:
-        raise TypeError("a registered buffer must be writable and C-contiguous")
-    flat = view.cast("B") if view.format != "B" or view.ndim != 1 else view
-    if flat.nbytes == 0:
-        raise InputError("[kvkey.input_error] a registered buffer must not be empty")
-    anchor = (ctypes.c_char * flat.nbytes).from_buffer(flat)
-    return ctypes.addressof(anchor), flat.nbytes, (anchor, flat)
+def _unregister(client: Any, address: int) -> None:
+    try:
+        client.unregister_buffer(address)
+    except Exception:  # noqa: BLE001 - a closed client has dropped it already
+        pass
 
 
 class _Region:
-    """Anonymous page-aligned memory registered with the client (unregistered by close)."""
+    """Memory registered with the client: ``size`` new page-aligned bytes (an anonymous
+    mmap), or ``size`` bytes at ``address`` (the caller's). Unregistered by ``close()``, or
+    when the region is collected (a store dropped without ``close()``), before its memory
+    is freed: a later region at the same address is never refused as overlapping."""
 
-    def __init__(self, store: "MooncakeStore", size: int, buffer: Any = None, register: bool = True) -> None:
+    def __init__(self, store: "MooncakeStore", size: int, address: Optional[int] = None) -> None:
         self._mm: Optional[mmap.mmap] = None
-        if buffer is None:
+        self._anchor: Any = None
+        if address is None:
             self._mm = mmap.mmap(-1, size)
-            buffer = self._mm
-        self.address, self.size, self._keep = _address(buffer)
-        if self.size < size:
-            raise InputError(f"[kvkey.input_error] the buffer has {self.size} bytes, {size} are needed")
-        self.view = memoryview(self._keep[1])
-        self._store = store
-        self.registered = False
-        if register:
-            rc = store._call("register_buffer", store.client.register_buffer, self.address, self.size)
-            if rc != OK:
-                raise StoreError(code_kind(rc), f"register_buffer of {self.size} bytes returned {_name(rc)}")
-            self.registered = True
+            self._anchor = (ctypes.c_char * size).from_buffer(self._mm)
+            address = ctypes.addressof(self._anchor)
+            self.view: Optional[memoryview] = memoryview(self._mm)
+        else:
+            self.view = None
+        self.address, self.size = address, size
+        rc = store._call("register_buffer", store.client.register_buffer, address, size)
+        if rc != OK:
+            raise StoreError(code_kind(rc), f"register_buffer of {size} bytes at {address:#x} returned {_name(rc)}")
+        self._finalizer = weakref.finalize(self, _unregister, store.client, address)
+
+    @property
+    def registered(self) -> bool:
+        return self._finalizer.alive
 
     def close(self) -> None:
-        if self.registered:
-            self.registered = False
-            try:
-                self._store.client.unregister_buffer(self.address)
-            except Exception:  # noqa: BLE001 - a closed client has dropped it already
-                pass
+        """Unregisters the memory (once; later calls do nothing)."""
+        self._finalizer()
 
 
-class MooncakeStore:
+def _option_int(name: str, value: Any, least: int) -> int:
+    """An integer option of at least ``least``: a bool, a float or a smaller value (``-1``
+    meaning "never" by accident) is refused, naming the option."""
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise TypeError(f"MooncakeStore: {name} must be an int, not {type(value).__name__}")
+    if value < least:
+        raise ValueError(f"MooncakeStore: {name} is {value}, must be at least {least}")
+    return value
+
+
+def _shutdown(holder: List[Any]) -> None:
+    if holder and holder[0] is not None:
+        holder[0].shutdown(wait=False)
+
+
+class MooncakeStore(_KeyErrors):
     """A Store over a ``mooncake.store.MooncakeDistributedStore`` that ``setup`` has
     connected (or ``MooncakeStore.connect(...)``, which makes one).
 
@@ -163,19 +177,29 @@ class MooncakeStore:
     to this many concurrent calls of at least 64 keys (the TCP transport moves one call's
     ranges one after another; see ``get_prefix``).
 
+    Options that would disable a behaviour by accident are refused: every count is an
+    ``int`` of at least 1 (``busy_retries``: at least 0), ``busy_wait`` a finite number
+    of seconds >= 0.
+
     Thread-safe: the client is, and each thread has its own registered scratch memory
-    for headers.
+    for headers. Memory the store registered is unregistered by ``close()``, or when the
+    store is dropped without it.
     """
 
     def __init__(self, client: Any, *, batch: int = 128, key_batch: int = 4096, force_remove: bool = True,
                  busy_retries: int = 20, busy_wait: float = 0.005,
                  max_batch_bytes: int = 64 << 20, read_streams: int = 8) -> None:
-        if batch < 1 or key_batch < 1:
-            raise ValueError(f"batch is {batch} and key_batch {key_batch}, both must be at least 1")
-        if read_streams < 1:
-            raise ValueError(f"read_streams is {read_streams}, must be at least 1")
-        if max_batch_bytes < 1:
-            raise ValueError(f"max_batch_bytes is {max_batch_bytes}, must be at least 1")
+        batch = _option_int("batch", batch, 1)
+        key_batch = _option_int("key_batch", key_batch, 1)
+        read_streams = _option_int("read_streams", read_streams, 1)
+        max_batch_bytes = _option_int("max_batch_bytes", max_batch_bytes, 1)
+        busy_retries = _option_int("busy_retries", busy_retries, 0)
+        if isinstance(busy_wait, bool) or not isinstance(busy_wait, (int, float)) or not math.isfinite(busy_wait) \
+                or busy_wait < 0:
+            raise ValueError(f"MooncakeStore: busy_wait is {busy_wait!r}, must be a finite number of seconds >= 0")
+        if not isinstance(force_remove, bool):
+            raise TypeError(f"MooncakeStore: force_remove must be a bool, not {type(force_remove).__name__}")
+        _KeyErrors.__init__(self)
         self.client = client
         self.batch = batch
         self.key_batch = key_batch
@@ -184,11 +208,12 @@ class MooncakeStore:
         self.busy_wait = busy_wait
         self.max_batch_bytes = max_batch_bytes
         self.read_streams = read_streams
-        self._executor: Any = None
+        self._executor: List[Any] = [None]  # a list, so the finalizer can reach it without the store
         self.last_code = OK  # the last negative code a call met (for diagnostics)
         self._local = threading.local()
         self._regions: List[_Region] = []
         self._lock = threading.Lock()
+        weakref.finalize(self, _shutdown, self._executor)
 
     @classmethod
     def connect(cls, master_server_addr: str, metadata_server: str = "P2PHANDSHAKE", *,
@@ -223,7 +248,7 @@ class MooncakeStore:
         """Unregisters the store's memory and, for a store made by ``connect``, closes the client."""
         with self._lock:
             regions, self._regions = self._regions, []
-            executor, self._executor = self._executor, None
+            executor, self._executor[0] = self._executor[0], None
         if executor is not None:
             executor.shutdown(wait=True)
         for r in regions:
@@ -265,13 +290,14 @@ class MooncakeStore:
         for start in range(0, n, size):
             yield start, min(n, start + size)
 
-    def register(self, buffer: Any = None, size: int = 0, *, already: bool = False) -> "_Region":
-        """Registers memory with the client for zero-copy transfers: ``buffer`` (writable,
-        C-contiguous: a numpy array, a bytearray, an mmap), or ``size`` new bytes. The
-        store keeps it registered until ``close``. ``already``: the engine registered it
-        (``register_buffer``) itself; the store only uses it."""
-        region = _Region(self, size if buffer is None else memoryview(buffer).nbytes, buffer, not already)
+    def register_memory(self, address: int, size: int) -> _Region:
+        """Registers ``size`` bytes at ``address`` with the client (``register_buffer``) for
+        zero-copy transfers (``put_from``, ``get_into_registered``): the store protocol's
+        registered memory, which ``kvkey.Slots`` calls. The result's ``close()``
+        unregisters it; ``close()`` of the store unregisters everything still registered."""
+        region = _Region(self, _option_int("size", size, 1), _option_int("address", address, 1))
         with self._lock:
+            self._regions = [r for r in self._regions if r.registered]
             self._regions.append(region)
         return region
 
@@ -281,7 +307,10 @@ class MooncakeStore:
         if r is None or r.size < size or not r.registered:
             if r is not None:
                 r.close()
-            r = self.register(size=max(size, 1 << 20))
+            r = _Region(self, max(size, 1 << 20))
+            with self._lock:
+                self._regions = [x for x in self._regions if x.registered]
+                self._regions.append(r)
             self._local.scratch = r
         return r
 
@@ -290,9 +319,12 @@ class MooncakeStore:
     def get(self, keys: Sequence[str]) -> List[Optional[bytes]]:
         """``get_batch`` per ``batch`` keys; an empty read is checked with ``batch_is_exist``:
         absent is a miss, present is read once more (a write may have been completing)
-        and stays a miss when still empty, and a negative code is a ``StoreError``."""
+        and stays a miss when still empty, and a negative code fails that key alone (a
+        ``Replies.errors`` entry), or the call when every key of it failed for want of the
+        store."""
         keys = list(keys)
         out: List[Optional[bytes]] = []
+        errors: Dict[int, StoreError] = {}
         for a, b in self._chunks(len(keys)):
             chunk = keys[a:b]
             values = list(self._call("get_batch", self.client.get_batch, chunk))
@@ -303,9 +335,7 @@ class MooncakeStore:
             if empty:
                 found = self._codes("batch_is_exist", self._call("batch_is_exist", self.client.batch_is_exist,
                                                                  [chunk[i] for i in empty]), len(empty))
-                bad = [c for c in found if c < 0 and c not in _MISS]
-                if bad:
-                    raise self._fail("batch_is_exist", bad[0], len(bad))
+                self._key_codes("batch_is_exist", a, empty, found, len(chunk), errors)
                 again = [i for i, c in zip(empty, found) if c == 1]
                 if again:
                     retry = list(self._call("get_batch", self.client.get_batch, [chunk[i] for i in again]))
@@ -313,7 +343,22 @@ class MooncakeStore:
                         for i, v in zip(again, retry):
                             values[i] = v
             out.extend(v if v else None for v in values)  # bytes already: no copy
-        return out
+        return self._replies(out, errors)
+
+    def _key_codes(self, what: str, base: int, positions: Sequence[int], codes: Sequence[int], n: int,
+                   errors: Dict[int, StoreError]) -> None:
+        """Each error code of ``codes`` (for keys ``base + positions[j]`` of a call of ``n``
+        keys) fails its key alone, in ``errors``; when every key of the call failed for want
+        of the store (not a refusal, ``server``), the call fails: ``StoreError``."""
+        bad = [(i, c) for i, c in zip(positions, codes) if c < 0 and c not in _MISS]
+        if not bad:
+            return
+        hard = [c for _, c in bad if code_kind(c) != "server"]
+        if len(hard) == n:
+            raise self._fail(what, hard[0], len(hard))
+        self.last_code = bad[0][1]
+        for i, c in bad:
+            errors[base + i] = StoreError(code_kind(c), f"mooncake {what}: {_name(c)}")
 
     def get_prefix(self, keys: Sequence[str], length: int) -> List[Optional[bytes]]:
         """The first ``length`` bytes of each value: one ``batch_get_session_start`` per
@@ -327,6 +372,7 @@ class MooncakeStore:
             raise ValueError(f"get_prefix: length is {length}, must be at least 1")
         keys = list(keys)
         out: List[Optional[bytes]] = [None] * len(keys)
+        errors: Dict[int, StoreError] = {}
         for a, b in self._chunks(len(keys), self.key_batch):
             chunk = keys[a:b]
             started = self._codes("batch_get_session_start", self._call(
@@ -340,6 +386,7 @@ class MooncakeStore:
                 if live:
                     scratch = self._scratch(length * len(live))
                     got = self._ranges([chunk[i] for i in live], scratch.address, length)
+                    assert scratch.view is not None  # the store's own memory
                     for n, (i, c) in enumerate(zip(live, got)):
                         if c == length:
                             out[a + i] = bytes(scratch.view[n * length:(n + 1) * length])
@@ -351,16 +398,20 @@ class MooncakeStore:
                 self._call("batch_get_session_end", self.client.batch_get_session_end, chunk)
             if whole:
                 whole.sort()
-                for i, v in zip(whole, self.get([chunk[i] for i in whole])):
+                values = self.get([chunk[i] for i in whole])
+                for i, v in zip(whole, values):
                     out[a + i] = v
-        return out
+                for j, e in getattr(values, "errors", {}).items():
+                    errors[a + whole[j]] = e
+        return Replies(out, errors)  # get counted the per-key errors already
 
     def _ranges(self, keys: List[str], address: int, length: int) -> List[int]:
         """``[0, length)`` of each key (its session started) into ``address + n * length``:
         ``batch_get_into_multi_buffer_ranges``, split into up to ``read_streams`` calls
         of at least ``_MIN_STREAM`` keys that run at once. Mooncake's TCP transport moves
         the ranges of one call one after another (one request and reply each), so one call
-        pays every round trip in turn; concurrent calls overlap them."""
+        pays every round trip in turn; concurrent calls overlap them. Every call has
+        finished when this returns or raises: nothing writes into the scratch memory after."""
         n = len(keys)
         streams = max(1, min(self.read_streams, n // _MIN_STREAM))
 
@@ -374,21 +425,34 @@ class MooncakeStore:
             return read(0, n)
         step = -(-n // streams)
         parts = [self._pool().submit(read, a, min(n, a + step)) for a in range(step, n, step)]
-        out = read(0, min(n, step))  # the first part in this thread
-        for f in parts:
-            out.extend(f.result())
+        out: List[int] = []
+        error: Optional[BaseException] = None
+        try:
+            out = read(0, min(n, step))  # the first part in this thread
+        except BaseException as e:  # noqa: BLE001 - raised below, once every read has finished
+            error = e
+        for f in parts:  # wait for every read, failed or not, before the scratch is reused
+            try:
+                got = f.result()
+            except BaseException as e:  # noqa: BLE001
+                error = error or e
+                continue
+            out.extend(got)
+        if error is not None:
+            raise error
         return out
 
     def _pool(self) -> Any:
         with self._lock:
-            if self._executor is None:
+            if self._executor[0] is None:
                 from concurrent.futures import ThreadPoolExecutor
-                self._executor = ThreadPoolExecutor(max(1, self.read_streams - 1),
-                                                    thread_name_prefix="kvkey-mooncake-read")
-            return self._executor
+                self._executor[0] = ThreadPoolExecutor(max(1, self.read_streams - 1),
+                                                       thread_name_prefix="kvkey-mooncake-read")
+            return self._executor[0]
 
     def _write(self, what: str, keys: List[str], write: Any) -> List[int]:
-        """Runs ``write(indices) -> codes`` and retries the keys refused as busy."""
+        """Runs ``write(indices) -> codes`` and retries the keys refused as busy
+        (``busy_retries`` times); raises when every key failed for want of the store."""
         codes = [OK] * len(keys)
         todo = list(range(len(keys)))
         for attempt in range(self.busy_retries + 1):
@@ -396,7 +460,7 @@ class MooncakeStore:
             for i, c in zip(todo, got):
                 codes[i] = c
             todo = [i for i, c in zip(todo, got) if c in _BUSY]
-            if not todo:
+            if not todo or attempt == self.busy_retries:
                 break
             time.sleep(self.busy_wait * (attempt + 1))
         failed = [c for c in codes if c != OK]
@@ -407,16 +471,26 @@ class MooncakeStore:
                 raise self._fail(what, hard[0], len(hard))
         return codes
 
+    def _written(self, what: str, base: int, codes: Sequence[int], done: List[bool],
+                 errors: Dict[int, StoreError]) -> None:
+        """Per key of a write: stored, or failed with its code's kind (one store error each)."""
+        for j, c in enumerate(codes):
+            done[base + j] = c == OK
+            if c != OK:
+                errors[base + j] = StoreError(code_kind(c) if c < 0 else "protocol", f"mooncake {what}: {_name(c)}")
+
     def put(self, keys: Sequence[str], values: Sequence[Any]) -> List[bool]:
         """``upsert_batch`` (``put`` would keep an older value) per ``batch`` keys and at
         most ``max_batch_bytes``; when a batch is refused, each key of it with ``upsert``,
-        so each reports its own code. An empty value is never stored (Mooncake refuses
-        it). One bool per key."""
+        so each reports its own code: a key that failed is a ``Replies.errors`` entry of its
+        code's kind. An empty value is never stored (Mooncake refuses it), without an
+        error. One bool per key."""
         keys = list(keys)
         views = [memoryview(v).cast("B") if memoryview(v).format != "B" else memoryview(v) for v in values]
         if len(keys) != len(views):
             raise ValueError(f"put: {len(keys)} keys but {len(views)} values")
         done = [False] * len(keys)
+        errors: Dict[int, StoreError] = {}
         todo = [i for i, v in enumerate(views) if v.nbytes > 0]
         start = 0
         while start < len(todo):
@@ -436,72 +510,64 @@ class MooncakeStore:
             codes = self._write("upsert", [keys[i] for i in part], lambda idx, p=part: [
                 self._call("upsert", self.client.upsert, keys[p[j]], views[p[j]]) for j in idx])
             for i, c in zip(part, codes):
-                done[i] = c == OK
-        return done
+                self._written("upsert", i, [c], done, errors)
+        return self._replies(done, errors)
 
     def put_from(self, keys: Sequence[str], addresses: Sequence[int], sizes: Sequence[int]) -> List[bool]:
-        """Zero-copy writes: ``batch_upsert_from`` of ``sizes[i]`` bytes at ``addresses[i]``
-        (inside memory registered with ``register``) under ``keys[i]``; busy keys retried."""
+        """Zero-copy writes (registered memory): ``batch_upsert_from`` of ``sizes[i]`` bytes
+        at ``addresses[i]`` (inside memory from ``register_memory``) under ``keys[i]``, per
+        ``batch`` keys; busy keys retried. One bool per key; a key that failed is a
+        ``Replies.errors`` entry of its code's kind."""
         keys, addresses, sizes = list(keys), list(addresses), list(sizes)
         if not len(keys) == len(addresses) == len(sizes):
             raise ValueError(f"put_from: {len(keys)} keys, {len(addresses)} addresses, {len(sizes)} sizes")
-        done: List[bool] = []
+        done = [False] * len(keys)
+        errors: Dict[int, StoreError] = {}
         for a, b in self._chunks(len(keys)):
-            k, p, s = keys[a:b], addresses[a:b], sizes[a:b]
-            codes = self._write("batch_upsert_from", k, lambda idx, k=k, p=p, s=s: self._call(
+            k, p, n = keys[a:b], addresses[a:b], sizes[a:b]
+            codes = self._write("batch_upsert_from", k, lambda idx, k=k, p=p, n=n: self._call(
                 "batch_upsert_from", self.client.batch_upsert_from, [k[i] for i in idx], [p[i] for i in idx],
-                [s[i] for i in idx]))
-            done.extend(c == OK for c in codes)
-        return done
+                [n[i] for i in idx]))
+            self._written("batch_upsert_from", a, codes, done, errors)
+        return self._replies(done, errors)
 
     def get_into_registered(self, keys: Sequence[str], addresses: Sequence[int],
-                            sizes: Sequence[int]) -> List[int]:
-        """Zero-copy reads: ``batch_get_into`` of each value into ``sizes[i]`` bytes at
-        ``addresses[i]`` (registered memory). Per key the value's size, or a negative
-        Mooncake code (``NOT_FOUND``; ``INVALID_PARAMS`` when the value is larger than its
-        buffer). Bytes may have been written into a buffer whose code is negative. Raises
-        ``StoreError`` when every key of a batch failed for want of the store."""
-        out: List[int] = []
-        with contextlib.closing(self.get_into_batches(keys, addresses, sizes)) as batches:
-            for _, _, got in batches:
-                out.extend(got)
-        return out
-
-    def get_into_batches(self, keys: Sequence[str], addresses: Sequence[int],
-                         sizes: Sequence[int]) -> Generator[Tuple[int, int, List[int]], None, None]:
-        """``get_into_registered`` one ``batch`` at a time: yields ``(start, end, codes)``
-        for ``keys[start:end]`` as each batch lands, while the next batch is already being
-        read (in the store's read thread), so the caller's work on one batch (verifying
-        it) overlaps the transfer of the next. Every read has finished when the generator
-        is exhausted or closed (use ``contextlib.closing``): nothing is written into the
-        buffers afterwards."""
+                            sizes: Sequence[int]) -> List[Optional[int]]:
+        """Zero-copy reads (registered memory): ``batch_get_into`` of each value into
+        ``sizes[i]`` bytes at ``addresses[i]``, per ``batch`` keys (each must finish within
+        the read lease). Per key the value's size, or None (missing). A value larger than
+        its memory (Mooncake refuses it, -600) is read whole and its first ``sizes[i]``
+        bytes copied there: the answer is then its whole size, so the connector rejects it
+        (``size_mismatch``). Any other negative code fails that key alone (a
+        ``Replies.errors`` entry), or the call when every key failed for want of the store.
+        Bytes may have been written into the memory of a key that is not served."""
         keys, addresses, sizes = list(keys), list(addresses), list(sizes)
         if not len(keys) == len(addresses) == len(sizes):
             raise ValueError(f"get_into: {len(keys)} keys, {len(addresses)} addresses, {len(sizes)} sizes")
-
-        def read(a: int, b: int) -> List[int]:  # each batch must finish within the read lease (-707)
+        out: List[Optional[int]] = [None] * len(keys)
+        errors: Dict[int, StoreError] = {}
+        for a, b in self._chunks(len(keys)):
             got = self._codes("batch_get_into", self._call(
                 "batch_get_into", self.client.batch_get_into, keys[a:b], addresses[a:b], sizes[a:b]), b - a)
-            hard = [c for c in got if c < 0 and c not in _MISS and code_kind(c) != "server"]
-            if hard and len(hard) == len(got):
-                raise self._fail("batch_get_into", hard[0], len(hard))
-            return got
-
-        spans = list(self._chunks(len(keys)))
-        ahead: Any = None
-        try:
-            for j, (a, b) in enumerate(spans):
-                got = read(a, b) if ahead is None else ahead.result()
-                ahead = None
-                if j + 1 < len(spans):
-                    ahead = self._pool().submit(read, *spans[j + 1])
-                yield a, b, got
-        finally:
-            if ahead is not None:  # the caller stopped early: let the read in flight finish
-                try:
-                    ahead.result()
-                except Exception:  # noqa: BLE001 - the caller is leaving already; only the wait matters
-                    pass
+            large: List[int] = []
+            for j, c in enumerate(got):
+                if c >= 0:
+                    out[a + j] = c
+                elif c == INVALID_PARAMS:
+                    large.append(j)
+            self._key_codes("batch_get_into", a, [j for j, c in enumerate(got) if c != INVALID_PARAMS],
+                            [c for c in got if c != INVALID_PARAMS], b - a, errors)
+            if large:
+                whole = self.get([keys[a + j] for j in large])
+                for j, v in zip(large, whole):
+                    if j in getattr(whole, "errors", {}) or v is None:
+                        continue
+                    n = min(len(v), sizes[a + j])
+                    ctypes.memmove(addresses[a + j], v, n)
+                    out[a + j] = len(v)
+                for k, e in getattr(whole, "errors", {}).items():
+                    errors[a + large[k]] = e
+        return self._replies(out, errors)
 
     def delete(self, keys: Sequence[str]) -> int:
         """``batch_remove`` (forced unless ``force_remove`` is False); how many existed."""
@@ -517,17 +583,22 @@ class MooncakeStore:
         return removed
 
     def exists(self, keys: Sequence[str]) -> List[bool]:
-        """``batch_is_exist``: 1 is True, 0 is False, a negative code is a ``StoreError``."""
+        """``batch_is_exist``: 1 is True, 0 is False; a negative code fails that key alone (a
+        ``Replies.errors`` entry), or the call when every key failed for want of the store."""
         keys = list(keys)
         out: List[bool] = []
+        errors: Dict[int, StoreError] = {}
         for a, b in self._chunks(len(keys), self.key_batch):
             codes = self._codes("batch_is_exist", self._call("batch_is_exist", self.client.batch_is_exist,
                                                              keys[a:b]), b - a)
-            bad = [c for c in codes if c < 0]
-            if bad:
+            bad = [c for c in codes if c < 0 and c not in _MISS]
+            if bad and len(bad) == b - a and all(code_kind(c) != "server" for c in bad):
                 raise self._fail("batch_is_exist", bad[0], len(bad))
+            for j, c in enumerate(codes):
+                if c < 0 and c not in _MISS:
+                    errors[a + j] = StoreError(code_kind(c), f"mooncake batch_is_exist: {_name(c)}")
             out.extend(c == 1 for c in codes)
-        return out
+        return self._replies(out, errors)
 
     def scan_prefix(self, prefix: str) -> Iterator[str]:
         raise NotImplementedError("a Mooncake client cannot list keys: purge a prefix with MooncakeStore.purge")
@@ -546,225 +617,6 @@ class MooncakeStore:
 
     def __repr__(self) -> str:
         return f"MooncakeStore(batch={self.batch}, key_batch={self.key_batch}, force_remove={self.force_remove})"
-
-
-class Slots:
-    """Registered memory for the zero-copy path: ``count`` slots of ``1024 +
-    payload_size`` bytes, each the stored value of one block (header, then payload).
-
-    The engine writes a block's KV into ``payload(i)`` before ``save_from`` and reads it
-    from ``payload(i)`` after a ``load_into`` whose result for the block is ``loaded``. A
-    slot whose result is not ``loaded`` may hold bytes that were rejected, in its header
-    and in its payload: its contents must not be used. ``buffer``: the engine's own
-    memory to use (writable, C-contiguous, at least ``count * stride`` bytes), else new
-    page-aligned memory; ``registered``: the engine has registered ``buffer`` with the
-    client already (``register_buffer``), so the slots do not register it again."""
-
-    def __init__(self, store: MooncakeStore, count: int, payload_size: int, buffer: Any = None, *,
-                 registered: bool = False) -> None:
-        if count < 1 or payload_size < 1:
-            raise InputError(f"[kvkey.input_error] Slots: count {count} and payload_size {payload_size} "
-                             "must be at least 1")
-        self.store = store
-        self.count = count
-        self.payload_size = payload_size
-        self.stride = _HEADER + payload_size
-        if buffer is not None:
-            if memoryview(buffer).nbytes < count * self.stride:
-                raise InputError(f"[kvkey.input_error] Slots: the buffer has {memoryview(buffer).nbytes} bytes, "
-                                 f"{count} slots of {self.stride} need {count * self.stride}")
-            self.region = store.register(buffer, already=registered)
-        else:
-            self.region = store.register(size=count * self.stride)
-        self.view = self.region.view
-
-    def _check(self, i: int) -> int:
-        if not 0 <= i < self.count:
-            raise InputError(f"[kvkey.input_error] slot {i} is out of range [0, {self.count})")
-        return i * self.stride
-
-    def address(self, i: int) -> int:
-        return self.region.address + self._check(i)
-
-    def header(self, i: int) -> memoryview:
-        at = self._check(i)
-        return self.view[at:at + _HEADER]
-
-    def payload(self, i: int) -> memoryview:
-        at = self._check(i) + _HEADER
-        return self.view[at:at + self.payload_size]
-
-    def value(self, i: int) -> memoryview:
-        at = self._check(i)
-        return self.view[at:at + self.stride]
-
-
-class MooncakeConnector(Connector):
-    """A ``kvkey.Connector`` over a ``MooncakeStore`` with the zero-copy path:
-    ``save_from`` and ``load_into`` with ``Slots``. Everything else is the Connector's."""
-
-    def __init__(self, store: MooncakeStore, ns: Any, **options: Any) -> None:
-        if not isinstance(store, MooncakeStore):
-            raise TypeError(f"MooncakeConnector: store is a {type(store).__name__}, expected MooncakeStore")
-        super().__init__(store, ns, **options)
-        self.store: MooncakeStore = store
-
-    def with_epoch(self, epoch: int) -> "MooncakeConnector":
-        return MooncakeConnector(self.store, [r.with_epoch(epoch) for r in self.ranks], metrics=self.metrics,
-                                 payload_size=self._payload_size, raise_errors=self.raise_errors,
-                                 lookup_batch=self.lookup_batch, log=self.log, log_interval=self.log_interval)
-
-    # The zero-copy calls run in Python, beside the connector's core: they keep their own
-    # last store error and record into the same metrics.
-    zero_copy_error: Optional[StoreError] = None
-
-    def _namespace(self, rank: int) -> KeyNamespace:
-        r = self._rank(rank)
-        if r >= len(self.ranks):
-            raise InputError(f"[kvkey.input_error] rank is {r!r}, must lie in [0, {len(self.ranks)})")
-        return self.ranks[r]
-
-    def _store_error(self, e: StoreError) -> None:
-        self.zero_copy_error = e
-        if self.metrics is not None:
-            self.metrics.record_store_error(e.kind)
-        if self.raise_errors:
-            raise e
-
-    def _record_load(self, hashes: List[bytes], payloads: Sequence[Optional[Any]],
-                     verdicts: Sequence[Optional[Verdict]]) -> None:
-        if self.metrics is None:
-            return
-        rejected = [v for p, v in zip(payloads, verdicts) if p is None and v is not None]
-        loaded = sum(1 for p in payloads if p is not None)
-        self.metrics.record_load(loaded, len(hashes) - loaded - len(rejected), len(rejected))
-        for v in rejected:
-            self.metrics.record_rejection(v)
-        nbytes = sum(len(p) for p in payloads if p is not None)
-        if nbytes:
-            self.metrics.record_payload_bytes(nbytes)
-
-    def _slot_indices(self, hashes: List[bytes], slots: Slots, indices: Optional[Sequence[int]]) -> List[int]:
-        idx = list(range(len(hashes))) if indices is None else [int(i) for i in indices]
-        if len(idx) != len(hashes):
-            raise InputError(f"[kvkey.input_error] {len(hashes)} block hashes but {len(idx)} slot indices")
-        if len(set(idx)) != len(idx):
-            raise InputError("[kvkey.input_error] a slot is given twice")
-        for i in idx:
-            slots._check(i)
-        if self.payload_size is not None and self.payload_size != slots.payload_size:
-            raise InputError(f"[kvkey.input_error] the slots hold {slots.payload_size}-byte payloads, this "
-                             f"deployment's blocks have {self.payload_size}")
-        return idx
-
-    def save_from(self, block_hashes: Sequence[bytes], slots: Slots, indices: Optional[Sequence[int]] = None, *,
-                  rank: int = 0) -> int:
-        """Seals each block's header into its slot (``ns.seal(h, slots.payload(i))``) and
-        writes the slots with one ``batch_upsert_from`` per batch: no copy of the payload.
-        Block ``n`` is in slot ``indices[n]`` (default ``n``). Returns how many were stored."""
-        ns = self._namespace(rank)
-        hashes = list(block_hashes)
-        idx = self._slot_indices(hashes, slots, indices)
-        for h, i in zip(hashes, idx):
-            slots.header(i)[:] = ns.seal(h, slots.payload(i))
-        keys = [ns.store_key(h) for h in hashes]
-        try:
-            stored = self.store.put_from(keys, [slots.address(i) for i in idx], [slots.stride] * len(idx))
-        except StoreError as e:
-            if self.metrics is not None:
-                self.metrics.record_save(0, len(keys))
-            self._store_error(e)
-            return 0
-        saved = sum(1 for s in stored if s)
-        if self.metrics is not None:
-            self.metrics.record_save(saved, len(keys) - saved)
-        return saved
-
-    def load_into(self, block_hashes: Sequence[bytes], buffers: Any, *, rank: int = 0,
-                  indices: Optional[Sequence[int]] = None) -> List[BlockResult]:
-        """With ``Slots``: reads each block's value into its slot (one ``batch_get_into``
-        per batch, no copy) and verifies it there; a block is ``loaded`` only when its
-        header and payload verify, its payload is then ``slots.payload(i)``. A slot whose
-        result is ``missing`` or ``rejected`` may hold the rejected bytes: never use it.
-        With any other buffers: ``Connector.load_into`` (verified copies; a buffer is
-        left untouched unless its block is loaded)."""
-        if not isinstance(buffers, Slots):
-            if indices is not None:
-                raise InputError("[kvkey.input_error] load_into: indices are for Slots only")
-            return super().load_into(block_hashes, buffers, rank=rank)
-        slots = buffers
-        ns = self._namespace(rank)
-        hashes = list(block_hashes)
-        idx = self._slot_indices(hashes, slots, indices)
-        keys = [ns.store_key(h) for h in hashes]
-        n = len(hashes)
-        payloads: List[Optional[memoryview]] = [None] * n
-        verdicts: List[Optional[Verdict]] = [None] * n
-        whole: List[int] = []  # read whole, to name why the value did not fit or could not be read
-        try:  # each batch is verified while the next one is read
-            with contextlib.closing(self.store.get_into_batches(keys, [slots.address(i) for i in idx],
-                                                                [slots.stride] * n)) as batches:
-                for start, end, sizes in batches:
-                    for b, got in zip(range(start, end), sizes):
-                        if got in _MISS:
-                            continue
-                        if got < 0:
-                            whole.append(b)
-                            continue
-                        verdicts[b], payloads[b] = self._verify_slot(ns, hashes[b], slots, idx[b], got)
-        except StoreError as e:
-            payloads, verdicts = [None] * n, [None] * n
-            self._record_load(hashes, payloads, verdicts)
-            self._store_error(e)
-            return [BlockResult("missing")] * n
-        if whole:
-            try:
-                values = self.store.get([keys[b] for b in whole])
-            except StoreError as e:
-                self._store_error(e)
-                values = [None] * len(whole)
-            for b, v in zip(whole, values):
-                if v is not None:
-                    verdicts[b] = _size_checked(ns, v, hashes[b], slots.payload_size)
-        results = []
-        for b in range(n):
-            if payloads[b] is not None:
-                results.append(BlockResult("loaded", verdicts[b], slots.payload_size))
-            elif verdicts[b] is not None:
-                results.append(BlockResult("rejected", verdicts[b]))
-            else:
-                results.append(BlockResult("missing"))
-        self._record_load(hashes, payloads, verdicts)
-        return results
-
-    @staticmethod
-    def _verify_slot(ns: KeyNamespace, h: bytes, slots: Slots, i: int,
-                     got: int) -> Tuple[Verdict, Optional[memoryview]]:
-        """The verdict on the ``got`` bytes just read into slot ``i``, and the payload view
-        when it verifies with exactly the slot's payload size."""
-        value = slots.value(i)[:got]
-        if got < _HEADER:
-            return ns.verify_header(value, h), None
-        header = value[:_HEADER]
-        if got != slots.stride:
-            verdict = ns.verify(header, h, value[_HEADER:])
-            if verdict.ok:  # a verified value of another size than this deployment's blocks
-                verdict = ns.verify(header, h, slots.payload_size)
-            return verdict, None
-        verdict = ns.verify(header, h, slots.payload(i))
-        return verdict, (slots.payload(i) if verdict.ok else None)
-
-
-def _size_checked(ns: KeyNamespace, value: bytes, h: bytes, payload_size: int) -> Optional[Verdict]:
-    """Why a value that could not be read into a slot of ``payload_size`` bytes is not
-    this block's: its verdict, or ``size_mismatch`` when it verifies with another size;
-    None (a miss) when it verifies with the slot's size (the read itself failed)."""
-    verdict = ns.open_value(value, h).verdict
-    if verdict.ok:
-        if len(value) - _HEADER == payload_size:
-            return None
-        verdict = ns.verify(memoryview(value)[:_HEADER], h, payload_size)
-    return verdict
 
 
 def spawn_holder(master_server_addr: str, metadata_server: str = "P2PHANDSHAKE", *,
