@@ -421,14 +421,14 @@ void bind_namespace(py::module_& m) {
           },
           py::arg("results"), py::arg("shards_per_block"), py::arg("max_tokens") = py::none())
       .def(
-         "seal_value",
-         [](const Namespace& ns, const py::object& block_hash, const py::object& payload) {
-           return ns.visit([&](const auto& n) { return seal_value_bytes(n, block_hash, payload); });
-         },
-         py::arg("block_hash"), py::arg("payload"),
-         "One store value: the envelope_size-byte header, then the payload's bytes (docs/format.md, \"Stored "
-         "values\"). payload: the KV bytes (any bytes-like object or numpy array, read in place with the GIL "
-         "released), or a list of them (per-layer K and V; the value holds their concatenation).")
+          "seal_value",
+          [](const Namespace& ns, const py::object& block_hash, const py::object& payload) {
+            return ns.visit([&](const auto& n) { return seal_value_bytes(n, block_hash, payload); });
+          },
+          py::arg("block_hash"), py::arg("payload"),
+          "One store value: the envelope_size-byte header, then the payload's bytes (docs/format.md, \"Stored "
+          "values\"). payload: the KV bytes (any bytes-like object or numpy array, read in place with the GIL "
+          "released), or a list of them (per-layer K and V; the value holds their concatenation).")
       .def(
           "open_value",
           [](const Namespace& ns, const py::object& value, const py::object& block_hash) {
