@@ -34,7 +34,9 @@ def kvkey_version():
 
 extension = Pybind11Extension(
     "kvkey._kvkey",
-    ["src/module.cpp", "src/model_dir.cpp", "src/identity_file.cpp", "src/metrics.cpp", "src/value.cpp"],  # model_dir.cpp, identity_file.cpp also need nlohmann-json
+    # module.cpp and the bind_<area>.cpp files of src/ (bind_model_dir.cpp, bind_identity_file.cpp need nlohmann-json)
+    ["src/module.cpp"] + sorted(os.path.join("src", f) for f in os.listdir(os.path.join(HERE, "src"))
+                                if f.startswith("bind_") and f.endswith(".cpp")),
     include_dirs=[INCLUDE],
     libraries=["crypto", "xxhash"],  # OpenSSL 3 libcrypto (EVP), xxHash for payload digests
     cxx_std=17,

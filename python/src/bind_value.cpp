@@ -1,7 +1,8 @@
 // SPDX-License-Identifier: Apache-2.0
 // kvkey.OpenedValue and the block-geometry functions of the binding
-// (kvkey/geometry.hpp; docs/python.md). The KeyNamespace methods are in value.hpp.
-#include "value.hpp"
+// (kvkey/geometry.hpp; docs/python.md). The KeyNamespace methods are in bind_namespace.cpp.
+#include "bind_value.hpp"
+#include "binding.hpp"
 
 #include <pybind11/pybind11.h>
 

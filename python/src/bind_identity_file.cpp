@@ -7,6 +7,7 @@
 #include <kvkey/identity.hpp>
 #include <kvkey/identity_file.hpp>
 
+#include "binding.hpp"
 #include "convert.hpp"
 
 #include <string>
@@ -36,7 +37,7 @@ py::object read_without_gil(const Read& read) {
 
 }  // namespace
 
-void bind_identity_file(py::module_& m) {
+void kvkey_python::bind_identity_file(py::module_& m) {
   py::object identity = m.attr("Identity");
   identity.attr("from_json") = py::staticmethod(py::cpp_function(
       [](const py::object& text) {

@@ -6,9 +6,10 @@
 // kind is StoreError("protocol") for the call; an entry of the wrong type, a
 // StoreError instance or a negative error code is a failure of that key alone.
 //
-// bind_connector<Ns, VerdictT>(m) adds it once KeyNamespace and Verdict exist.
-#ifndef KVKEY_PYTHON_CONNECTOR_HPP
-#define KVKEY_PYTHON_CONNECTOR_HPP
+// bind_connector<Ns, VerdictT>(m) adds it once KeyNamespace and Verdict exist
+// (bind_connector.cpp, with the module's types).
+#ifndef KVKEY_PYTHON_BIND_CONNECTOR_HPP
+#define KVKEY_PYTHON_BIND_CONNECTOR_HPP
 
 #include <pybind11/pybind11.h>
 
@@ -757,4 +758,4 @@ void bind_connector(py::module_& m) {
 
 }  // namespace kvkey_python
 
-#endif  // KVKEY_PYTHON_CONNECTOR_HPP
+#endif  // KVKEY_PYTHON_BIND_CONNECTOR_HPP

@@ -1,7 +1,7 @@
 // KeyNamespace.block_hashes_batch: many sequences hashed by kvkey::BatchHasher
 // with the GIL released.
-#ifndef KVKEY_PYTHON_BATCH_HPP
-#define KVKEY_PYTHON_BATCH_HPP
+#ifndef KVKEY_PYTHON_HASH_BATCH_HPP
+#define KVKEY_PYTHON_HASH_BATCH_HPP
 
 #include <pybind11/pybind11.h>
 
@@ -91,4 +91,4 @@ std::vector<std::vector<kvkey::Digest>> block_hashes_batch(const kvkey::KeyNames
 
 }  // namespace kvkey_python
 
-#endif  // KVKEY_PYTHON_BATCH_HPP
+#endif  // KVKEY_PYTHON_HASH_BATCH_HPP

@@ -6,6 +6,7 @@
 
 #include <kvkey/metrics.hpp>
 
+#include "binding.hpp"
 #include "convert.hpp"
 
 #include <cstddef>
@@ -79,7 +80,7 @@ py::dict as_dict(const kvkey::Metrics& m) {
 
 }  // namespace
 
-void bind_metrics(py::module_& m) {
+void kvkey_python::bind_metrics(py::module_& m) {
   py::class_<kvkey::Metrics>(m, "Metrics",
                              "Connector counters (lookups, loads, saves, rejections by reason and field, false hits, "
                              "verified bytes, store errors by kind); render() is the Prometheus text exposition.")

@@ -7,8 +7,9 @@
 #include <kvkey/identity.hpp>
 #include <kvkey/model_dir.hpp>
 
+#include "binding.hpp"
 #include "convert.hpp"
-#include "value.hpp"
+#include "bind_value.hpp"
 
 #include <cmath>
 #include <cstddef>
@@ -86,7 +87,7 @@ nlohmann::json overrides_json(const py::object& overrides) {
 
 }  // namespace
 
-void bind_model_dir(py::module_& m) {
+void kvkey_python::bind_model_dir(py::module_& m) {
   // kvkey.Identity is the binding's own wrapper class (module.cpp): the result
   // is built through its constructor from the registered part types.
   py::object identity = m.attr("Identity");
