@@ -674,8 +674,12 @@ class Connector {
     OpenedValue o;
     if (staged(v, into) && v.size > into.size) {
       const std::size_t room = into.size - std::min<std::size_t>(into.size, envelope_size);
-      o.verdict = ns.verify(v.data, std::min<std::size_t>(envelope_size, into.size), block, room);
-      if (o.verdict.ok()) o.verdict = {Reason::size_mismatch, "payload_size"};  // did not fit: never served
+      const std::size_t len = std::min<std::size_t>(envelope_size, into.size);
+      o.verdict = ns.verify_header(v.data, len, block);
+      if (o.verdict.ok()) {  // did not fit: never served; named by the header's size where it differs
+        Verdict s = ns.verify(v.data, len, block, room);
+        o.verdict = s.reason == Reason::size_mismatch ? std::move(s) : Verdict{Reason::size_mismatch, "payload_size"};
+      }
       return o;
     }
     o = ns.open_value(v.data, v.size, block);
