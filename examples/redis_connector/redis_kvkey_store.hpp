@@ -60,13 +60,13 @@ class RedisStore : public kvkey::Store {
       commands.push_back({"STRLEN", k});
     }
     return run([&] {
-      const std::vector<Reply> replies = conn_.pipeline(commands);
+      const std::vector<Reply> replies = batch(commands);
       std::vector<kvkey::StoreValue> out(keys.size());
       for (std::size_t i = 0; i < keys.size(); ++i) {
         const redisReply& data = *replies[2 * i];
         const redisReply& size = *replies[2 * i + 1];
         if (data.type != REDIS_REPLY_STRING || size.type != REDIS_REPLY_INTEGER || size.integer < 0) {
-          out[i] = kvkey::StoreValue::failed("protocol");  // this key alone (say, a list under it)
+          out[i] = kvkey::StoreValue::failed(kind(data.type == REDIS_REPLY_ERROR ? data : size));  // this key alone
         } else if (data.len > 0) {  // GETRANGE answers "" for a missing key: an empty value reads as missing
           out[i] = kvkey::StoreValue::owned(kvkey::Bytes(data.str, data.str + data.len));
           out[i].total_size = static_cast<std::uint64_t>(size.integer);
@@ -80,14 +80,14 @@ class RedisStore : public kvkey::Store {
     commands.reserve(keys.size());
     for (const std::string& k : keys) commands.push_back({"GET", k});
     return run([&] {
-      const std::vector<Reply> replies = conn_.pipeline(commands);
+      const std::vector<Reply> replies = batch(commands);
       std::vector<kvkey::StoreValue> out(keys.size());
       for (std::size_t i = 0; i < keys.size(); ++i) {
         const redisReply& r = *replies[i];
         if (r.type == REDIS_REPLY_STRING) {
           out[i] = kvkey::StoreValue::owned(kvkey::Bytes(r.str, r.str + r.len));
         } else if (r.type != REDIS_REPLY_NIL) {
-          out[i] = kvkey::StoreValue::failed("protocol");
+          out[i] = kvkey::StoreValue::failed(kind(r));
         }
       }
       return out;
@@ -98,12 +98,12 @@ class RedisStore : public kvkey::Store {
     commands.reserve(keys.size());
     for (const std::string& k : keys) commands.push_back({"EXISTS", k});
     return run([&] {
-      const std::vector<Reply> replies = conn_.pipeline(commands);
+      const std::vector<Reply> replies = batch(commands);
       std::vector<kvkey::StoreValue> out(keys.size());
       for (std::size_t i = 0; i < keys.size(); ++i) {
         const redisReply& r = *replies[i];
         if (r.type != REDIS_REPLY_INTEGER || (r.integer != 0 && r.integer != 1)) {
-          out[i] = kvkey::StoreValue::failed("protocol");
+          out[i] = kvkey::StoreValue::failed(kind(r));
         } else {
           out[i].present = r.integer == 1;
         }
@@ -120,12 +120,12 @@ class RedisStore : public kvkey::Store {
           {"SET", keys[i], std::string_view(reinterpret_cast<const char*>(values[i].data), values[i].size)});
     }
     return run([&] {
-      const std::vector<Reply> replies = conn_.pipeline(commands);
+      const std::vector<Reply> replies = batch(commands);
       std::vector<kvkey::StoreWrite> out(replies.size());
       for (std::size_t i = 0; i < replies.size(); ++i) {
         const redisReply& r = *replies[i];
         out[i].stored = r.type == REDIS_REPLY_STATUS && std::string_view(r.str, r.len) == "OK";
-        if (!out[i].stored) out[i].error = "protocol";
+        if (!out[i].stored) out[i].error = kind(r);
       }
       return out;
     });
@@ -162,6 +162,14 @@ class RedisStore : public kvkey::Store {
   Connection& connection() noexcept { return conn_; }
 
  private:
+  // One pipeline; an error reply (WRONGTYPE: a key of another type) stays in its
+  // place, a failure of that key alone, and the connection stays in step.
+  std::vector<Reply> batch(const std::vector<Connection::Command>& commands) {
+    return conn_.pipeline(commands, {}, Connection::ErrorReplies::keep);
+  }
+  // The store-error kind of a reply that is not what its command answers.
+  static const char* kind(const redisReply& r) { return r.type == REDIS_REPLY_ERROR ? "server" : "protocol"; }
+
   template <class Visit>
   void scan(std::string_view prefix, Visit&& visit) {
     const std::string pattern = kvkey::glob_escape(prefix) + "*";

@@ -101,3 +101,31 @@ TEST_CASE("check_store: the example's hiredis store adapter", "[redis][connector
   INFO(r.summary());
   CHECK(r.ok());
 }
+
+TEST_CASE("hiredis store adapter: a WRONGTYPE key fails that key alone, not the batch", "[redis][connector]") {
+  kvkey_redis::RedisStore store(it::shared_server());
+  const it::Deployment d("wrongtype", it::base_identity(it::unique_tenant("wrongtype")));
+  kvkey::Metrics m;
+  const kvkey::Connector<> conn(store, d.rank(0), &m);
+  const std::vector<kvkey::Digest> blocks = d.rank(0).block_hashes(it::prompt(1, 1, 4));
+  REQUIRE(blocks.size() == 4);
+  std::vector<std::vector<std::uint8_t>> payloads;
+  std::vector<kvkey::Payload> views;
+  for (const kvkey::Digest& b : blocks) payloads.push_back(d.payload(0, b));
+  for (const auto& p : payloads) views.emplace_back(p.data(), p.size());
+  REQUIRE(conn.save(blocks, views) == 4);
+  // A list under block 2's key: GET, GETRANGE and STRLEN answer WRONGTYPE for it alone.
+  const std::string key = d.rank(0).store_key(blocks[2]);
+  (void)store.connection().command({"DEL", key});
+  (void)store.connection().command({"RPUSH", key, "x"});
+  CHECK(conn.lookup(blocks) == 2);  // the count stops at the failed key
+  const auto loaded = conn.load(blocks);
+  CHECK(loaded[0] == payloads[0]);
+  CHECK(loaded[1] == payloads[1]);
+  CHECK_FALSE(loaded[2]);
+  CHECK(loaded[3] == payloads[3]);  // the rest of the batch is served
+  CHECK(store.connection().connected());  // the connection stayed in step
+  CHECK(m.snapshot().store_error("server") == 2);  // one per failed key, of its kind
+  CHECK(conn.last_error() == nullptr);
+  (void)store.purge(d.rank(0).tenant_prefix());
+}
