@@ -123,8 +123,8 @@ TEST_CASE("hiredis store adapter: a WRONGTYPE key fails that key alone, not the 
   CHECK(loaded[0] == payloads[0]);
   CHECK(loaded[1] == payloads[1]);
   CHECK_FALSE(loaded[2]);
-  CHECK(loaded[3] == payloads[3]);  // the rest of the batch is served
-  CHECK(store.connection().connected());  // the connection stayed in step
+  CHECK(loaded[3] == payloads[3]);                 // the rest of the batch is served
+  CHECK(store.connection().connected());           // the connection stayed in step
   CHECK(m.snapshot().store_error("server") == 2);  // one per failed key, of its kind
   CHECK(conn.last_error() == nullptr);
   (void)store.purge(d.rank(0).tenant_prefix());
