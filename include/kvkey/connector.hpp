@@ -473,20 +473,8 @@ class Connector {
       return out;
     }
     const std::optional<std::uint64_t> want = payload_size(rank);
-    for (std::size_t i = 0; i < blocks.size(); ++i) {
-      StoreValue& v = values[i];
-      if (!v.error.empty()) key_failed(call, v.error, "get: a key failed");
-      if (!v.present) continue;
-      pin(v);
-      OpenedValue o = open(ns, v, {}, blocks[i], want);
-      if (!o.ok()) {
-        out[i].result = {LoadResult::Status::rejected, std::move(o.verdict), 0};
-        continue;
-      }
-      out[i].payload = o.payload;
-      out[i].owner = std::move(v.owner);
-      out[i].result = {LoadResult::Status::loaded, std::move(o.verdict), o.payload.size};
-    }
+    serve(
+        call, ns, blocks, values, {}, [&](std::size_t) { return want; }, "get: a key failed", out);
     finish_load(call, blocks, out, nullptr);
     return out;
   }
@@ -691,6 +679,31 @@ class Connector {
     return o;
   }
 
+  // Serves the values one read returned for blocks: a key's error recorded,
+  // each present value opened (verified) in into[i] (no staging when into is
+  // empty) against expect(i); out[i] loaded with a view of the verified
+  // payload, or rejected.
+  template <class Expect>
+  void serve(ConnectorCall& call, const Namespace& ns, const std::vector<Digest>& blocks,
+             std::vector<StoreValue>& values, const std::vector<MutableBuffer>& into, Expect expect, const char* failed,
+             std::vector<LoadedView>& out) const {
+    for (std::size_t i = 0; i < blocks.size(); ++i) {
+      StoreValue& v = values[i];
+      if (!v.error.empty()) key_failed(call, v.error, failed);
+      if (!v.present) continue;
+      const MutableBuffer stage = into.empty() ? MutableBuffer{} : into[i];
+      if (!staged(v, stage)) pin(v);
+      OpenedValue o = open(ns, v, stage, blocks[i], expect(i));
+      if (!o.ok()) {
+        out[i].result = {LoadResult::Status::rejected, std::move(o.verdict), 0};
+        continue;
+      }
+      out[i].payload = o.payload;
+      out[i].owner = std::move(v.owner);
+      out[i].result = {LoadResult::Status::loaded, std::move(o.verdict), o.payload.size};
+    }
+  }
+
   // One read_into of blocks' keys into `into` (empty entries: no staging),
   // each value verified (open) against sizes[i]: out[i] loaded with a view of
   // the verified payload, rejected or missing; recorded as one load.
@@ -706,20 +719,9 @@ class Connector {
       finish_load(call, blocks, out, std::current_exception());
       return;
     }
-    for (std::size_t i = 0; i < blocks.size(); ++i) {
-      StoreValue& v = values[i];
-      if (!v.error.empty()) key_failed(call, v.error, "get_into: a key failed");
-      if (!v.present) continue;
-      if (!staged(v, into[i])) pin(v);
-      OpenedValue o = open(ns, v, into[i], blocks[i], sizes[i]);
-      if (!o.ok()) {
-        out[i].result = {LoadResult::Status::rejected, std::move(o.verdict), 0};
-        continue;
-      }
-      out[i].payload = o.payload;
-      out[i].owner = std::move(v.owner);
-      out[i].result = {LoadResult::Status::loaded, std::move(o.verdict), o.payload.size};
-    }
+    serve(
+        call, ns, blocks, values, into, [&](std::size_t i) { return std::optional<std::uint64_t>(sizes[i]); },
+        "get_into: a key failed", out);
     finish_load(call, blocks, out, nullptr);
   }
 
