@@ -1,3 +1,3 @@
 module github.com/kvkey/kvkey/ports/go
 
-go 1.19
+go 1.26
