@@ -114,6 +114,50 @@ PY
 )
 rm -rf "$quickstart"
 
+# 4c. Values a C++ writer stored in Redis, read by the Go and Rust examples
+#     (ports/go/examples/redisread, ports/rust/examples/redis_read), which
+#     verify each whole: block 0's value as `kvkey seal` made it (the envelope,
+#     then the payload), block 1's with one payload bit flipped (a named
+#     rejection, on the payload), block 2's never written (a miss).
+# shellcheck source=scripts/ci/lib/redis.sh
+source "$root/scripts/ci/lib/redis.sh"
+trap redis_stop_all EXIT
+redis_dir="$(mktemp -d)"
+redis_start 70-ports "$redis_dir"
+identity="$root/examples/identities/qwen-fp16.json"
+/usr/bin/python3 -c 'print(list(range(192)))' >"$redis_dir/tokens.json"  # three blocks of 64 tokens
+"$kvkey" keys "$identity" --tokens "$redis_dir/tokens.json" --json >"$redis_dir/keys.json"
+read -r b0 b1 <<<"$(/usr/bin/python3 -c 'import json, sys
+print(" ".join(b["block_hash"] for b in json.load(open(sys.argv[1]))["blocks"][:2]))' "$redis_dir/keys.json")"
+mapfile -t keys < <(/usr/bin/python3 -c 'import json, sys
+print("\n".join(b["store_key"] for b in json.load(open(sys.argv[1]))["blocks"]))' "$redis_dir/keys.json")
+head -c 4096 /dev/urandom >"$redis_dir/payload"
+for i in 0 1; do
+  block="b$i"
+  "$kvkey" seal "$identity" --block "${!block}" --payload "$redis_dir/payload" -o "$redis_dir/v$i" >/dev/null
+  cat "$redis_dir/payload" >>"$redis_dir/v$i"
+done
+/usr/bin/python3 -c 'import sys
+v = bytearray(open(sys.argv[1], "rb").read()); v[1024 + 100] ^= 0x08; open(sys.argv[1], "wb").write(v)' "$redis_dir/v1"
+redis-cli -p "$REDIS_PORT" -x SET "${keys[0]}" <"$redis_dir/v0" >/dev/null
+redis-cli -p "$REDIS_PORT" -x SET "${keys[1]}" <"$redis_dir/v1" >/dev/null
+printf '%s\n' "block 0 ${keys[0]} ok 4096" "block 1 ${keys[1]} rejected payload_mismatch payload" \
+  "block 2 ${keys[2]} miss" >"$redis_dir/want.txt"
+read -r -a token_args <<<"$(seq -s ' ' 0 191)"
+(cd "$root/ports/go" && go run ./examples/redisread "127.0.0.1:$REDIS_PORT" "$identity" "${token_args[@]}") \
+  >"$redis_dir/go.txt"
+cargo run --quiet --locked --manifest-path "$root/ports/rust/Cargo.toml" --example redis_read -- \
+  "127.0.0.1:$REDIS_PORT" "$identity" "${token_args[@]}" >"$redis_dir/rust.txt"
+for port in go rust; do
+  if ! diff -u "$redis_dir/want.txt" "$redis_dir/$port.txt" >&2; then
+    echo "70-ports: the $port Redis example read other verdicts from the values kvkey sealed" >&2
+    exit 1
+  fi
+done
+redis_stop_all
+rm -rf "$redis_dir"
+echo "70-ports: the Go and Rust examples verify values the C++ tool sealed in Redis (ok, rejected, miss)"
+
 # 5. The conformance runner over each testee: the committed vectors, then
 #    random cases from one fresh seed (printed: rerun with --seed).
 cd "$root"
