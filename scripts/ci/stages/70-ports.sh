@@ -14,8 +14,9 @@ cases="${KVKEY_CONFORMANCE_CASES:-2000}"
 # 1. The preinstalled toolchains (docs/conformance.md, "Toolchains"): Go 1.26
 #    in /usr/local/go and Rust 1.95 from rustup in ~/.cargo/bin, with their
 #    registries (the Go module proxy, crates.io) for the ports' dependencies,
-#    pinned by ports/go/go.sum and ports/rust/Cargo.lock. cargo clippy is a
-#    rustup component: added when missing, and the stage fails if it cannot be.
+#    pinned by ports/go/go.sum and ports/rust/Cargo.lock. cargo clippy and
+#    cargo fmt are rustup components: added when missing, and the stage fails
+#    if they cannot be.
 export PATH="/usr/local/go/bin:$HOME/.cargo/bin:$PATH"
 command -v go >/dev/null || { echo "70-ports: go (Go 1.26, /usr/local/go/bin) is not installed" >&2; exit 1; }
 command -v cargo >/dev/null || { echo "70-ports: cargo (Rust 1.95 from rustup, ~/.cargo/bin) is not installed" >&2; exit 1; }
@@ -23,10 +24,14 @@ case "$(go env GOVERSION)" in go1.26|go1.26.*) ;; *)
   echo "70-ports: Go 1.26 is required, $(command -v go) is $(go env GOVERSION)" >&2; exit 1 ;; esac
 case "$(rustc --version)" in "rustc 1.95."*) ;; *)
   echo "70-ports: Rust 1.95 is required, $(command -v rustc) is $(rustc --version)" >&2; exit 1 ;; esac
-if ! cargo clippy --version >/dev/null 2>&1; then
-  echo "70-ports: adding the rustup component clippy"
-  rustup component add clippy || { echo "70-ports: cargo clippy is missing and rustup could not add it" >&2; exit 1; }
-fi
+for component in clippy rustfmt; do
+  subcommand="${component/rustfmt/fmt}"
+  if ! cargo "$subcommand" --version >/dev/null 2>&1; then
+    echo "70-ports: adding the rustup component $component"
+    rustup component add "$component" ||
+      { echo "70-ports: cargo $subcommand is missing and rustup could not add $component" >&2; exit 1; }
+  fi
+done
 echo "70-ports: $(go version); $(cargo --version); $(cargo clippy --version)"
 
 # 2. The tool (the runner and the C++ testee) and the Python module, in the
