@@ -1,11 +1,14 @@
 #!/usr/bin/env bash
 # The Go and Rust ports (ports/go, ports/rust) and the conformance runner
-# (docs/conformance.md): go vet/test and cargo build/test/clippy against the
-# committed vectors, their dependencies from the Go module proxy and crates.io; then `kvkey conformance` over the C++, Python,
-# Go and Rust testees with the committed vectors and 2,000 random cases from a
-# fresh seed. Uses the preinstalled Go and Rust toolchains and builds what it
-# runs (the tool in build/gcc and the Python module in build/python, as stages
-# 10 and 30 do), so it also runs alone: scripts/test.sh ports.
+# (docs/conformance.md): go vet/test and cargo build/test/fmt/clippy against
+# the committed vectors, their dependencies from the Go module proxy and
+# crates.io; the READMEs' quick starts in a module and a crate outside the
+# tree; the Redis examples on values the C++ tool sealed (one redis-server);
+# then `kvkey conformance` over the C++, Python, Go and Rust testees with the
+# committed vectors and 2,000 random cases from a fresh seed. Uses the
+# preinstalled Go and Rust toolchains and builds what it runs (the tool in
+# build/gcc and the Python module in build/python, as stages 10 and 30 do), so
+# it also runs alone: scripts/test.sh ports.
 set -euo pipefail
 root="$KVKEY_ROOT"
 jobs="${KVKEY_JOBS:-2}"
