@@ -9,7 +9,7 @@ import (
 )
 
 // FormatVersion is the byte format this package reads and writes.
-const FormatVersion = 3
+const FormatVersion = 4
 
 const identityTag = "kvkey.id"
 

@@ -48,11 +48,16 @@ const (
 	ModeNone     IntegrityMode = 0 // size only
 	ModeXXH3     IntegrityMode = 1 // XXH3-128 of the payload (plain namespaces)
 	ModePoly1305 IntegrityMode = 2 // Poly1305 tag (keyed namespaces)
+	ModeAESGCM   IntegrityMode = 3 // AES-256-GCM ciphertext and tag (confidential namespaces)
 )
 
 func modeAllowed(kind NamespaceKind, mode IntegrityMode) bool {
-	return mode == ModeNone || kind == Plain && mode == ModeXXH3 || kind == Keyed && mode == ModePoly1305
+	return mode == ModeNone || kind == Plain && mode == ModeXXH3 ||
+		kind == Keyed && (mode == ModePoly1305 || mode == ModeAESGCM)
 }
+
+// hasNonce reports whether headers of mode carry a random nonce.
+func hasNonce(mode IntegrityMode) bool { return mode == ModePoly1305 || mode == ModeAESGCM }
 
 // Reason says why a header was accepted or rejected; its names are the C++
 // library's.
@@ -153,7 +158,7 @@ func ParseEnvelope(h []byte) (*Envelope, Verdict) {
 		return nil, Verdict{ReasonMalformed, "envelope.namespace_kind"}
 	case !modeAllowed(kind, mode):
 		return nil, Verdict{ReasonMalformed, "envelope.integrity_mode"}
-	case mode != ModePoly1305 && !allZero(h[offNonce:offPayloadDigest]):
+	case !hasNonce(mode) && !allZero(h[offNonce:offPayloadDigest]):
 		return nil, Verdict{ReasonMalformed, "envelope.nonce"}
 	case mode == ModeNone && !allZero(h[offPayloadDigest:offSecretID]):
 		return nil, Verdict{ReasonMalformed, "envelope.payload_digest"}
@@ -224,9 +229,11 @@ func (ns *Namespace) verifyExceptPayload(h []byte, block Digest, payloadSize uin
 		return v
 	}
 	want := ns.SealSizeOnly(block, payloadSize)
-	if mode := IntegrityMode(h[offIntegrity]); modeAllowed(ns.kind(), mode) {
+	// Only the modes this namespace writes (none aside): a keyed header read
+	// by a confidential reader, or the reverse, is named by its mode.
+	if mode := IntegrityMode(h[offIntegrity]); mode == ModeNone || mode == ns.Mode() {
 		want[offIntegrity] = byte(mode)
-		if mode == ModePoly1305 {
+		if hasNonce(mode) {
 			copy(want[offNonce:offPayloadDigest], h[offNonce:offPayloadDigest])
 		}
 		if mode != ModeNone {

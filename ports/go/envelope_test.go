@@ -78,14 +78,14 @@ func TestStoreKeyV3(t *testing.T) {
 	plain, _ := NewNamespace(id)
 	keyed, _ := NewNamespace(id, WithSecret(secretOf(7)))
 	sid, _ := keyed.SecretID()
-	if got := plain.KeyPrefix(); got != "kvk3/team-a/p/Qwen%2FQwen2.5-7B-Instruct/e0/" {
+	if got := plain.KeyPrefix(); got != "kvk4/team-a/p/Qwen%2FQwen2.5-7B-Instruct/e0/" {
 		t.Errorf("plain prefix %s", got)
 	}
-	want := "kvk3/team-a/k" + hex.EncodeToString(sid[:]) + "/"
+	want := "kvk4/team-a/k" + hex.EncodeToString(sid[:]) + "/"
 	if keyed.SecretPrefix() != want || !strings.HasPrefix(keyed.KeyPrefix(), want) {
 		t.Errorf("keyed prefixes %s %s, want %s...", keyed.SecretPrefix(), keyed.KeyPrefix(), want)
 	}
-	if plain.TenantPrefix() != "kvk3/team-a/" || keyed.TenantPrefix() != "kvk3/team-a/" {
+	if plain.TenantPrefix() != "kvk4/team-a/" || keyed.TenantPrefix() != "kvk4/team-a/" {
 		t.Errorf("tenant prefixes %s %s", plain.TenantPrefix(), keyed.TenantPrefix())
 	}
 	// The model segment: at most 80 characters, an escape never split.
@@ -99,7 +99,7 @@ func TestStoreKeyV3(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if got := ns.KeyPrefix(); got != "kvk3/team-a/p/"+c.want+"/e0/" {
+		if got := ns.KeyPrefix(); got != "kvk4/team-a/p/"+c.want+"/e0/" {
 			t.Errorf("%s: prefix %s", c.name, got)
 		}
 	}

@@ -21,7 +21,7 @@ const (
 )
 
 // StoreKeyTag opens every store key.
-const StoreKeyTag = "kvk3/"
+const StoreKeyTag = "kvk4/"
 
 // SecretIDSize is the size of a tenant secret's public id, in bytes.
 const SecretIDSize = 8
@@ -32,6 +32,7 @@ type Option func(*options)
 type options struct {
 	singleTenant bool
 	secret       []byte
+	confidential bool
 }
 
 // SingleTenant selects the single-tenant policy: the identity's Tenant must be
@@ -45,12 +46,20 @@ func WithSecret(secret []byte) Option {
 	return func(o *options) { o.secret = append([]byte{}, secret...) }
 }
 
+// Confidential makes a keyed namespace confidential (format v4,
+// docs/format.md section 6, "Mode aes256_gcm"): its payloads are stored
+// encrypted with AES-256-GCM under keys derived from the tenant secret, and
+// its keys carry the segment c<secret id>. It needs WithSecret (else an
+// identity_error on "confidential").
+func Confidential() Option { return func(o *options) { o.confidential = true } }
+
 // Namespace holds everything one deployment's rank derives from its Identity:
 // the root, the chain of block hashes, the store keys and the header a writer
 // of this namespace seals. It is safe for concurrent use.
 type Namespace struct {
 	id        Identity
 	keyed     bool
+	confident bool // confidential (keyed only)
 	secret    []byte
 	secretID  [SecretIDSize]byte // zero in a plain namespace
 	slice     Slice
@@ -83,8 +92,13 @@ func newNamespace(id Identity, strict bool, opts ...Option) (*Namespace, error) 
 		return nil, identityError("tenant_secret", fmt.Sprintf("is %d bytes; a tenant secret has %d to %d bytes",
 			len(o.secret), MinSecretSize, MaxSecretSize))
 	}
+	if o.confidential && o.secret == nil {
+		return nil, identityError("confidential", "a confidential namespace encrypts under a key derived from "+
+			"the tenant secret: give WithSecret")
+	}
 	slice, _ := ResolveSlice(v.KV, v.Shard) // Validated checked it
-	ns := &Namespace{id: v, keyed: o.secret != nil, secret: o.secret, slice: slice, encoding: EncodeIdentity(v)}
+	ns := &Namespace{id: v, keyed: o.secret != nil, confident: o.confidential, secret: o.secret, slice: slice,
+		encoding: EncodeIdentity(v)}
 	ns.root = ns.hash(ns.encoding)
 	if ns.keyed {
 		ns.secretID = SecretID(ns.secret)
@@ -223,19 +237,19 @@ func (ns *Namespace) ObjectHash(block Digest) Digest {
 		u32le(s.LayerEnd))
 }
 
-// StoreKey returns "kvk3/<tenant>/<ns>/<model>/e<epoch>/<object hash>", where
+// StoreKey returns "kvk4/<tenant>/<ns>/<model>/e<epoch>/<object hash>", where
 // <ns> is "p" in a plain namespace and "k<secret id, 16 hex>" in a keyed one.
 func (ns *Namespace) StoreKey(block Digest) string {
 	o := ns.ObjectHash(block)
 	return ns.keyPrefix + hex.EncodeToString(o[:])
 }
 
-// KeyPrefix returns "kvk3/<tenant>/<ns>/<model>/e<epoch>/", the prefix of
+// KeyPrefix returns "kvk4/<tenant>/<ns>/<model>/e<epoch>/", the prefix of
 // every key of this namespace's epoch.
 func (ns *Namespace) KeyPrefix() string { return ns.keyPrefix }
 
-// SecretPrefix returns "kvk3/<tenant>/p/" in a plain namespace and
-// "kvk3/<tenant>/k<secret id>/" in a keyed one: the prefix of every key sealed
+// SecretPrefix returns "kvk4/<tenant>/p/" in a plain namespace and
+// "kvk4/<tenant>/k<secret id>/" in a keyed one: the prefix of every key sealed
 // under this namespace's secret (or of the tenant's plain keys), whatever the
 // model and epoch. Purging it after a rotation removes exactly the retired
 // secret's values.
@@ -243,13 +257,17 @@ func (ns *Namespace) SecretPrefix() string {
 	if !ns.keyed {
 		return TenantKeyPrefix(ns.id.Tenant) + "p/"
 	}
-	return TenantKeyPrefix(ns.id.Tenant) + "k" + hex.EncodeToString(ns.secretID[:]) + "/"
+	segment := "k"
+	if ns.confident {
+		segment = "c"
+	}
+	return TenantKeyPrefix(ns.id.Tenant) + segment + hex.EncodeToString(ns.secretID[:]) + "/"
 }
 
-// TenantPrefix returns "kvk3/<tenant>/", the prefix of every key of the tenant.
+// TenantPrefix returns "kvk4/<tenant>/", the prefix of every key of the tenant.
 func (ns *Namespace) TenantPrefix() string { return TenantKeyPrefix(ns.id.Tenant) }
 
-// TenantKeyPrefix returns "kvk3/<tenant>/" for a valid tenant (or SingleTenantName).
+// TenantKeyPrefix returns "kvk4/<tenant>/" for a valid tenant (or SingleTenantName).
 func TenantKeyPrefix(tenant string) string { return StoreKeyTag + tenant + "/" }
 
 // modelKeySegment escapes bytes outside [A-Za-z0-9._-] as %XX and cuts the

@@ -56,8 +56,11 @@ func (ns *Namespace) digestOf(payload, h []byte) [16]byte {
 }
 
 // Mode is the integrity mode Seal writes: ModeXXH3 in a plain namespace,
-// ModePoly1305 in a keyed one.
+// ModePoly1305 in a keyed one, ModeAESGCM in a confidential one.
 func (ns *Namespace) Mode() IntegrityMode {
+	if ns.confident {
+		return ModeAESGCM
+	}
 	if ns.keyed {
 		return ModePoly1305
 	}
@@ -67,8 +70,13 @@ func (ns *Namespace) Mode() IntegrityMode {
 // Seal returns the header of this namespace for block and its payload, as the
 // C++ seal(block_hash, payload) writes it: the payload's size and its digest
 // (plain: XXH3-128 of the payload and the header) or tag (keyed: Poly1305
-// under a fresh random nonce from crypto/rand).
+// under a fresh random nonce from crypto/rand). A confidential namespace
+// stores ciphertext, not the payload: seal its values with SealValue (Seal
+// panics there).
 func (ns *Namespace) Seal(block Digest, payload []byte) []byte {
+	if ns.confident {
+		panic("kvkey: Seal in a confidential namespace: the payload is stored encrypted, use SealValue")
+	}
 	h := ns.SealSizeOnly(block, uint64(len(payload)))
 	h[offIntegrity] = byte(ns.Mode())
 	if ns.keyed {
@@ -85,7 +93,14 @@ func (ns *Namespace) Seal(block Digest, payload []byte) []byte {
 // its digest (plain) or tag (keyed). Anything but OK is a miss: bytes that do
 // not match are payload_mismatch on "payload", a header without a digest or
 // tag payload_mismatch on "envelope.integrity_mode".
+//
+// In a confidential namespace payload is the stored ciphertext: Verify
+// checks the header and the GCM tag (OpenValue also returns the plaintext).
 func (ns *Namespace) Verify(h []byte, block Digest, payload []byte) Verdict {
+	if ns.confident {
+		_, v := ns.openConfidential(h, block, payload)
+		return v
+	}
 	if v := preamble(h); !v.OK() {
 		return v
 	}
@@ -104,6 +119,9 @@ func (ns *Namespace) Verify(h []byte, block Digest, payload []byte) Verdict {
 // SealValue returns one store value for block (docs/format.md, "Stored
 // values"): the header Seal writes, immediately followed by the payload.
 func (ns *Namespace) SealValue(block Digest, payload []byte) []byte {
+	if ns.confident {
+		return ns.sealConfidential(block, payload)
+	}
 	return append(ns.Seal(block, payload), payload...)
 }
 
@@ -116,6 +134,9 @@ func (ns *Namespace) SealValue(block Digest, payload []byte) []byte {
 func (ns *Namespace) OpenValue(value []byte, block Digest) ([]byte, Verdict) {
 	if len(value) < EnvelopeSize {
 		return nil, Verdict{ReasonMalformed, "envelope.size"}
+	}
+	if ns.confident { // the plaintext, in new memory, only when it authenticates
+		return ns.openConfidential(value[:EnvelopeSize], block, value[EnvelopeSize:])
 	}
 	v := ns.Verify(value[:EnvelopeSize], block, value[EnvelopeSize:])
 	if !v.OK() {
