@@ -6,7 +6,7 @@ use crate::fields::{Field, FieldType, Slot, Value, FIELDS};
 use crate::identity::{Adapter, Dtype, Identity};
 
 /// The byte format this crate reads and writes.
-pub const FORMAT_VERSION: u16 = 3;
+pub const FORMAT_VERSION: u16 = 4;
 
 const IDENTITY_TAG: &[u8; 8] = b"kvkey.id";
 

@@ -2,6 +2,7 @@
 //! The 1024-byte envelope: parsing and verification with the C++ library's
 //! Reason and field (docs/format.md, section 6).
 
+use std::borrow::Cow;
 use std::fmt;
 
 use crate::digest::Digest;
@@ -46,12 +47,20 @@ pub enum IntegrityMode {
     Xxh3_128 = 1,
     /// Poly1305 tag of the payload and the header (keyed namespaces).
     Poly1305 = 2,
+    /// AES-256-GCM ciphertext and tag (confidential namespaces, format v4).
+    Aes256Gcm = 3,
 }
 
 fn mode_allowed(kind: u8, mode: u8) -> bool {
     mode == IntegrityMode::None as u8
         || (kind == NamespaceKind::Plain as u8 && mode == IntegrityMode::Xxh3_128 as u8)
-        || (kind == NamespaceKind::Keyed as u8 && mode == IntegrityMode::Poly1305 as u8)
+        || (kind == NamespaceKind::Keyed as u8
+            && (mode == IntegrityMode::Poly1305 as u8 || mode == IntegrityMode::Aes256Gcm as u8))
+}
+
+/// True for the modes whose headers carry a random nonce.
+fn has_nonce(mode: u8) -> bool {
+    mode == IntegrityMode::Poly1305 as u8 || mode == IntegrityMode::Aes256Gcm as u8
 }
 
 /// Why a header was accepted or rejected.
@@ -206,8 +215,9 @@ pub fn parse_envelope(h: &[u8]) -> std::result::Result<Envelope, Verdict> {
     if !mode_allowed(kind as u8, mode) {
         return malformed("envelope.integrity_mode");
     }
-    let mode = [IntegrityMode::None, IntegrityMode::Xxh3_128, IntegrityMode::Poly1305][usize::from(mode)];
-    if mode != IntegrityMode::Poly1305 && !all_zero(&h[NONCE..PAYLOAD_DIGEST]) {
+    let mode = [IntegrityMode::None, IntegrityMode::Xxh3_128, IntegrityMode::Poly1305, IntegrityMode::Aes256Gcm]
+        [usize::from(mode)];
+    if !has_nonce(mode as u8) && !all_zero(&h[NONCE..PAYLOAD_DIGEST]) {
         return malformed("envelope.nonce");
     }
     if mode == IntegrityMode::None && !all_zero(&h[PAYLOAD_DIGEST..SECRET_ID]) {
@@ -335,7 +345,9 @@ impl Namespace {
     /// The integrity mode `seal` writes: xxh3_128 in a plain namespace,
     /// poly1305 in a keyed one.
     pub fn integrity_mode(&self) -> IntegrityMode {
-        if self.is_keyed() {
+        if self.is_confidential() {
+            IntegrityMode::Aes256Gcm
+        } else if self.is_keyed() {
             IntegrityMode::Poly1305
         } else {
             IntegrityMode::Xxh3_128
@@ -375,6 +387,12 @@ impl Namespace {
     /// Poly1305 under a fresh random nonce from the operating system). An
     /// error only when the operating system gives no random bytes.
     pub fn seal(&self, block: &Digest, payload: &[u8]) -> Result<Vec<u8>> {
+        if self.is_confidential() {
+            return Err(Error::input(
+                "payload",
+                "a confidential namespace stores the payload encrypted: use seal_value",
+            ));
+        }
         let mut h = self.seal_size_only(block, payload.len() as u64);
         h[INTEGRITY_MODE] = self.integrity_mode() as u8;
         if self.is_keyed() {
@@ -389,6 +407,9 @@ impl Namespace {
     /// One store value for `block` (docs/format.md, "Stored values"): the
     /// header `seal` writes, immediately followed by the payload.
     pub fn seal_value(&self, block: &Digest, payload: &[u8]) -> Result<Vec<u8>> {
+        if self.is_confidential() {
+            return self.seal_confidential(block, payload);
+        }
         let mut value = self.seal(block, payload)?;
         value.extend_from_slice(payload);
         Ok(value)
@@ -400,13 +421,78 @@ impl Namespace {
     /// when it is ok. A value shorter than an envelope is malformed
     /// ("envelope.size"); a payload of another length than its header says is
     /// size_mismatch ("payload_size").
-    pub fn open_value<'v>(&self, value: &'v [u8], block: &Digest) -> (Option<&'v [u8]>, Verdict) {
+    ///
+    /// In a confidential namespace the payload returned is the plaintext, in
+    /// new memory (`Cow::Owned`), and only when the GCM tag authenticates it.
+    pub fn open_value<'v>(&self, value: &'v [u8], block: &Digest) -> (Option<Cow<'v, [u8]>>, Verdict) {
         if value.len() < ENVELOPE_SIZE {
             return (None, Verdict::new(Reason::Malformed, "envelope.size"));
         }
         let (header, payload) = value.split_at(ENVELOPE_SIZE);
+        if self.is_confidential() {
+            return match self.open_confidential(header, block, payload) {
+                Ok(plain) => (Some(Cow::Owned(plain)), Verdict::OK),
+                Err(v) => (None, v),
+            };
+        }
         let v = self.verify(header, block, payload);
-        (if v.is_ok() { Some(payload) } else { None }, v)
+        (if v.is_ok() { Some(Cow::Borrowed(payload)) } else { None }, v)
+    }
+
+    /// The AES-256-GCM cipher under K_c = HKDF-SHA-256(tenant secret, salt,
+    /// info = 'C' || root || selector, 32 bytes).
+    fn confidential_cipher(&self, selector: &[u8]) -> aes_gcm::Aes256Gcm {
+        use aes_gcm::KeyInit;
+        let kdf = self.kdf.as_ref().expect("a confidential namespace");
+        let mut key = [0u8; 32];
+        kdf.expand_multi_info(&[b"C", &self.root().0, selector], &mut key).expect("32 bytes of HKDF output");
+        aes_gcm::Aes256Gcm::new(&key.into())
+    }
+
+    fn seal_confidential(&self, block: &Digest, payload: &[u8]) -> Result<Vec<u8>> {
+        use aes_gcm::AeadInPlace;
+        let mut value = self.seal_size_only(block, payload.len() as u64);
+        value[INTEGRITY_MODE] = IntegrityMode::Aes256Gcm as u8;
+        getrandom::fill(&mut value[NONCE..PAYLOAD_DIGEST])
+            .map_err(|e| Error::input("payload", format!("no random nonce for the payload: {e}")))?;
+        let aad = value.clone();
+        value.extend_from_slice(payload);
+        let (header, body) = value.split_at_mut(ENVELOPE_SIZE);
+        let tag = self
+            .confidential_cipher(&header[NONCE..NONCE + 4])
+            .encrypt_in_place_detached(header[NONCE + 4..PAYLOAD_DIGEST].into(), &aad, body)
+            .map_err(|_| Error::input("payload", "AES-256-GCM refused the payload (too long)"))?;
+        header[PAYLOAD_DIGEST..SECRET_ID].copy_from_slice(&tag);
+        Ok(value)
+    }
+
+    /// The plaintext of a confidential value's ciphertext, when the header is
+    /// this namespace's for `block` and the GCM tag authenticates both.
+    fn open_confidential(&self, h: &[u8], block: &Digest, ciphertext: &[u8]) -> std::result::Result<Vec<u8>, Verdict> {
+        use aes_gcm::AeadInPlace;
+        let v = self.verify_except_payload(h, block, ciphertext.len() as u64);
+        if !v.is_ok() {
+            return Err(v);
+        }
+        if h[INTEGRITY_MODE] != IntegrityMode::Aes256Gcm as u8 {
+            return Err(Verdict::new(Reason::PayloadMismatch, "envelope.integrity_mode"));
+        }
+        let mut aad = h.to_vec();
+        aad[PAYLOAD_DIGEST..SECRET_ID].fill(0);
+        let mut plain = ciphertext.to_vec();
+        let opened = self.confidential_cipher(&h[NONCE..NONCE + 4]).decrypt_in_place_detached(
+            h[NONCE + 4..PAYLOAD_DIGEST].into(),
+            &aad,
+            &mut plain,
+            h[PAYLOAD_DIGEST..SECRET_ID].into(),
+        );
+        match opened {
+            Ok(()) => Ok(plain),
+            Err(_) => {
+                plain.fill(0); // no unauthenticated plaintext is left behind
+                Err(Verdict::new(Reason::PayloadMismatch, "payload"))
+            }
+        }
     }
 
     /// Checks a header against what this namespace would have sealed for
@@ -434,9 +520,11 @@ impl Namespace {
         }
         let mut want = self.seal_size_only(block, payload_size);
         let mode = h[INTEGRITY_MODE];
-        if mode_allowed(self.kind(), mode) {
+        // Only the modes this namespace writes (none aside): a keyed header
+        // read by a confidential reader, or the reverse, is named by its mode.
+        if mode == IntegrityMode::None as u8 || mode == self.integrity_mode() as u8 {
             want[INTEGRITY_MODE] = mode;
-            if mode == IntegrityMode::Poly1305 as u8 {
+            if has_nonce(mode) {
                 want[NONCE..PAYLOAD_DIGEST].copy_from_slice(&h[NONCE..PAYLOAD_DIGEST]);
             }
             if mode != IntegrityMode::None as u8 {
@@ -452,7 +540,13 @@ impl Namespace {
     /// (keyed). Anything but ok is a miss: bytes that do not match are
     /// payload_mismatch on "payload", a header without a digest or tag
     /// payload_mismatch on "envelope.integrity_mode".
+    ///
+    /// In a confidential namespace `payload` is the stored ciphertext: the
+    /// header and its GCM tag are checked (`open_value` also decrypts).
     pub fn verify(&self, h: &[u8], block: &Digest, payload: &[u8]) -> Verdict {
+        if self.is_confidential() {
+            return self.open_confidential(h, block, payload).err().unwrap_or(Verdict::OK);
+        }
         let v = preamble(h);
         if !v.is_ok() {
             return v;

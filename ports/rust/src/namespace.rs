@@ -18,7 +18,7 @@ pub const MIN_SECRET_SIZE: usize = 32;
 pub const MAX_SECRET_SIZE: usize = 256;
 
 /// The tag that opens every store key (format version 3).
-pub const STORE_KEY_TAG: &str = "kvk3/";
+pub const STORE_KEY_TAG: &str = "kvk4/";
 
 /// The longest model segment of a store key, in characters.
 const MODEL_SEGMENT_MAX: usize = 80;
@@ -112,7 +112,12 @@ pub struct Namespace {
     pub(crate) encoding: Vec<u8>,
     root: Digest,
     key_prefix: String,
+    /// Confidential namespaces: HKDF-SHA-256 extracted from the tenant secret.
+    pub(crate) kdf: Option<hkdf::Hkdf<Sha256>>,
 }
+
+/// The HKDF salt of confidential payload keys; no other derivation uses it.
+pub(crate) const CONFIDENTIAL_SALT: &[u8] = b"kvkey v4 confidential";
 
 /// Shows the identity, kind, secret id and root; never the secret.
 impl fmt::Debug for Namespace {
@@ -134,6 +139,7 @@ pub struct NamespaceBuilder<'a> {
     id: &'a Identity,
     policy: TenantPolicy,
     secret: Option<&'a [u8]>,
+    confidential: bool,
 }
 
 impl<'a> NamespaceBuilder<'a> {
@@ -148,6 +154,15 @@ impl<'a> NamespaceBuilder<'a> {
     /// checked after the identity).
     pub fn secret(mut self, secret: &'a [u8]) -> Self {
         self.secret = Some(secret);
+        self
+    }
+
+    /// A confidential namespace (format v4, docs/format.md section 6, "Mode
+    /// aes256_gcm"): a keyed one whose payloads are stored encrypted with
+    /// AES-256-GCM under keys derived from the tenant secret, its keys under
+    /// "c<secret id>". Needs `secret` (else an identity error on "confidential").
+    pub fn confidential(mut self, confidential: bool) -> Self {
+        self.confidential = confidential;
         self
     }
 
@@ -174,34 +189,45 @@ impl<'a> NamespaceBuilder<'a> {
                 (Hasher::Keyed(mac), Some(secret_id(secret)))
             }
         };
+        let kdf = match (self.confidential, self.secret) {
+            (false, _) => None,
+            (true, Some(secret)) => Some(hkdf::Hkdf::<Sha256>::new(Some(CONFIDENTIAL_SALT), secret)),
+            (true, None) => {
+                return Err(Error::identity(
+                    "confidential",
+                    "a confidential namespace encrypts under a key derived from the tenant secret: give secret()",
+                ))
+            }
+        };
         let slice = resolve_slice(&id.kv, &id.shard)?;
         let encoding = encode_identity(&id);
         let root = hasher.hash(&[&encoding]);
         let key_prefix = format!(
             "{}{}/e{}/",
-            namespace_prefix(&id.tenant, secret_id.as_ref()),
+            namespace_prefix(&id.tenant, secret_id.as_ref(), kdf.is_some()),
             model_key_segment(&id.model.name),
             id.model.weights_epoch
         );
-        Ok(Namespace { id, hasher, secret_id, slice, encoding, root, key_prefix })
+        Ok(Namespace { id, hasher, secret_id, slice, encoding, root, key_prefix, kdf })
     }
 }
 
-/// "kvk3/<tenant>/": the prefix of every key of the tenant, under any secret.
+/// "kvk4/<tenant>/": the prefix of every key of the tenant, under any secret.
 pub fn tenant_key_prefix(tenant: &str) -> String {
     format!("{}{}/", STORE_KEY_TAG, tenant)
 }
 
-/// "kvk3/<tenant>/k<secret id, 16 hex>/": the prefix of every key the tenant's
+/// "kvk4/<tenant>/k<secret id, 16 hex>/": the prefix of every key the tenant's
 /// keyed namespaces wrote under one secret (what a purge of a retired secret
 /// selects). `secret_id` as `secret_id()` computes it.
 pub fn secret_key_prefix(tenant: &str, secret_id: &SecretId) -> String {
     format!("{}k{}/", tenant_key_prefix(tenant), secret_id.hex())
 }
 
-/// "kvk3/<tenant>/p/" (plain) or secret_key_prefix (keyed).
-fn namespace_prefix(tenant: &str, secret_id: Option<&SecretId>) -> String {
+/// "kvk4/<tenant>/p/" (plain) or secret_key_prefix (keyed).
+fn namespace_prefix(tenant: &str, secret_id: Option<&SecretId>, confidential: bool) -> String {
     match secret_id {
+        Some(sid) if confidential => format!("{}c{}/", tenant_key_prefix(tenant), sid.hex()),
         Some(sid) => secret_key_prefix(tenant, sid),
         None => format!("{}p/", tenant_key_prefix(tenant)),
     }
@@ -235,7 +261,7 @@ impl Namespace {
     /// Starts a namespace with options: `.policy(TenantPolicy::SingleTenant)`,
     /// `.secret(&tenant_secret)` for a keyed namespace, then `.build()`.
     pub fn builder(id: &Identity) -> NamespaceBuilder<'_> {
-        NamespaceBuilder { id, policy: TenantPolicy::Required, secret: None }
+        NamespaceBuilder { id, policy: TenantPolicy::Required, secret: None, confidential: false }
     }
 
     /// The validated identity as encoded.
@@ -246,16 +272,20 @@ impl Namespace {
     pub fn is_keyed(&self) -> bool {
         matches!(self.hasher, Hasher::Keyed(_))
     }
+    /// True for a confidential namespace (`NamespaceBuilder::confidential`).
+    pub fn is_confidential(&self) -> bool {
+        self.kdf.is_some()
+    }
     /// The secret id of a keyed namespace (`secret_id()` of its secret); None
     /// for a plain one.
     pub fn secret_id(&self) -> Option<SecretId> {
         self.secret_id
     }
-    /// Keyed: "kvk3/<tenant>/k<secret id>/", the prefix of every key sealed
+    /// Keyed: "kvk4/<tenant>/k<secret id>/", the prefix of every key sealed
     /// under this namespace's tenant secret (any model, epoch or rank). Plain:
-    /// "kvk3/<tenant>/p/", the prefix of every plain key of the tenant.
+    /// "kvk4/<tenant>/p/", the prefix of every plain key of the tenant.
     pub fn secret_prefix(&self) -> String {
-        namespace_prefix(&self.id.tenant, self.secret_id.as_ref())
+        namespace_prefix(&self.id.tenant, self.secret_id.as_ref(), self.kdf.is_some())
     }
     /// The KV heads and layers this rank holds.
     pub fn slice(&self) -> Slice {
@@ -269,11 +299,11 @@ impl Namespace {
     pub fn root(&self) -> Digest {
         self.root
     }
-    /// "kvk3/<tenant>/<p | k<secret id>>/<model>/e<epoch>/": the prefix of this namespace's keys.
+    /// "kvk4/<tenant>/<p | k<secret id>>/<model>/e<epoch>/": the prefix of this namespace's keys.
     pub fn key_prefix(&self) -> &str {
         &self.key_prefix
     }
-    /// "kvk3/<tenant>/".
+    /// "kvk4/<tenant>/".
     pub fn tenant_prefix(&self) -> String {
         tenant_key_prefix(&self.id.tenant)
     }
@@ -332,7 +362,7 @@ impl Namespace {
         self.hasher.hash(&[&m])
     }
 
-    /// "kvk3/<tenant>/<p | k<secret id>>/<model>/e<epoch>/<object hash, 64 hex>".
+    /// "kvk4/<tenant>/<p | k<secret id>>/<model>/e<epoch>/<object hash, 64 hex>".
     pub fn store_key(&self, block: &Digest) -> String {
         format!("{}{}", self.key_prefix, hex(&self.object_hash(block).0))
     }
