@@ -5,17 +5,8 @@
 use kvkey::{HashOptions, Identity, Namespace, Reason, Verdict};
 
 fn identity() -> Identity {
-    let mut id = Identity::default();
-    id.tenant = "t".into();
-    id.model.name = "m".into();
-    id.model.revision = "r".into();
-    id.kv.dtype = Some(kvkey::Dtype::Fp16);
-    id.kv.block_size = 4;
-    id.kv.num_layers = 2;
-    id.kv.num_kv_heads = 2;
-    id.kv.head_dim = 8;
-    id.kv.layout = "l".into();
-    id
+    let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../examples/identities/qwen-fp16.json");
+    Identity::from_file(path).expect("the example identity").0
 }
 
 fn verdict(reason: Reason, field: &'static str) -> Verdict {
@@ -31,8 +22,9 @@ fn confidential_values_open_only_when_they_authenticate() {
     let other = Namespace::builder(&id).secret(&[8u8; 32]).confidential(true).build().expect("confidential");
     let none = Namespace::builder(&id).confidential(true).build().expect_err("no secret");
     assert_eq!((none.kind(), none.field()), ("identity_error", "confidential"));
-    assert!(ns.secret_prefix().starts_with("kvk4/t/c"));
-    let b = ns.block_hashes(&[1, 2, 3, 4], &HashOptions::default()).expect("blocks")[0];
+    assert!(ns.secret_prefix().starts_with("kvk4/team-a/c"));
+    let tokens: Vec<u32> = (0..64).collect();
+    let b = ns.block_hashes(&tokens, &HashOptions::default()).expect("blocks")[0];
     let p: Vec<u8> = (0..1000u32).map(|j| (j % 251) as u8).collect();
     let value = ns.seal_value(&b, &p).expect("sealed");
     assert_eq!(value[73], 3);
