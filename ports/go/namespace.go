@@ -186,7 +186,17 @@ func (ns *Namespace) BlockHashes(tokens []uint32, opts *HashOptions) ([]Digest, 
 	if opts == nil {
 		opts = &HashOptions{}
 	}
-	extras := append([]ExtraKey(nil), opts.Extras...)
+	extras, err := sortedExtras(opts.Extras)
+	if err != nil {
+		return nil, err
+	}
+	return ns.chainFrom(tokens, extras, 0, ns.FirstParent(opts.Salt)), nil
+}
+
+// sortedExtras checks the extra keys (an input error on "extras") and sorts
+// them by (token_begin, token_end, key bytes).
+func sortedExtras(in []ExtraKey) ([]ExtraKey, error) {
+	extras := append([]ExtraKey(nil), in...)
 	for i, e := range extras {
 		if e.TokenBegin >= e.TokenEnd {
 			return nil, inputError("extras", fmt.Sprintf("extra key %d: token_begin must be below token_end", i))
@@ -202,11 +212,16 @@ func (ns *Namespace) BlockHashes(tokens []uint32, opts *HashOptions) ([]Digest, 
 		}
 		return bytes.Compare(a.Key, b.Key) < 0
 	})
+	return extras, nil
+}
+
+// chainFrom hashes the full blocks of tokens from block `from` on, the first
+// of them under parent; extras sorted by sortedExtras.
+func (ns *Namespace) chainFrom(tokens []uint32, extras []ExtraKey, from int, parent Digest) []Digest {
 	bs := ns.BlockSize()
 	out := make([]Digest, 0, len(tokens)/bs)
-	parent := ns.FirstParent(opts.Salt)
 	msg := make([]byte, 0, 1+32+4*bs+4)
-	for b := 0; (b+1)*bs <= len(tokens); b++ {
+	for b := from; (b+1)*bs <= len(tokens); b++ {
 		msg = append(append(msg[:0], 'B'), parent[:]...)
 		for _, t := range tokens[b*bs : (b+1)*bs] {
 			msg = binary.LittleEndian.AppendUint32(msg, t)
@@ -227,7 +242,7 @@ func (ns *Namespace) BlockHashes(tokens []uint32, opts *HashOptions) ([]Digest, 
 		parent = ns.hash(msg)
 		out = append(out, parent)
 	}
-	return out, nil
+	return out
 }
 
 // ObjectHash returns H('O' || block || slice): this rank's object for the block.
@@ -292,4 +307,44 @@ func modelKeySegment(name string) string {
 		}
 	}
 	return string(out)
+}
+
+// ScopedBlockHashes returns the block hashes of a request whose first
+// scopeTokens tokens belong to a shared scope, as the serving side says
+// (format v4, docs/format.md sections 3 and 12): blocks [0, k), k =
+// scopeTokens / block size, in the scope's chain (unsalted), the rest in the
+// tenant's, the first of them under the transition parent
+// H_t('T' || p_t || hash_{k-1}). The extras enter both by absolute position,
+// the salt the private blocks only. An input error ("scope_tokens") when
+// scopeTokens is not a multiple of the block size, ("scope") when the block
+// sizes differ; scopeTokens 0 is tenant.BlockHashes.
+func ScopedBlockHashes(scope, tenant *Namespace, tokens []uint32, scopeTokens int, opts *HashOptions) ([]Digest,
+	error) {
+	if opts == nil {
+		opts = &HashOptions{}
+	}
+	bs := tenant.BlockSize()
+	if scope.BlockSize() != bs {
+		return nil, inputError("scope", fmt.Sprintf("the scope's block size is %d, the tenant's %d", scope.BlockSize(),
+			bs))
+	}
+	if scopeTokens < 0 || scopeTokens%bs != 0 {
+		return nil, inputError("scope_tokens", fmt.Sprintf("scope_tokens is %d, not a multiple of the block size %d: "+
+			"a block would belong to the scope and to the tenant", scopeTokens, bs))
+	}
+	if scopeTokens == 0 {
+		return tenant.BlockHashes(tokens, opts)
+	}
+	hashes, err := scope.BlockHashes(tokens[:min(len(tokens), scopeTokens)], &HashOptions{Extras: opts.Extras})
+	if err != nil {
+		return nil, err
+	}
+	k := scopeTokens / bs
+	if len(tokens)/bs <= k {
+		return hashes, nil
+	}
+	extras, _ := sortedExtras(opts.Extras) // checked by scope.BlockHashes
+	p := tenant.FirstParent(opts.Salt)
+	parent := tenant.hash([]byte{'T'}, p[:], hashes[k-1][:])
+	return append(hashes, tenant.chainFrom(tokens, extras, k, parent)...), nil
 }
