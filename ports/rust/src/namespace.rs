@@ -324,11 +324,16 @@ impl Namespace {
         }
         let mut extras: Vec<&ExtraKey> = opts.extras.iter().collect();
         extras.sort_by(|a, b| (a.token_begin, a.token_end, &a.key).cmp(&(b.token_begin, b.token_end, &b.key)));
+        Ok(self.chain_from(tokens, &extras, 0, self.first_parent(&opts.salt)))
+    }
+
+    /// The hashes of the full blocks of `tokens` from block `from` on, the
+    /// first of them under `parent`; `extras` checked and sorted.
+    fn chain_from(&self, tokens: &[u32], extras: &[&ExtraKey], from: usize, mut parent: Digest) -> Vec<Digest> {
         let bs = self.id.kv.block_size as usize;
-        let mut parent = self.first_parent(&opts.salt);
         let mut out = Vec::with_capacity(tokens.len() / bs);
         let mut msg = Vec::with_capacity(1 + 32 + 4 * bs + 4);
-        for (b, block) in tokens.chunks_exact(bs).enumerate() {
+        for (b, block) in tokens.chunks_exact(bs).enumerate().skip(from) {
             msg.clear();
             msg.push(b'B');
             msg.extend_from_slice(&parent.0);
@@ -348,7 +353,55 @@ impl Namespace {
             parent = self.hasher.hash(&[&msg]);
             out.push(parent);
         }
-        Ok(out)
+        out
+    }
+
+    /// The block hashes of a request whose first `scope_tokens` tokens belong
+    /// to the shared scope `scope` (namespace `self` is the tenant's), as the
+    /// serving side says (format v4, docs/format.md sections 3 and 12): blocks
+    /// `[0, k)`, `k = scope_tokens / block size`, in the scope's chain
+    /// (unsalted), the rest in the tenant's, the first of them under the
+    /// transition parent `H_t('T' || p_t || hash_{k-1})`. The extras enter
+    /// both by absolute position, the salt the private blocks only. An input
+    /// error on "scope_tokens" when it is not a multiple of the block size,
+    /// on "scope" when the block sizes differ; 0 is `block_hashes`.
+    pub fn scoped_block_hashes(
+        &self,
+        scope: &Namespace,
+        tokens: &[u32],
+        scope_tokens: usize,
+        opts: &HashOptions,
+    ) -> Result<Vec<Digest>> {
+        let bs = self.id.kv.block_size as usize;
+        if scope.id.kv.block_size as usize != bs {
+            return Err(Error::input(
+                "scope",
+                format!("the scope's block size is {}, the tenant's {}", scope.id.kv.block_size, bs),
+            ));
+        }
+        if !scope_tokens.is_multiple_of(bs) {
+            return Err(Error::input(
+                "scope_tokens",
+                format!(
+                    "scope_tokens is {scope_tokens}, not a multiple of the block size {bs}: a block would belong \
+                     to the scope and to the tenant"
+                ),
+            ));
+        }
+        if scope_tokens == 0 {
+            return self.block_hashes(tokens, opts);
+        }
+        let unsalted = HashOptions { salt: Vec::new(), extras: opts.extras.clone() };
+        let mut hashes = scope.block_hashes(&tokens[..tokens.len().min(scope_tokens)], &unsalted)?;
+        let k = scope_tokens / bs;
+        if tokens.len() / bs <= k {
+            return Ok(hashes);
+        }
+        let mut extras: Vec<&ExtraKey> = opts.extras.iter().collect();
+        extras.sort_by(|a, b| (a.token_begin, a.token_end, &a.key).cmp(&(b.token_begin, b.token_end, &b.key)));
+        let parent = self.hasher.hash(&[b"T", &self.first_parent(&opts.salt).0, &hashes[k - 1].0]);
+        hashes.extend(self.chain_from(tokens, &extras, k, parent));
+        Ok(hashes)
     }
 
     /// H('O' || block || slice): this rank's object for the block.
