@@ -73,3 +73,27 @@ func TestConfidentialValues(t *testing.T) {
 		t.Error("two seals share a nonce")
 	}
 }
+
+func TestConfidentialIdentityFile(t *testing.T) {
+	text := `{"tenant": "t", "confidential": true, "model": {"name": "m", "revision": "r"},
+		"kv": {"dtype": "fp16", "block_size": 4, "num_layers": 2, "num_kv_heads": 2, "head_dim": 8, "layout": "l"}}`
+	f, err := ParseIdentity([]byte(text))
+	if err != nil || !f.Confidential {
+		t.Fatalf("%+v %v", f, err)
+	}
+	if _, err := f.NewNamespace(); !hasField(err, IdentityErrorKind, "confidential") {
+		t.Errorf("a confidential file without a secret: %v", err)
+	}
+	ns, err := f.NewNamespace(WithSecret(bytes.Repeat([]byte{3}, 32)))
+	if err != nil || ns.Mode() != ModeAESGCM {
+		t.Fatalf("%v %v", ns, err)
+	}
+	back, _ := f.MarshalJSON()
+	if again, err := ParseIdentity(back); err != nil || !again.Confidential {
+		t.Errorf("written back: %s %v", back, err)
+	}
+	bad := []byte(`{"tenant": "t", "confidential": 1}`)
+	if _, err := ParseIdentity(bad); !hasField(err, InputErrorKind, "confidential") {
+		t.Errorf("confidential: 1: %v", err)
+	}
+}

@@ -30,6 +30,7 @@ const (
 type IdentityFile struct {
 	Identity     Identity // as the file gives it; Tenant is empty under the single-tenant policy
 	SingleTenant bool     // "policy": "single_tenant"
+	Confidential bool     // "confidential": true (format v4; keyed namespaces)
 }
 
 // NewNamespace builds the file's namespace (with SingleTenant() when the file
@@ -39,6 +40,9 @@ type IdentityFile struct {
 func (f *IdentityFile) NewNamespace(opts ...Option) (*Namespace, error) {
 	if f.SingleTenant {
 		opts = append([]Option{SingleTenant()}, opts...)
+	}
+	if f.Confidential {
+		opts = append([]Option{Confidential()}, opts...)
 	}
 	return newNamespace(f.Identity, true, opts...)
 }
@@ -108,6 +112,10 @@ func (id Identity) MarshalJSON() ([]byte, error) {
 // the identity, and "policy": "single_tenant" after the tenant when f says so.
 func (f IdentityFile) MarshalJSON() ([]byte, error) {
 	o := partJSON(reflect.ValueOf(f.Identity), identityFields)
+	if f.Confidential {
+		o.Keys = append([]string{o.Keys[0], "confidential"}, o.Keys[1:]...)
+		o.Values = append([]any{o.Values[0], true}, o.Values[1:]...)
+	}
 	if f.SingleTenant {
 		o.Keys = append([]string{"tenant", "policy"}, o.Keys[1:]...)
 		o.Values = append([]any{o.Values[0], "single_tenant"}, o.Values[1:]...)
@@ -222,7 +230,7 @@ func decodeIdentityObject(v any, field string, r identityReader) (*IdentityFile,
 	if !ok {
 		return nil, inputError(field, "expected an object")
 	}
-	keys := append([]string{"tenant", "policy"}, r.keysOf(identityFields)[1:]...)
+	keys := append([]string{"tenant", "policy", "confidential"}, r.keysOf(identityFields)[1:]...)
 	if err := checkUnknownKeys(top, "", keys); err != nil {
 		return nil, err
 	}
@@ -236,7 +244,7 @@ func decodeIdentityObject(v any, field string, r identityReader) (*IdentityFile,
 func readPolicy(top *strictjson.Object, f *IdentityFile) error {
 	p, ok := present(top, "policy")
 	if !ok {
-		return nil
+		return readConfidential(top, f)
 	}
 	s, isString := p.(string)
 	switch {
@@ -247,6 +255,21 @@ func readPolicy(top *strictjson.Object, f *IdentityFile) error {
 	case s != "required":
 		return inputError("policy", `expected "required" or "single_tenant"`)
 	}
+	return readConfidential(top, f)
+}
+
+// readConfidential reads the top-level "confidential" (format v4): true or
+// false, absent or null meaning false.
+func readConfidential(top *strictjson.Object, f *IdentityFile) error {
+	c, ok := present(top, "confidential")
+	if !ok {
+		return nil
+	}
+	b, isBool := c.(bool)
+	if !isBool {
+		return inputError("confidential", "expected true or false")
+	}
+	f.Confidential = b
 	return nil
 }
 
