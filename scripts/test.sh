@@ -9,6 +9,15 @@ export KVKEY_JOBS="${KVKEY_JOBS:-$(nproc)}"
 
 scripts/install-deps.sh test
 
+# ccache for every CMake build of every stage (CMake reads CMAKE_CXX_COMPILER_LAUNCHER
+# from the environment): a second run on the same machine recompiles only what
+# changed. KVKEY_CCACHE=0 turns it off.
+if [ "${KVKEY_CCACHE:-1}" != 0 ] && command -v ccache >/dev/null; then
+  export CCACHE_DIR="${CCACHE_DIR:-$HOME/.cache/kvkey/ccache}"
+  export CCACHE_BASEDIR="$KVKEY_ROOT" CCACHE_NOHASHDIR=1
+  export CMAKE_C_COMPILER_LAUNCHER=ccache CMAKE_CXX_COMPILER_LAUNCHER=ccache KVKEY_CCACHE=1
+fi
+
 selected=()
 for stage in scripts/ci/stages/*.sh; do
   if [ "$#" -eq 0 ]; then selected+=("$stage"); continue; fi
@@ -20,6 +29,22 @@ done
 if [ "${#selected[@]}" -eq 0 ]; then
   echo "test.sh: no stage matches: $* (stages: $(cd scripts/ci/stages && ls *.sh | tr '\n' ' '))" >&2
   exit 2
+fi
+
+# A full run installs what only PyPI has (python/requirements/*.txt) into the project
+# venv in the background while the first stages compile: scripts/venv.sh holds a
+# lock, so a stage that needs the venv waits for it, and installs (or fails, naming
+# the package) itself if the prefetch did not.
+if [ "$#" -eq 0 ]; then
+  mkdir -p build
+  reqs=()
+  for f in python/requirements/*.txt; do reqs+=("$(basename "$f" .txt)"); done
+  ( t0=$SECONDS
+    if scripts/venv.sh "${reqs[@]}" >build/venv-prefetch.log 2>&1; then
+      echo "=== venv: ${reqs[*]} installed in the background ($((SECONDS - t0)) s) ==="
+    else
+      echo "=== venv: the background install failed (build/venv-prefetch.log); the stages that need it retry ==="
+    fi ) &
 fi
 
 # Every selected stage runs, even after one fails, so one red stage does not
@@ -39,6 +64,7 @@ for stage in "${selected[@]}"; do
     failed=$((failed + 1))
   fi
 done
+wait  # the background venv install, if it is still going
 echo "=== summary ($((SECONDS - start_all)) s) ==="
 printf '%s\n' "${summary[@]}"
 echo "stages: $(( ${#selected[@]} - failed )) passed, $failed failed"
