@@ -20,7 +20,7 @@ from typing import Any, Callable, List, Optional, Sequence, TypeVar, Union
 
 from . import KeyNamespace
 from .connector import BlockResult, Connector as _SyncConnector, Slots, _Namespaces
-from .stores import StoreError
+from .stores.protocol import StoreError
 
 __all__ = ["Connector"]
 

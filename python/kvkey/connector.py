@@ -21,9 +21,9 @@ import weakref
 from typing import Any, List, Optional, Sequence, Union, cast
 
 from . import InputError, KeyNamespace, Verdict, envelope_size
-from .stores import Store, StoreError
+from .stores.protocol import Store, StoreError
 
-# kvkey::Connector in the binding (python/src/connector.hpp); private, so not in the stubs.
+# kvkey::Connector in the binding (python/src/bind_connector.hpp); private, so not in the stubs.
 _Connector: Any = getattr(importlib.import_module("kvkey._kvkey"), "_Connector")
 
 __all__ = ["BlockResult", "Connector", "Slots", "logger"]

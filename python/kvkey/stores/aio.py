@@ -13,7 +13,8 @@ import asyncio
 import secrets
 from typing import Any, AsyncIterator, List, Optional, Sequence
 
-from . import Prefix, StoreError, _redis_error_kind, _wire, glob_escape
+from .protocol import Prefix, StoreError, glob_escape
+from .redis import _redis_error_kind, _wire
 
 __all__ = ["RedisStore"]
 
