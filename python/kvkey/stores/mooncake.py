@@ -37,7 +37,7 @@ import time
 import weakref
 from typing import Any, Dict, Iterator, List, Optional, Sequence, Tuple
 
-from . import Replies, StoreError, _KeyErrors
+from .protocol import Replies, StoreError, _KeyErrors
 
 __all__ = ["CODES", "MooncakeStore", "code_kind", "regex_escape", "spawn_holder"]
 
