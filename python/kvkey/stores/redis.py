@@ -58,6 +58,8 @@ def _key_error(reply: Any, during: str, i: int, expected: str) -> StoreError:
     (redis-py returns a pipeline's error replies as exceptions when it does not raise them) or
     a reply of another type. The stream is in step (the sentinel checks that), so it is this
     key's alone."""
+    if isinstance(reply, StoreError):  # a failure the store put in the key's place (a redirect not followed)
+        return StoreError(reply.kind, f"{during} of key {i}: {str(reply).split('] ', 1)[-1]}")
     if isinstance(reply, BaseException):
         return StoreError(_redis_error_kind(reply) or "server", f"{during} of key {i}: {type(reply).__name__}: {reply}")
     return StoreError("protocol", f"{during} of key {i}: expected {expected}, got {type(reply).__name__}")
