@@ -155,9 +155,9 @@ def kv_format(quant_policy: Any, kv_torch_dtype: Any, model_dtype: Any, head_dim
         known = ", ".join(f"{k} ({v})" for k, v in _QUANT_POLICIES.items())
         raise ConfigError("quant_policy", f"{quant_policy!r} is not a quant_policy kvkey knows: {known}")
     if qp in (4, 8):
-        return ("int4" if qp == 4 else "int8", f"lmdeploy.kv_int{qp}.asym_per_token_head", head_dim, True)
+        return ("int4" if qp == 4 else "int8", f"lmdeploy.int{qp}.asym.token_head", head_dim, True)
     if qp == 42:
-        return ("int4", "lmdeploy.turbo_quant.k4_qjl.v2_mse", head_dim, True)
+        return ("int4", "lmdeploy.turboquant.k4qjl.v2mse", head_dim, True)
     try:
         dtype = kvkey.kv_dtype_from_engine(str(kv_torch_dtype)).name
     except kvkey.InputError as e:
@@ -352,7 +352,7 @@ class _Identities:
             raise ConfigError(setting, f"cannot read {self._dirs.get(adapter) if adapter else s.model_path!r}: "
                                        f"{e}") from None
         except kvkey.Error as e:
-            setting = getattr(e, "field", None) or "model_path"
+            setting = getattr(e, "field", None) or ("revision" if "revision" in str(e) else "model_path")
             raise ConfigError(str(setting), str(e)) from None
         if s.quant_scheme != "none":
             i.kv.quant = kvkey.Quant(scheme=s.quant_scheme, group_size=s.quant_group_size,
