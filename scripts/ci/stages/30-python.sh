@@ -34,6 +34,12 @@ smoke() {
   case "$where" in
     "$root"/*) echo "30-python: import kvkey found $where, not the installed module" >&2; return 1 ;;
   esac
+  # Every package of the source tree was installed (pyproject.toml finds them), with its stubs.
+  (cd "$root/python" && find kvkey -name __init__.py -printf '%h\n') | tr / . | while read -r pkg; do
+    (cd / && "$python" -c "import importlib.util as u, sys; sys.exit(u.find_spec('$pkg') is None)") ||
+      { echo "30-python: $python did not get the package $pkg" >&2; return 1; }
+  done
+  [ -f "$where/__init__.pyi" ] || { echo "30-python: the type stubs were not installed in $where" >&2; return 1; }
   (cd / && "$python" "$root/examples/python/seed_probe.py" >/dev/null)
   echo "30-python: $python imports kvkey $("$python" -c 'import kvkey; print(kvkey.__version__)') from $where"
 }
