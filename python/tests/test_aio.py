@@ -504,3 +504,64 @@ def test_a_cancelled_call_on_the_async_redis_store():
         await admin.close()
 
     asyncio.run(run())
+
+
+# ---- the async RedisStore over a fake node (RESP over TCP, test_redis_cluster_redirects) ----
+
+
+def test_aio_redis_store_fails_one_key_on_a_fake_nodes_error_reply():
+    import redis.asyncio
+
+    from kvkey.stores.aio import RedisStore
+    from test_redis_cluster_redirects import HOST, Cluster, Node
+
+    c = Cluster()
+    node = Node(c)
+    try:
+        for k in (b"a", b"b", b"c"):
+            c.data[k] = b"value " + k
+        c.redirects[(node.port, b"b")] = "WRONGTYPE Operation against a key holding the wrong kind of value"
+
+        async def run():
+            client = redis.asyncio.Redis(host=HOST, port=node.port)
+            store = RedisStore(client)
+            got = await store.get(["a", "b", "c"])
+            assert list(got) == [b"value a", None, b"value c"]
+            assert got.errors[1].kind == "server" and "WRONGTYPE" in str(got.errors[1])
+            pre = await store.get_prefix(["a", "b"], 3)
+            assert bytes(pre[0]) == b"val" and pre[0].total_size == 7 and pre[1] is None and 1 in pre.errors
+            assert list(await store.exists(["a", "b"])) == [True, False]
+            assert list(await store.put(["a", "b"], [b"x", b"y"])) == [True, False]
+            assert store.key_errors["server"] == 4
+            await client.close()
+
+        asyncio.run(run())
+    finally:
+        node.stop()
+
+
+def test_aio_one_tasks_timeout_never_closes_another_tasks_connection_on_a_fake_node():
+    import redis.asyncio
+
+    from kvkey.stores.aio import RedisStore
+    from test_redis_cluster_redirects import HOST, Cluster, Node
+
+    c = Cluster()
+    node = Node(c)
+    try:
+        c.data[b"slow"], c.data[b"slower"] = b"slow value", b"slower value"
+        c.stall[b"slow"], c.stall[b"slower"] = 0.6, 3.0
+
+        async def run():
+            client = redis.asyncio.Redis(host=HOST, port=node.port)
+            patient, impatient = RedisStore(client), RedisStore(client, deadline=0.2)
+            a = asyncio.ensure_future(patient.get(["slow"]))
+            await asyncio.sleep(0.05)
+            with pytest.raises(StoreError, match="store.timeout"):
+                await impatient.get(["slower"])
+            assert list(await a) == [b"slow value"]  # its connection was left open
+            await client.close()
+
+        asyncio.run(run())
+    finally:
+        node.stop()

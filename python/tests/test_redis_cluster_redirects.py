@@ -9,6 +9,7 @@ import secrets
 import socket
 import socketserver
 import threading
+import time
 
 import pytest
 import redis
@@ -66,6 +67,7 @@ class Cluster:
         self.slots = []  # [start, end, (host, port), replicas...]
         self.redirects = {}  # (node port, key) -> "MOVED 123 host:port" / "ASK ..."
         self.log = []  # (node port, command name, key)
+        self.stall = {}  # key -> seconds the node waits before it answers a command on it
         self.lock = threading.Lock()
 
 
@@ -138,6 +140,8 @@ class Handler(socketserver.StreamRequestHandler):
             else:
                 reply = Err(f"ERR unknown command {name}")
             asking = name == "ASKING"
+            if key in c.stall:
+                time.sleep(c.stall[key])
             self.wfile.write(encode(reply))
             self.wfile.flush()
 
