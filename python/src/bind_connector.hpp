@@ -270,6 +270,11 @@ class PyStore : public kvkey::Store {
     }
     release(views);  // a view the store kept (exported: np.frombuffer) stays valid: it holds the bytearray
     const bool kept = Py_REFCNT(ba) > 1 || reinterpret_cast<PyByteArrayObject*>(ba)->ob_exports > 0;
+    if (reinterpret_cast<std::uint8_t*>(PyByteArray_AS_STRING(ba)) != base ||
+        static_cast<std::size_t>(PyByteArray_GET_SIZE(ba)) != total) {
+      // The store resized the bytearray behind the views (view.obj): nothing in it is the values.
+      throw kvkey::store_error("protocol", "get_into: the store resized the memory it was lent");
+    }
     if (kept) {
       for (std::size_t i = 0; i < staging.size(); ++i) {
         if (staging[i].size != 0) std::memcpy(staging[i].data, lent[i].data, staging[i].size);

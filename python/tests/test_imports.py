@@ -3,8 +3,10 @@ package's __init__, which re-exports everything, aside), and the stores are one 
 each, every name still reachable as kvkey.stores.X."""
 
 import ast
+import os
 import pathlib
 import subprocess
+import sys
 
 import kvkey
 import kvkey.stores
@@ -98,6 +100,6 @@ def test_the_stores_are_one_module_each_and_keep_their_names():
 def test_each_module_imports_on_its_own():
     for m in ("kvkey.connector", "kvkey.aio", "kvkey.stores.mooncake", "kvkey.stores.aio", "kvkey.stores.protocol",
               "kvkey.stores.redis_cluster"):
-        out = subprocess.run(["/usr/bin/python3", "-c", f"import {m}"], capture_output=True, text=True,
-                             env={"PYTHONPATH": str(pathlib.Path(kvkey.__file__).parents[1])})
+        env = dict(os.environ, PYTHONPATH=str(pathlib.Path(kvkey.__file__).parents[1]))
+        out = subprocess.run([sys.executable, "-c", f"import {m}"], capture_output=True, text=True, env=env)
         assert out.returncode == 0, f"import {m}: {out.stderr}"

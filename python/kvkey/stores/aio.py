@@ -15,10 +15,10 @@ from __future__ import annotations
 
 import asyncio
 import secrets
-from typing import Any, AsyncIterator, Dict, List, Optional, Sequence
+from typing import Any, AsyncIterator, List, Optional, Sequence
 
 from .protocol import Replies, StoreError, _KeyErrors, glob_escape
-from .redis import _key_error, _prefixes, _redis_error_kind, _values, _wire
+from .redis import _flags, _prefixes, _redis_error_kind, _stored, _values, _wire
 
 __all__ = ["RedisStore"]
 
@@ -131,21 +131,17 @@ class RedisStore(_KeyErrors):
         if len(keys) != len(values):
             raise ValueError(f"put: {len(keys)} keys but {len(values)} values")
         replies = await self._pipeline("put", [("SET", _wire(k), bytes(v)) for k, v in zip(keys, values)])
-        errors = {i: _key_error(r, "put", i, "OK") for i, r in enumerate(replies) if r is not True}
-        return self._replies([r is True for r in replies], errors)
+        return self._replies(*_stored(replies))
 
     async def exists(self, keys: Sequence[str]) -> Replies:
         replies = await self._pipeline("exists", [("EXISTS", _wire(k)) for k in keys])
-        ok = [isinstance(r, int) and not isinstance(r, bool) and r in (0, 1) for r in replies]
-        errors: Dict[int, StoreError] = {i: _key_error(r, "exists", i, "0 or 1")
-                                         for i, r in enumerate(replies) if not ok[i]}
-        return self._replies([good and r == 1 for r, good in zip(replies, ok)], errors)
+        return self._replies(*_flags(replies, "exists"))
 
     async def delete(self, keys: Sequence[str]) -> int:
         replies = await self._pipeline("delete", [("UNLINK", _wire(k)) for k in dict.fromkeys(keys)])
-        ok = [isinstance(r, int) and not isinstance(r, bool) and r in (0, 1) for r in replies]
-        self._replies([], {i: _key_error(r, "delete", i, "0 or 1") for i, r in enumerate(replies) if not ok[i]})
-        return sum(r for r, good in zip(replies, ok) if good)
+        found, errors = _flags(replies, "delete")
+        self._replies([], errors)
+        return sum(found)
 
     async def scan_prefix(self, prefix: str) -> AsyncIterator[str]:
         """Every key that starts with ``prefix`` (SCAN MATCH, at least once each)."""

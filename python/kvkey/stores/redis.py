@@ -92,6 +92,19 @@ def _prefixes(replies: List[Any]) -> Tuple[List[Optional[bytes]], Dict[int, Stor
     return out, errors
 
 
+def _stored(replies: List[Any]) -> Tuple[List[bool], Dict[int, StoreError]]:
+    """SET replies: stored or not per key, and the keys that failed."""
+    errors = {i: _key_error(r, "put", i, "OK") for i, r in enumerate(replies) if r is not True}
+    return [r is True for r in replies], errors
+
+
+def _flags(replies: List[Any], during: str) -> Tuple[List[bool], Dict[int, StoreError]]:
+    """EXISTS / UNLINK replies (0 or 1): a bool per key, and the keys that failed."""
+    ok = [isinstance(r, int) and not isinstance(r, bool) and r in (0, 1) for r in replies]
+    errors = {i: _key_error(r, during, i, "0 or 1") for i, r in enumerate(replies) if not ok[i]}
+    return [good and r == 1 for r, good in zip(replies, ok)], errors
+
+
 # One command for a batch of headers: GETRANGE and STRLEN of every key, alternating. pcall:
 # a key that fails (WRONGTYPE) answers its error in its place, and the other keys are read.
 _PREFIX_SCRIPT = """
@@ -310,20 +323,17 @@ class _RedisBase(_KeyErrors):
             raise ValueError(f"put: {len(keys)} keys but {len(values)} values")
         replies = self._each("put", list(zip(keys, values)),
                              lambda p, kv: p.execute_command("SET", _wire(kv[0]), bytes(kv[1])))
-        errors = {i: _key_error(r, "put", i, "OK") for i, r in enumerate(replies) if r is not True}
-        return self._replies([r is True for r in replies], errors)
+        return self._replies(*_stored(replies))
 
     def delete(self, keys: Sequence[str]) -> int:
         replies = self._each("delete", list(dict.fromkeys(keys)), lambda p, k: p.execute_command("UNLINK", _wire(k)))
-        ok = [isinstance(r, int) and not isinstance(r, bool) and r in (0, 1) for r in replies]
-        self._replies([], {i: _key_error(r, "delete", i, "0 or 1") for i, r in enumerate(replies) if not ok[i]})
-        return sum(r for r, good in zip(replies, ok) if good)
+        found, errors = _flags(replies, "delete")
+        self._replies([], errors)
+        return sum(found)
 
     def exists(self, keys: Sequence[str]) -> Replies:
         replies = self._each("exists", keys, lambda p, k: p.execute_command("EXISTS", _wire(k)))
-        ok = [isinstance(r, int) and not isinstance(r, bool) and r in (0, 1) for r in replies]
-        errors = {i: _key_error(r, "exists", i, "0 or 1") for i, r in enumerate(replies) if not ok[i]}
-        return self._replies([good and r == 1 for r, good in zip(replies, ok)], errors)
+        return self._replies(*_flags(replies, "exists"))
 
     def _scan_node(self, node_client: Any, prefix: str) -> Iterator[str]:
         pattern = glob_escape(prefix) + "*"
