@@ -18,7 +18,8 @@
 // An Identity built in code may leave out Quant and Shard: their zero values
 // are the defaults (scheme "none", a single rank).
 //
-// Payload digests (XXH3-128, Poly1305) are not implemented: the standard
-// library has neither, and routers do not read payloads. VerifyHeader checks
-// every other byte of a header.
+// A reader of KV bytes opens each stored value whole with OpenValue (or
+// Verify with the header and payload apart): the XXH3-128 digest of a plain
+// value, the Poly1305 tag of a keyed one. Routers, which do not read
+// payloads, check headers with VerifyHeader.
 package kvkey

@@ -233,6 +233,13 @@ func (ns *Namespace) verifyExceptPayload(h []byte, block Digest, payloadSize uin
 			copy(want[offPayloadDigest:offSecretID], h[offPayloadDigest:offSecretID])
 		}
 	}
+	return ns.compare(h, want, block, payloadSize)
+}
+
+// compare checks a header whose preamble is right against want, the header
+// this namespace expects, and names the first difference in the order of
+// docs/format.md ("Verification").
+func (ns *Namespace) compare(h, want []byte, block Digest, payloadSize uint64) Verdict {
 	if subtle.ConstantTimeCompare(h, want) == 1 {
 		return Verdict{}
 	}

@@ -10,7 +10,7 @@ import (
 	"os"
 	"testing"
 
-	"github.com/kvkey/kvkey/ports/go/internal/xxh3"
+	"github.com/zeebo/xxh3"
 )
 
 // The committed vectors (tests/vectors/), read from the repository.
@@ -191,7 +191,7 @@ func payload(i int, size uint64) []byte {
 func plainDigest(header, payload []byte) [16]byte {
 	zeroed := append(append([]byte(nil), payload...), header...)
 	copy(zeroed[len(payload)+offPayloadDigest:len(payload)+offSecretID], make([]byte, 16))
-	return xxh3.Sum128(zeroed)
+	return xxh3.Hash128(zeroed).Bytes()
 }
 
 func TestPayloadDigestVectors(t *testing.T) {
@@ -201,7 +201,7 @@ func TestPayloadDigestVectors(t *testing.T) {
 		t.Fatal("no payloads")
 	}
 	for _, p := range v.Payloads {
-		d := xxh3.Sum128(unhex(t, p.Hex))
+		d := xxh3.Hash128(unhex(t, p.Hex)).Bytes()
 		if hex.EncodeToString(d[:]) != p.XXH3128 {
 			t.Errorf("XXH3-128 of %.20s...: %x, want %s", p.Hex, d, p.XXH3128)
 		}
@@ -268,6 +268,7 @@ func TestFormatV3Vectors(t *testing.T) {
 					t.Errorf("envelope %d: digest %x, XXH3-128(payload || header') %x", i,
 						h[offPayloadDigest:offSecretID], d)
 				}
+				checkPayload(t, ns, h, blocks[i], payload(i, c.PayloadSize))
 				other := blocks[(i+1)%len(blocks)]
 				if v := ns.VerifyHeader(h, other, c.PayloadSize); v != (Verdict{ReasonBlockMismatch, "block_hash"}) {
 					t.Errorf("envelope %d for another block: %v %s", i, v.Reason, v.Field)
@@ -323,6 +324,12 @@ func TestKeyedVectors(t *testing.T) {
 		if v := ns.VerifyHeader(h, blocks[i], c.PayloadSize); v != (Verdict{ReasonPayloadMismatch, "payload"}) {
 			t.Errorf("keyed envelope %d: %v %s", i, v.Reason, v.Field)
 		}
+		// With the payload's bytes the tag is checked: Poly1305 under the one-time key of the header's nonce.
+		checkPayload(t, ns, h, blocks[i], payload(i, c.PayloadSize))
+		if v := rotated.Verify(h, blocks[i], payload(i, c.PayloadSize)); v != (Verdict{ReasonIdentityMismatch,
+			"tenant.secret_id"}) {
+			t.Errorf("keyed envelope %d and payload under the rotated secret: %v %s", i, v.Reason, v.Field)
+		}
 		other := blocks[(i+1)%len(blocks)]
 		if v := ns.VerifyHeader(h, other, c.PayloadSize); v != (Verdict{ReasonBlockMismatch, "block_hash"}) {
 			t.Errorf("keyed envelope %d for another block: %v %s", i, v.Reason, v.Field)
@@ -367,11 +374,87 @@ func TestSpliceVector(t *testing.T) {
 	if d := plainDigest(h, payload(b, c.PayloadSize)); bytes.Equal(d[:], h[offPayloadDigest:offSecretID]) {
 		t.Errorf("the splice's digest verifies")
 	}
+	if verdict := ns.Verify(h, a, payload(b, c.PayloadSize)); verdict.Reason.String() != s.Verdict.Reason ||
+		verdict.Field != s.Verdict.Field {
+		t.Errorf("verify of the splice: %v %s, want %+v", verdict.Reason, verdict.Field, s.Verdict)
+	}
 	// B's own header (its block hash back at offset 16) verifies with B's payload.
 	own := append([]byte(nil), h...)
 	copy(own[offBlockHash:], blocks[b][:])
 	if d := plainDigest(own, payload(b, c.PayloadSize)); !bytes.Equal(d[:], h[offPayloadDigest:offSecretID]) {
 		t.Errorf("object B's digest does not verify in its own header")
+	}
+}
+
+// checkPayload checks that header h and payload verify for block, as a
+// header and payload and as one stored value, and that every kind of damage
+// to either is refused with the C++ library's reason and field.
+func checkPayload(t *testing.T, ns *Namespace, h []byte, block Digest, p []byte) {
+	t.Helper()
+	if v := ns.Verify(h, block, p); !v.OK() {
+		t.Errorf("verify with the payload: %v %s", v.Reason, v.Field)
+	}
+	value := append(append([]byte(nil), h...), p...)
+	if got, v := ns.OpenValue(value, block); !v.OK() || !bytes.Equal(got, p) {
+		t.Errorf("open the value: %v %s", v.Reason, v.Field)
+	}
+	payloadMismatch := Verdict{ReasonPayloadMismatch, "payload"}
+	if len(p) > 0 {
+		bad := append([]byte(nil), p...)
+		bad[len(bad)/2] ^= 0x10
+		if v := ns.Verify(h, block, bad); v != payloadMismatch {
+			t.Errorf("a flipped payload bit: %v %s", v.Reason, v.Field)
+		}
+		if v := ns.Verify(h, block, p[:len(p)-1]); v != (Verdict{ReasonSizeMismatch, "payload_size"}) {
+			t.Errorf("a payload one byte short: %v %s", v.Reason, v.Field)
+		}
+	}
+	for _, at := range []int{offPayloadDigest, offPayloadDigest + 15, offNonce, offNonce + 15} {
+		bad := append([]byte(nil), h...)
+		bad[at] ^= 1
+		want := payloadMismatch
+		if at < offPayloadDigest && !ns.keyed {
+			want = Verdict{ReasonMalformed, "envelope.nonce"}
+		}
+		if v := ns.Verify(bad, block, p); v != want {
+			t.Errorf("a flipped header bit at %d: %v %s, want %v %s", at, v.Reason, v.Field, want.Reason, want.Field)
+		}
+	}
+	if _, v := ns.OpenValue(value[:EnvelopeSize-1], block); v != (Verdict{ReasonMalformed, "envelope.size"}) {
+		t.Errorf("a value shorter than a header: %v %s", v.Reason, v.Field)
+	}
+	if _, v := ns.OpenValue(append(value, 0), block); v != (Verdict{ReasonSizeMismatch, "payload_size"}) {
+		t.Errorf("a value one byte long: %v %s", v.Reason, v.Field)
+	}
+}
+
+func TestSealVerifies(t *testing.T) {
+	id := Identity{Tenant: "t", Model: Model{Name: "m", Revision: "r"},
+		KV: KV{DType: FP16, BlockSize: 4, NumLayers: 2, NumKVHeads: 2, HeadDim: 8, Layout: "l"}}
+	plain, _ := NewNamespace(id)
+	keyed, err := NewNamespace(id, WithSecret(bytes.Repeat([]byte{7}, 32)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, ns := range []*Namespace{plain, keyed} {
+		blocks, _ := ns.BlockHashes([]uint32{1, 2, 3, 4}, nil)
+		p := payload(3, 1000)
+		h := ns.Seal(blocks[0], p)
+		if IntegrityMode(h[offIntegrity]) != ns.Mode() {
+			t.Errorf("mode %d, want %d", h[offIntegrity], ns.Mode())
+		}
+		checkPayload(t, ns, h, blocks[0], p)
+		checkPayload(t, ns, ns.Seal(blocks[0], nil), blocks[0], nil)
+		if v := ns.Verify(ns.SealSizeOnly(blocks[0], 1000), blocks[0], p); v != (Verdict{ReasonPayloadMismatch,
+			"envelope.integrity_mode"}) {
+			t.Errorf("a size-only header with the payload: %v %s", v.Reason, v.Field)
+		}
+	}
+	// Two keyed seals of the same bytes draw different nonces, so different tags.
+	blocks, _ := keyed.BlockHashes([]uint32{1, 2, 3, 4}, nil)
+	a, b := keyed.Seal(blocks[0], []byte("x")), keyed.Seal(blocks[0], []byte("x"))
+	if bytes.Equal(a[offNonce:offSecretID], b[offNonce:offSecretID]) {
+		t.Error("two seals share a nonce")
 	}
 }
 

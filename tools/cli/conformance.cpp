@@ -212,15 +212,16 @@ ConformanceCommands add_conformance_commands(CLI::App& app, ConformanceOptions& 
                                     "Answer conformance requests (one JSON object per line "
                                     "on stdin) with the C++ library");
   testee->add_option("--perturb", o.perturb,
-                     "emulate a defect (adapter, salt, extras, u64, field), to test the runner");
+                     "emulate a defect (adapter, salt, extras, u64, field, payload), to test the runner");
   return {runner, testee};
 }
 
 int run_conformance_testee(const ConformanceOptions& o, std::string& out) {
   (void)out;  // answers stream to stdout, one line each, as they are computed
-  static const std::vector<std::string> perturbations = {"", "adapter", "salt", "extras", "u64", "field"};
+  static const std::vector<std::string> perturbations = {"", "adapter", "salt", "extras", "u64", "field", "payload"};
   if (std::find(perturbations.begin(), perturbations.end(), o.perturb) == perturbations.end()) {
-    fail("conformance-testee: unknown --perturb {} (known: adapter, salt, extras, u64, field)", quote(o.perturb));
+    fail("conformance-testee: unknown --perturb {} (known: adapter, salt, extras, u64, field, payload)",
+         quote(o.perturb));
   }
   // Every line gets one answer, whatever its bytes (docs/conformance.md, "The protocol").
   std::string line;

@@ -294,7 +294,10 @@ void add_verify(Gen& g, Json& r) {
   const std::size_t index = g.below(blocks);
   Json writer = r;
   std::size_t writer_index = index;
-  const std::uint64_t defect = g.below(10);
+  // Half the reads of the payload's bytes or of whole values (two in three
+  // requests) get no header defect, so that the bytes decide.
+  const bool read_bytes = g.chance(2.0 / 3);
+  const std::uint64_t defect = read_bytes && g.chance(0.5) ? 0 : g.below(10);
   switch (defect) {
     case 1:  // another identity: one salient field differs
       if (g.chance(0.5)) {
@@ -310,8 +313,8 @@ void add_verify(Gen& g, Json& r) {
       else
         writer["salt_hex"] = "ff";
       break;
-    case 3:  // plain and keyed swapped
-      if (writer.contains("secret_hex"))
+    case 3:  // plain and keyed swapped, or another secret of the tenant
+      if (writer.contains("secret_hex") && g.chance(0.5))
         writer.erase("secret_hex");
       else
         writer["secret_hex"] = hex(g.bytes(32));
@@ -345,7 +348,28 @@ void add_verify(Gen& g, Json& r) {
   }
   if (defect == 9) header[8] = 1;  // format version 1
   if (defect == 8) header.resize(g.chance(0.5) ? g.below(header.size()) : header.size() + 1 + g.below(8));
-  r["verify"] = {{"header_hex", hex(header)}, {"block_index", index}, {"payload_size", reader_size}};
+  // How the reader checks it (docs/conformance.md, "Request"): size-only, as a
+  // router; with the payload's bytes; or as one stored value (header, then
+  // payload). The bytes it reads may differ from the sealed ones: a flipped
+  // bit, or (the payload-size defect) bytes cut off or added.
+  const std::uint64_t form = read_bytes && size <= 2048 ? 1 + g.below(2) : 0;
+  if (form == 0) {
+    r["verify"] = {{"header_hex", hex(header)}, {"block_index", index}, {"payload_size", reader_size}};
+    return;
+  }
+  if (!with_payload) payload = g.bytes(size);  // sealed size-only: the bytes were never digested
+  if (defect == 4) payload.resize(g.chance(0.5) && !payload.empty() ? g.below(payload.size()) : size + 1 + g.below(64));
+  if (!payload.empty() && g.chance(0.3)) {
+    const std::size_t at = g.below(payload.size());
+    payload[at] = static_cast<char>(payload[at] ^ (1 << g.below(8)));
+  }
+  if (form == 1) {
+    r["verify"] = {{"header_hex", hex(header)}, {"block_index", index}, {"payload_hex", hex(payload)}};
+    return;
+  }
+  std::string value = header + payload;
+  if (g.chance(0.05)) value.resize(g.below(std::min<std::size_t>(value.size() + 1, kvkey::envelope_size)));
+  r["open"] = {{"value_hex", hex(value)}, {"block_index", index}};
 }
 
 // The request's identity as the text of an identity file (`identity_file`):
@@ -373,7 +397,7 @@ std::vector<Json> random_requests(std::uint64_t seed, std::size_t count) {
       for (std::uint64_t d = 0; d < defects; ++d) break_request(g, r);
     } else if (r["tokens"].size() >= bs && g.chance(0.4)) {
       add_verify(g, r);
-      if (g.chance(0.03)) r["verify"]["block_index"] = r["tokens"].size() / bs;  // no such block
+      if (g.chance(0.03)) (r.contains("open") ? r["open"] : r["verify"])["block_index"] = r["tokens"].size() / bs;
     }
     if (g.chance(0.15)) as_identity_file(g, r);
     out.push_back(std::move(r));
@@ -403,6 +427,21 @@ Json nested_identity(const Json& flat, const Json& shard, const std::string& pol
 
 }  // namespace
 
+namespace {
+
+// Payloads larger than this are replayed size-only (their hex would make
+// lines of megabytes).
+constexpr std::uint64_t max_replayed_payload = 1 << 16;
+
+// The vectors file's payload of block i (its payload_rule).
+std::string vector_payload(std::size_t i, std::uint64_t size) {
+  std::string p(static_cast<std::size_t>(size), '\0');
+  for (std::size_t j = 0; j < p.size(); ++j) p[j] = static_cast<char>((j + 31 * i) % 251);
+  return p;
+}
+
+}  // namespace
+
 std::vector<Json> vector_requests(const std::string& path) {
   std::ifstream file(path);
   if (!file) fail("cannot open {}", path);
@@ -428,6 +467,21 @@ std::vector<Json> vector_requests(const std::string& path) {
       v["id"] = r["id"].get<std::string>() + ".verify." + std::to_string(i);
       v["verify"] = {{"header_hex", envelopes[i]}, {"block_index", i}, {"payload_size", payload_size}};
       out.push_back(std::move(v));
+      if (payload_size > max_replayed_payload) continue;
+      // With the payload's bytes (the file's payload_rule), and as one stored
+      // value: the library must accept both.
+      const std::string payload = vector_payload(i, payload_size);
+      Json p = r;
+      p["id"] = r["id"].get<std::string>() + ".payload." + std::to_string(i);
+      p["verify"] = {{"header_hex", envelopes[i]}, {"block_index", i}, {"payload_hex", hex(payload)}};
+      Json o = r;
+      o["id"] = r["id"].get<std::string>() + ".value." + std::to_string(i);
+      o["open"] = {{"value_hex", envelopes[i].get<std::string>() + hex(payload)}, {"block_index", i}};
+      for (Json* q : {&p, &o}) {
+        if (respond(*q).value("verdict", Json()).value("ok", false) != true)
+          fail("{}: the library rejects {}", path, (*q)["id"].get<std::string>());
+        out.push_back(std::move(*q));
+      }
     }
   };
   for (const Json& c : doc.at("cases")) {
@@ -453,6 +507,24 @@ std::vector<Json> vector_requests(const std::string& path) {
     r["secret_hex"] = k.at("secret_hex");
     r["tokens"] = tokens;
     add(r, k, k.at("envelopes"), c.at("payload_size"));
+  }
+  // The splice: one object's header with another's block hash, then its
+  // payload; the library must reject it as the file says.
+  const Json& sp = doc.at("splice");
+  for (const Json& c : doc.at("cases")) {
+    if (c.at("name") != sp.at("case")) continue;
+    Json r;
+    r["id"] = "splice";
+    r["identity"] = nested_identity(c.at("identity"), c.at("shard"), c.at("tenant_policy"));
+    r["tokens"] = tokens;
+    r["salt_hex"] = hex(c.at("salt").get<std::string>());
+    const auto block = sp.at("read_as_block").get<std::size_t>();
+    const std::string payload =
+        vector_payload(sp.at("payload_block").get<std::size_t>(), c.at("payload_size").get<std::uint64_t>());
+    r["open"] = {{"value_hex", sp.at("header_hex").get<std::string>() + hex(payload)}, {"block_index", block}};
+    const Json got = respond(r).value("verdict", Json());
+    if (got != sp.at("verdict")) fail("{}: the splice's verdict differs from the library's", path);
+    out.push_back(std::move(r));
   }
   return out;
 }

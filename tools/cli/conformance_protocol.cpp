@@ -74,8 +74,14 @@ struct Request {
     std::string header;
     std::uint64_t block_index = 0;
     std::uint64_t payload_size = 0;
+    std::optional<std::string> payload;  ///< the bytes: checked with them, under PayloadCheck::required
   };
   std::optional<Verify> verify;
+  struct Open {
+    std::string value;
+    std::uint64_t block_index = 0;
+  };
+  std::optional<Open> open;  ///< a whole stored value (open_value, PayloadCheck::required)
 };
 
 // The request's identity: its `identity` object, or the text of an identity
@@ -105,7 +111,7 @@ void decode_identity(const Json& j, Request& r) {
 // The members a request may have (docs/conformance.md, "Request").
 void check_members(const Json& j) {
   static const std::vector<std::string> known = {"id",     "identity", "identity_file", "single_tenant", "secret_hex",
-                                                 "tokens", "salt_hex", "extras",        "verify"};
+                                                 "tokens", "salt_hex", "extras",        "verify",        "open"};
   for (const auto& item : j.items()) {  // nlohmann::json keeps keys in byte order: the first is the smallest
     if (std::find(known.begin(), known.end(), item.key()) == known.end()) refuse_input(item.key(), "unknown member");
   }
@@ -167,8 +173,25 @@ Request decode(const Json& j) {
       return *n;
     };
     ver.block_index = num("block_index");
-    ver.payload_size = num("payload_size");
+    if (const auto p = v->find("payload_hex"); p != v->end() && !p->is_null()) {
+      ver.payload = hex_member(*v, "payload_hex", "verify.payload_hex");
+      if (const auto n = v->find("payload_size"); n != v->end() && !n->is_null())
+        refuse_input("verify.payload_size", "give payload_size or payload_hex, not both");
+    } else {
+      ver.payload_size = num("payload_size");
+    }
     r.verify = std::move(ver);
+  }
+  if (const auto o = j.find("open"); o != j.end() && !o->is_null()) {
+    if (!o->is_object()) refuse_input("open", "expected an object");
+    if (r.verify) refuse_input("open", "give verify or open, not both");
+    Request::Open op;
+    op.value = hex_member(*o, "value_hex", "open.value_hex");
+    const auto it = o->find("block_index");
+    const auto n = it == o->end() ? std::nullopt : unsigned_value(*it, std::numeric_limits<std::uint64_t>::max());
+    if (!n) refuse_input("open.block_index", "expected an unsigned integer");
+    op.block_index = *n;
+    r.open = std::move(op);
   }
   return r;
 }
@@ -183,13 +206,19 @@ void perturb_request(Request& r, const std::string& perturb) {
     r.options.salt.clear();
   } else if (perturb == "extras") {
     r.options.extras.clear();
-  } else if (perturb != "u64" && perturb != "field") {
-    throw kvkey::input_error("unknown --perturb " + perturb + " (known: adapter, salt, extras, u64, field)");
+  } else if (perturb != "u64" && perturb != "field" && perturb != "payload") {
+    throw kvkey::input_error("unknown --perturb " + perturb + " (known: adapter, salt, extras, u64, field, payload)");
   }
 }
 
+Json verdict_json(const kvkey::Verdict& v) {
+  return {{"ok", v.ok()}, {"reason", std::string(kvkey::to_string(v.reason))}, {"field", v.field}};
+}
+
+// ns: the request's namespace under PayloadCheck::size_only (the size-only
+// verify); full: the same under PayloadCheck::required (payloads, values).
 template <class Ns>
-Json outputs(const Ns& ns, const Request& r, const std::string& perturb) {
+Json outputs(const Ns& ns, const Ns& full, const Request& r, const std::string& perturb) {
   Json out;
   std::vector<kvkey::Digest> blocks;
   try {
@@ -219,9 +248,29 @@ Json outputs(const Ns& ns, const Request& r, const std::string& perturb) {
       refuse_input("verify.block_index", "there are " + std::to_string(blocks.size()) + " blocks");
     }
     const auto& h = r.verify->header;
-    const kvkey::Verdict v = ns.verify(reinterpret_cast<const std::uint8_t*>(h.data()), h.size(),
-                                       blocks[r.verify->block_index], r.verify->payload_size);
-    out["verdict"] = {{"ok", v.ok()}, {"reason", std::string(kvkey::to_string(v.reason))}, {"field", v.field}};
+    const auto* header = reinterpret_cast<const std::uint8_t*>(h.data());
+    const kvkey::Digest& block = blocks[r.verify->block_index];
+    if (!r.verify->payload) {
+      out["verdict"] = verdict_json(ns.verify(header, h.size(), block, r.verify->payload_size));
+    } else if (perturb == "payload") {  // a reader that leaves the bytes unchecked: size-only
+      out["verdict"] = verdict_json(ns.verify(header, h.size(), block, r.verify->payload->size()));
+    } else {
+      const std::string& p = *r.verify->payload;
+      out["verdict"] = verdict_json(full.verify(header, h.size(), block, kvkey::Payload(p.data(), p.size())));
+    }
+  }
+  if (r.open) {
+    if (r.open->block_index >= blocks.size()) {
+      refuse_input("open.block_index", "there are " + std::to_string(blocks.size()) + " blocks");
+    }
+    const auto& v = r.open->value;
+    const auto* value = reinterpret_cast<const std::uint8_t*>(v.data());
+    const kvkey::Digest& block = blocks[r.open->block_index];
+    if (perturb == "payload" && v.size() >= kvkey::envelope_size) {  // the bytes unchecked
+      out["verdict"] = verdict_json(ns.verify(value, kvkey::envelope_size, block, v.size() - kvkey::envelope_size));
+    } else {
+      out["verdict"] = verdict_json(full.open_value(value, v.size(), block).verdict);
+    }
   }
   return out;
 }
@@ -230,11 +279,14 @@ Json evaluate(Request r, const std::string& perturb) {
   perturb_request(r, perturb);
   try {
     (void)kvkey::validated(r.identity, r.policy);  // the identity is named before the secret
+    kvkey::Policy full = r.policy;
+    full.payload = kvkey::PayloadCheck::required;
     if (r.secret) {
       const kvkey::TenantSecret secret(std::move(*r.secret));
-      return outputs(kvkey::KeyNamespace<kvkey::HmacSha256>(r.identity, secret, r.policy), r, perturb);
+      return outputs(kvkey::KeyNamespace<kvkey::HmacSha256>(r.identity, secret, r.policy),
+                     kvkey::KeyNamespace<kvkey::HmacSha256>(r.identity, secret, full), r, perturb);
     }
-    return outputs(kvkey::KeyNamespace<>(r.identity, r.policy), r, perturb);
+    return outputs(kvkey::KeyNamespace<>(r.identity, r.policy), kvkey::KeyNamespace<>(r.identity, full), r, perturb);
   } catch (const kvkey::identity_error& e) {
     std::string field = e.field();
     if (perturb == "field" && field == "kv.head_dim") field = "kv.block_size";

@@ -18,7 +18,7 @@ U32 = 2**32 - 1
 U64 = 2**64 - 1
 MAX_DEPTH = 32  # objects and arrays in a line, the request object included
 REQUEST_MEMBERS = ("id", "identity", "identity_file", "single_tenant", "secret_hex", "tokens", "salt_hex", "extras",
-                   "verify")
+                   "verify", "open")
 SCHEMA = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "tests", "vectors",
                       "identity-schema.json")
 DTYPES = {name: d for name, d in kvkey.KvDtype.__members__.items() if name != "unset"}
@@ -214,14 +214,30 @@ def answer(req: Dict[str, Any]) -> Dict[str, Any]:
         if not isinstance(verify, dict):
             bad("verify", "expected an object")
         header = hex_member(verify, "header_hex", "verify.header_hex") or b""
-        for k in ("block_index", "payload_size"):
-            if not is_uint(verify.get(k), U64):
-                bad("verify." + k, "expected an unsigned integer")
+        if not is_uint(verify.get("block_index"), U64):
+            bad("verify.block_index", "expected an unsigned integer")
+        payload = hex_member(verify, "payload_hex", "verify.payload_hex")
+        if payload is not None:  # the bytes: the whole check
+            if verify.get("payload_size") is not None:
+                bad("verify.payload_size", "give payload_size or payload_hex, not both")
+        elif not is_uint(verify.get("payload_size"), U64):
+            bad("verify.payload_size", "expected an unsigned integer")
+    opened = req.get("open")
+    if opened is not None:
+        if not isinstance(opened, dict):
+            bad("open", "expected an object")
+        if verify is not None:
+            bad("open", "give verify or open, not both")
+        value = hex_member(opened, "value_hex", "open.value_hex") or b""
+        if not is_uint(opened.get("block_index"), U64):
+            bad("open.block_index", "expected an unsigned integer")
 
     try:
         identity.validated(single_tenant=single)  # the identity is named before the secret
-        ns = kvkey.KeyNamespace(identity, single_tenant=single, payload_check="size_only",
-                                secret=kvkey.TenantSecret(secret) if secret is not None else None)
+        tenant_secret = kvkey.TenantSecret(secret) if secret is not None else None
+        ns = kvkey.KeyNamespace(identity, single_tenant=single, payload_check="size_only", secret=tenant_secret)
+        # Payloads and values are checked as an engine serving them does.
+        full = kvkey.KeyNamespace(identity, single_tenant=single, secret=tenant_secret)
     except kvkey.IdentityError as e:
         raise Refusal("identity_error", e.field, str(e)) from None
     try:
@@ -239,7 +255,14 @@ def answer(req: Dict[str, Any]) -> Dict[str, Any]:
     if verify is not None:
         if verify["block_index"] >= len(blocks):
             bad("verify.block_index", f"there are {len(blocks)} blocks")
-        v = ns.verify(header, blocks[verify["block_index"]], verify["payload_size"])
+        block = blocks[verify["block_index"]]
+        v = full.verify(header, block, payload) if payload is not None else \
+            ns.verify(header, block, verify["payload_size"])
+        out["verdict"] = {"ok": v.ok, "reason": v.reason, "field": v.field}
+    if opened is not None:
+        if opened["block_index"] >= len(blocks):
+            bad("open.block_index", f"there are {len(blocks)} blocks")
+        v = full.open_value(value, blocks[opened["block_index"]]).verdict
         out["verdict"] = {"ok": v.ok, "reason": v.reason, "field": v.field}
     return out
 

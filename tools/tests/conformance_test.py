@@ -37,13 +37,15 @@ class RunnerTest(unittest.TestCase):
     def test_cpp_testee_passes_vectors_and_random_cases(self):
         r = run(f"{shlex.quote(TOOL)} conformance-testee", "--vectors", VECTORS, "--cases", CASES, "--seed", "1")
         self.assertEqual(r.returncode, 0, r.stdout + r.stderr)
-        self.assertEqual(counts(r.stdout), (int(CASES) + 16, 0))  # 16 = 4 namespaces + their 12 headers
+        # 29 = 4 namespaces + their 12 headers size-only, the 6 headers of the
+        # plain and keyed minimal case with their payloads and as values, the splice
+        self.assertEqual(counts(r.stdout), (int(CASES) + 29, 0))
         self.assertIn("seed 1", r.stderr)
 
     def test_vectors_alone(self):
         r = run(f"{shlex.quote(TOOL)} conformance-testee", "--vectors", VECTORS, "--cases", "0")
         self.assertEqual(r.returncode, 0, r.stdout + r.stderr)
-        self.assertEqual(counts(r.stdout), (16, 0))
+        self.assertEqual(counts(r.stdout), (29, 0))
 
     if PYTHONPATH:  # set when the build has the Python module (tools/CMakeLists.txt)
         def test_python_testee_passes(self):
@@ -57,12 +59,13 @@ class RunnerTest(unittest.TestCase):
     def test_a_wrong_testee_fails_and_the_difference_is_shown(self):
         # Each defect of a real router: the adapter left out of the hash, the
         # salt or the extras ignored, the u64 projection little-endian, an
-        # error naming the wrong field.
+        # error naming the wrong field, payloads left unchecked.
         for defect, shown in (("adapter", r"case \S+: (encoding: got|error: missing)"),
                               ("salt", r"case \S+: blocks\["),
                               ("extras", r"case \S+: blocks\["),
                               ("u64", r"case \S+: blocks_u64\[\d+\]: got \d+, want \d+"),
-                              ("field", r'case \S+: error: got .*"field":"kv.block_size".*want .*"kv.head_dim"')):
+                              ("field", r'case \S+: error: got .*"field":"kv.block_size".*want .*"kv.head_dim"'),
+                              ("payload", r'case \S+: verdict: got .*"ok":true.*want .*"reason":"payload_mismatch"')):
             with self.subTest(defect=defect):
                 r = run(f"{shlex.quote(TOOL)} conformance-testee --perturb {defect}", "--cases", "2000", "--seed", "3")
                 self.assertEqual(r.returncode, 1, r.stdout + r.stderr)

@@ -30,7 +30,7 @@ pub fn from_hex(s: &str) -> Option<Vec<u8>> {
         }
     }
     let b = s.as_bytes();
-    if b.len() % 2 != 0 {
+    if !b.len().is_multiple_of(2) {
         return None;
     }
     b.chunks(2).map(|p| Some(value(p[0])? << 4 | value(p[1])?)).collect()

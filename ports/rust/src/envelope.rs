@@ -261,6 +261,45 @@ pub fn plain_digest(payload: &[u8], header: &[u8]) -> [u8; 16] {
     h.digest128().to_be_bytes()
 }
 
+/// Poly1305 over a message that arrives in pieces of any length: whole
+/// 16-byte blocks go to the MAC as they fill, the last partial one to
+/// `compute_unpadded` (which pads as RFC 8439 does, not with zero blocks).
+struct Poly1305Stream {
+    mac: poly1305::Poly1305,
+    buf: [u8; 16],
+    len: usize,
+}
+
+impl Poly1305Stream {
+    fn new(mac: poly1305::Poly1305) -> Self {
+        Poly1305Stream { mac, buf: [0; 16], len: 0 }
+    }
+    fn update(&mut self, mut data: &[u8]) {
+        use poly1305::universal_hash::UniversalHash;
+        if self.len > 0 {
+            let take = (16 - self.len).min(data.len());
+            self.buf[self.len..self.len + take].copy_from_slice(&data[..take]);
+            self.len += take;
+            data = &data[take..];
+            if self.len < 16 {
+                return;
+            }
+            self.mac.update(&[self.buf.into()]);
+            self.len = 0;
+        }
+        let whole = data.len() / 16 * 16;
+        for block in data[..whole].chunks_exact(16) {
+            self.mac.update(&[poly1305::Block::clone_from_slice(block)]);
+        }
+        let rest = &data[whole..];
+        self.buf[..rest.len()].copy_from_slice(rest);
+        self.len = rest.len();
+    }
+    fn finish(self) -> [u8; 16] {
+        self.mac.compute_unpadded(&self.buf[..self.len]).into()
+    }
+}
+
 impl Namespace {
     fn kind(&self) -> u8 {
         if self.is_keyed() {
@@ -293,18 +332,81 @@ impl Namespace {
         h
     }
 
-    /// The header of a plain namespace for `block` and its payload (integrity
-    /// mode xxh3_128). Keyed namespaces seal Poly1305 tags, which this crate
-    /// does not implement: an input error ("payload").
-    pub fn seal(&self, block: &Digest, payload: &[u8]) -> Result<Vec<u8>> {
+    /// The integrity mode `seal` writes: xxh3_128 in a plain namespace,
+    /// poly1305 in a keyed one.
+    pub fn integrity_mode(&self) -> IntegrityMode {
         if self.is_keyed() {
-            return Err(Error::input("payload", "Poly1305 payload tags are not implemented"));
+            IntegrityMode::Poly1305
+        } else {
+            IntegrityMode::Xxh3_128
         }
+    }
+
+    /// The digest or tag `header` (its integrity mode and nonce set) carries
+    /// for `payload`: `plain_digest` in a plain namespace; in a keyed one the
+    /// Poly1305 tag of `payload || header'` under the one-time key of the
+    /// header's nonce (docs/format.md, section 6, "Mode poly1305").
+    fn digest_of(&self, payload: &[u8], header: &[u8]) -> [u8; 16] {
+        if !self.is_keyed() {
+            return plain_digest(payload, header);
+        }
+        use chacha20::cipher::{KeyIvInit, StreamCipher, StreamCipherSeek};
+        use poly1305::universal_hash::KeyInit;
+        // K_p = H('P' || root); the one-time key is the first 32 bytes of the
+        // ChaCha20 keystream under K_p, block counter u32le N[0..4], nonce N[4..16].
+        let key = self.hasher.hash(&[b"P", &self.root().0]);
+        let nonce = &header[NONCE..PAYLOAD_DIGEST];
+        let mut stream = chacha20::ChaCha20::new(key.0.as_ref().into(), nonce[4..].into());
+        let counter = u32::from_le_bytes([nonce[0], nonce[1], nonce[2], nonce[3]]);
+        stream.seek(u64::from(counter) * 64);
+        let mut otk = [0u8; 32];
+        stream.apply_keystream(&mut otk);
+        let mut mac = Poly1305Stream::new(poly1305::Poly1305::new(&otk.into()));
+        mac.update(payload);
+        mac.update(&header[..PAYLOAD_DIGEST]);
+        mac.update(&[0u8; SECRET_ID - PAYLOAD_DIGEST]);
+        mac.update(&header[SECRET_ID..]);
+        mac.finish()
+    }
+
+    /// The header of this namespace for `block` and its payload, as the C++
+    /// `seal(block_hash, payload)` writes it: the payload's size and its
+    /// digest (plain: XXH3-128 of the payload and the header) or tag (keyed:
+    /// Poly1305 under a fresh random nonce from the operating system). An
+    /// error only when the operating system gives no random bytes.
+    pub fn seal(&self, block: &Digest, payload: &[u8]) -> Result<Vec<u8>> {
         let mut h = self.seal_size_only(block, payload.len() as u64);
-        h[INTEGRITY_MODE] = IntegrityMode::Xxh3_128 as u8;
-        let digest = plain_digest(payload, &h);
+        h[INTEGRITY_MODE] = self.integrity_mode() as u8;
+        if self.is_keyed() {
+            getrandom::fill(&mut h[NONCE..PAYLOAD_DIGEST])
+                .map_err(|e| Error::input("payload", format!("no random nonce for the payload tag: {e}")))?;
+        }
+        let digest = self.digest_of(payload, &h);
         h[PAYLOAD_DIGEST..SECRET_ID].copy_from_slice(&digest);
         Ok(h)
+    }
+
+    /// One store value for `block` (docs/format.md, "Stored values"): the
+    /// header `seal` writes, immediately followed by the payload.
+    pub fn seal_value(&self, block: &Digest, payload: &[u8]) -> Result<Vec<u8>> {
+        let mut value = self.seal(block, payload)?;
+        value.extend_from_slice(payload);
+        Ok(value)
+    }
+
+    /// Verifies a stored value (header, then payload) for `block`, as the C++
+    /// `open_value`: the Verdict of `verify(&value[..1024], block,
+    /// &value[1024..])`, and the verified payload (a slice of the value) only
+    /// when it is ok. A value shorter than an envelope is malformed
+    /// ("envelope.size"); a payload of another length than its header says is
+    /// size_mismatch ("payload_size").
+    pub fn open_value<'v>(&self, value: &'v [u8], block: &Digest) -> (Option<&'v [u8]>, Verdict) {
+        if value.len() < ENVELOPE_SIZE {
+            return (None, Verdict::new(Reason::Malformed, "envelope.size"));
+        }
+        let (header, payload) = value.split_at(ENVELOPE_SIZE);
+        let v = self.verify(header, block, payload);
+        (if v.is_ok() { Some(payload) } else { None }, v)
     }
 
     /// Checks a header against what this namespace would have sealed for
@@ -345,27 +447,25 @@ impl Namespace {
     }
 
     /// Checks a header and the payload read with it, as the C++ verify does
-    /// under the default `PayloadCheck::required`: a header without a digest
-    /// is rejected, and the payload must match the header's XXH3-128 digest.
-    /// A keyed namespace cannot check Poly1305 tags here, so a header that
-    /// passes every other check is still a miss (payload_mismatch, "payload").
+    /// under the default `PayloadCheck::required`: every byte of the header,
+    /// and the payload against its XXH3-128 digest (plain) or Poly1305 tag
+    /// (keyed). Anything but ok is a miss: bytes that do not match are
+    /// payload_mismatch on "payload", a header without a digest or tag
+    /// payload_mismatch on "envelope.integrity_mode".
     pub fn verify(&self, h: &[u8], block: &Digest, payload: &[u8]) -> Verdict {
         let v = preamble(h);
         if !v.is_ok() {
             return v;
         }
         let mut want = self.seal_size_only(block, payload.len() as u64);
-        if self.is_keyed() {
-            want[INTEGRITY_MODE] = IntegrityMode::Poly1305 as u8;
-            if h[INTEGRITY_MODE] == IntegrityMode::Poly1305 as u8 {
-                want[NONCE..SECRET_ID].copy_from_slice(&h[NONCE..SECRET_ID]);
+        want[INTEGRITY_MODE] = self.integrity_mode() as u8;
+        if !self.is_keyed() || h[INTEGRITY_MODE] == IntegrityMode::Poly1305 as u8 {
+            if self.is_keyed() {
+                want[NONCE..PAYLOAD_DIGEST].copy_from_slice(&h[NONCE..PAYLOAD_DIGEST]);
             }
-            let v = self.compare(h, &want, block);
-            return if v.is_ok() { Verdict::new(Reason::PayloadMismatch, "payload") } else { v };
+            let digest = self.digest_of(payload, &want);
+            want[PAYLOAD_DIGEST..SECRET_ID].copy_from_slice(&digest);
         }
-        want[INTEGRITY_MODE] = IntegrityMode::Xxh3_128 as u8;
-        let digest = plain_digest(payload, &want);
-        want[PAYLOAD_DIGEST..SECRET_ID].copy_from_slice(&digest);
         self.compare(h, &want, block)
     }
 

@@ -348,7 +348,7 @@ pub fn resolve_slice(kv: &Kv, shard: &Shard) -> Result<Slice> {
         let head = r / (tp / heads);
         (head, head + 1)
     };
-    if kv.num_layers % shard.pp_size != 0 {
+    if !kv.num_layers.is_multiple_of(shard.pp_size) {
         return Err(Error::identity(
             "shard.pp_size",
             format!("{} does not divide kv.num_layers {}", shard.pp_size, kv.num_layers),

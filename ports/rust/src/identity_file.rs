@@ -269,7 +269,9 @@ fn parse_file(bytes: &[u8]) -> Result<Json> {
         );
     }
     if let Some(dup) = j.first_duplicate() {
-        return input(&dup, "duplicate key");
+        // An empty key at the top level has the empty path: named "." as the
+        // C++, Python and Go readers name it.
+        return input(if dup.is_empty() { "." } else { &dup }, "duplicate key");
     }
     Ok(j)
 }
@@ -294,9 +296,24 @@ impl Identity {
         let path = path.as_ref();
         let io =
             |e: std::io::Error| Error::input_owned(IDENTITY_FILE_FIELD.into(), format!("{}: {}", path.display(), e));
-        let file = std::fs::File::open(path).map_err(io)?;
+        // Refused before it is opened, as the C++, Python and Go readers do:
+        // opening a FIFO would wait for a writer, a terminal would be read
+        // from. The open itself does not block either (O_NONBLOCK: a path
+        // swapped for a FIFO meanwhile), and the opened file is checked again.
+        let not_regular = || input(IDENTITY_FILE_FIELD, format!("{}: not a regular file", path.display()));
+        if !std::fs::metadata(path).map_err(io)?.is_file() {
+            return not_regular();
+        }
+        let mut options = std::fs::OpenOptions::new();
+        options.read(true);
+        #[cfg(unix)]
+        {
+            use std::os::unix::fs::OpenOptionsExt;
+            options.custom_flags(libc::O_NONBLOCK);
+        }
+        let file = options.open(path).map_err(io)?;
         if !file.metadata().map_err(io)?.is_file() {
-            return input(IDENTITY_FILE_FIELD, format!("{}: not a regular file", path.display()));
+            return not_regular();
         }
         let mut bytes = Vec::new();
         file.take(MAX_IDENTITY_FILE_SIZE + 1).read_to_end(&mut bytes).map_err(io)?;

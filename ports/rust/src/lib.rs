@@ -2,7 +2,8 @@
 //! kvkey's key format in Rust: identity validation and encoding, the
 //! namespace root, block hashes (salt, extras), store keys, keyed (HMAC)
 //! namespaces, envelope parsing and verification with the C++ library's
-//! Reason and field, plain XXH3-128 digests and keyed namespaces' secret ids —
+//! Reason and field, XXH3-128 payload digests, Poly1305 payload tags and keyed
+//! namespaces' secret ids —
 //! byte for byte as docs/format.md (format version 3) specifies and the C++
 //! library computes.
 //!
@@ -18,8 +19,9 @@
 //! # }
 //! ```
 //!
-//! Keyed payload tags (Poly1305) are not implemented: no Debian-packaged crate
-//! provides Poly1305 (see README.md).
+//! A reader of KV bytes opens each stored value whole with
+//! `Namespace::open_value` (or `verify` with the header and payload apart):
+//! the XXH3-128 digest of a plain value, the Poly1305 tag of a keyed one.
 #![forbid(unsafe_code)]
 #![warn(missing_docs)]
 

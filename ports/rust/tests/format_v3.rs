@@ -219,3 +219,31 @@ fn a_v2_header_is_unsupported() {
     encoding[8] = 2;
     assert_eq!(kvkey::decode_identity(&encoding), None);
 }
+
+#[test]
+fn keyed_seal_verifies_and_nonces_differ() {
+    let keyed = Namespace::builder(&identity()).secret(SECRET).build().expect("keyed");
+    let rotated = Namespace::builder(&identity()).secret(OTHER_SECRET).build().expect("keyed");
+    let b = blocks(&keyed)[0];
+    // Every length around the Poly1305 block size, and a long one.
+    for n in [0usize, 1, 15, 16, 17, 31, 32, 33, 1000, 4099] {
+        let p = payload(0, n);
+        let h = keyed.seal(&b, &p).expect("sealed");
+        assert_eq!(h[73], 2);
+        assert!(keyed.verify(&h, &b, &p).is_ok(), "{} bytes", n);
+        let value = keyed.seal_value(&b, &p).expect("sealed");
+        assert_eq!(keyed.open_value(&value, &b).0, Some(p.as_slice()));
+        assert_eq!(rotated.open_value(&value, &b).1, verdict(Reason::IdentityMismatch, "tenant.secret_id"));
+        if n > 0 {
+            let mut bad = value.clone();
+            bad[1024 + n - 1] ^= 0x80;
+            assert_eq!(keyed.open_value(&bad, &b), (None, verdict(Reason::PayloadMismatch, "payload")));
+        }
+    }
+    let (x, y) = (keyed.seal(&b, b"x").expect("sealed"), keyed.seal(&b, b"x").expect("sealed"));
+    assert_ne!(x[80..96], y[80..96], "two seals share a nonce");
+    // A size-only header carries no tag: a keyed reader names the mode.
+    let mut none = keyed.seal_size_only(&b, 1);
+    none[73] = 0;
+    assert_eq!(keyed.verify(&none, &b, b"x"), verdict(Reason::PayloadMismatch, "envelope.integrity_mode"));
+}

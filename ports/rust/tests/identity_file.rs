@@ -152,3 +152,38 @@ fn validation_comes_later() {
     let e = Namespace::builder(&id).policy(policy).build().expect_err("invalid");
     assert_eq!((e.kind(), e.field()), ("identity_error", "kv.block_size"));
 }
+
+fn field_of(r: kvkey::Result<(Identity, TenantPolicy)>) -> (String, String) {
+    let e = r.expect_err("refused");
+    (e.kind().to_string(), e.field().to_string())
+}
+
+#[test]
+fn a_duplicate_empty_key_at_the_top_is_named_dot() {
+    // "." as the C++ (kvkey::parse_identity_file), Python and Go readers name it.
+    let want = ("input_error".to_string(), ".".to_string());
+    assert_eq!(field_of(Identity::from_json(r#"{"": 1, "": 2}"#)), want);
+    assert_eq!(field_of(Identity::from_json(r#"{"kv": {"": 1, "": 2}}"#)).1, "kv.");
+    assert_eq!(field_of(Identity::from_json(r#"{"tenant": "a", "tenant": "b"}"#)).1, "tenant");
+}
+
+#[cfg(unix)]
+#[test]
+fn a_fifo_or_a_device_is_refused_at_once() {
+    let dir = std::env::temp_dir().join(format!("kvkey-fifo-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).expect("temp dir");
+    let fifo = dir.join("identity.json");
+    let _ = std::fs::remove_file(&fifo);
+    let made = std::process::Command::new("mkfifo").arg(&fifo).status().expect("mkfifo runs");
+    assert!(made.success(), "mkfifo failed");
+    // No writer ever opens it: a reader that opened it would wait here forever.
+    let (tx, rx) = std::sync::mpsc::channel();
+    let path = fifo.clone();
+    std::thread::spawn(move || {
+        let _ = tx.send(field_of(Identity::from_file(&path)));
+    });
+    let got = rx.recv_timeout(std::time::Duration::from_secs(30)).expect("from_file returned");
+    assert_eq!(got, ("input_error".to_string(), "identity_file".to_string()));
+    assert_eq!(field_of(Identity::from_file("/dev/null")).1, "identity_file");
+    let _ = std::fs::remove_dir_all(&dir);
+}

@@ -193,9 +193,24 @@ fn keyed_namespace() {
         assert_eq!(ns.verify_header(&h, &blocks[i], size), unauthenticated);
         let other = &blocks[(i + 1) % blocks.len()];
         assert_eq!(ns.verify_header(&h, other, size), Verdict { reason: Reason::BlockMismatch, field: "block_hash" });
-        // No Poly1305 here: the tag cannot be checked, so the payload form never accepts.
+        // With the bytes the tag is checked: Poly1305 under the one-time key of the header's nonce.
         let p = payload(i, size as usize);
-        assert_eq!(ns.verify(&h, &blocks[i], &p), Verdict { reason: Reason::PayloadMismatch, field: "payload" });
+        assert!(ns.verify(&h, &blocks[i], &p).is_ok(), "keyed envelope {}", i);
+        let value = [h.as_slice(), p.as_slice()].concat();
+        assert_eq!(ns.open_value(&value, &blocks[i]), (Some(p.as_slice()), Verdict { reason: Reason::Ok, field: "" }));
+        let mut damaged = p.clone();
+        damaged[size as usize / 2] ^= 4;
+        assert_eq!(ns.verify(&h, &blocks[i], &damaged), unauthenticated);
+        for at in [80, 95, 96, 111] {
+            // the nonce (another one-time key) and the tag
+            let mut bad = h.clone();
+            bad[at] ^= 1;
+            assert_eq!(ns.verify(&bad, &blocks[i], &p), unauthenticated, "flipped byte {}", at);
+        }
+        let tail = [value.as_slice(), b"x"].concat();
+        let long = Verdict { reason: Reason::SizeMismatch, field: "payload_size" };
+        assert_eq!(ns.open_value(&tail, &blocks[i]), (None, long));
+        assert_eq!(rotated.verify(&h, &blocks[i], &p).field, "tenant.secret_id");
         let swapped = Verdict { reason: Reason::IdentityMismatch, field: "envelope.namespace_kind" };
         assert_eq!(plain.verify_header(&h, &blocks[i], size), swapped);
         // Sealed under the retired secret: a miss that names the secret.

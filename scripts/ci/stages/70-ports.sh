@@ -1,33 +1,33 @@
 #!/usr/bin/env bash
 # The Go and Rust ports (ports/go, ports/rust) and the conformance runner
-# (docs/conformance.md): go vet/test and cargo build/test/clippy, offline,
-# against the committed vectors; then `kvkey conformance` over the C++, Python,
+# (docs/conformance.md): go vet/test and cargo build/test/clippy against the
+# committed vectors, their dependencies from the Go module proxy and crates.io; then `kvkey conformance` over the C++, Python,
 # Go and Rust testees with the committed vectors and 2,000 random cases from a
-# fresh seed. Installs its toolchains itself, and builds what it runs (the tool
-# in build/gcc and the Python module in build/python, as stages 10 and 30 do),
-# so it also runs alone: scripts/test.sh ports.
+# fresh seed. Uses the preinstalled Go and Rust toolchains and builds what it
+# runs (the tool in build/gcc and the Python module in build/python, as stages
+# 10 and 30 do), so it also runs alone: scripts/test.sh ports.
 set -euo pipefail
 root="$KVKEY_ROOT"
 jobs="${KVKEY_JOBS:-2}"
 cases="${KVKEY_CONFORMANCE_CASES:-2000}"
 
-# 1. Toolchains from Debian: Go, the packaged crates, and cargo/rustc unless
-#    one is installed already (rustup's in ~/.cargo/bin counts).
-[ -x "$HOME/.cargo/bin/cargo" ] && export PATH="$HOME/.cargo/bin:$PATH"
-need=()
-for p in golang-go librust-sha2-dev librust-hmac-dev librust-xxhash-rust-dev librust-serde-dev librust-serde-json-dev; do
-  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || need+=("$p")
-done
-command -v cargo >/dev/null || need+=(cargo rustc)
-if [ "${#need[@]}" -ne 0 ]; then
-  sudo=""
-  [ "$(id -u)" -ne 0 ] && sudo="sudo"
-  echo "70-ports: installing ${need[*]}"
-  $sudo apt-get update -qq
-  DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq --no-install-recommends "${need[@]}" >/dev/null
+# 1. The preinstalled toolchains (docs/conformance.md, "Toolchains"): Go 1.26
+#    in /usr/local/go and Rust 1.95 from rustup in ~/.cargo/bin, with their
+#    registries (the Go module proxy, crates.io) for the ports' dependencies,
+#    pinned by ports/go/go.sum and ports/rust/Cargo.lock. cargo clippy is a
+#    rustup component: added when missing, and the stage fails if it cannot be.
+export PATH="/usr/local/go/bin:$HOME/.cargo/bin:$PATH"
+command -v go >/dev/null || { echo "70-ports: go (Go 1.26, /usr/local/go/bin) is not installed" >&2; exit 1; }
+command -v cargo >/dev/null || { echo "70-ports: cargo (Rust 1.95 from rustup, ~/.cargo/bin) is not installed" >&2; exit 1; }
+case "$(go env GOVERSION)" in go1.26|go1.26.*) ;; *)
+  echo "70-ports: Go 1.26 is required, $(command -v go) is $(go env GOVERSION)" >&2; exit 1 ;; esac
+case "$(rustc --version)" in "rustc 1.95."*) ;; *)
+  echo "70-ports: Rust 1.95 is required, $(command -v rustc) is $(rustc --version)" >&2; exit 1 ;; esac
+if ! cargo clippy --version >/dev/null 2>&1; then
+  echo "70-ports: adding the rustup component clippy"
+  rustup component add clippy || { echo "70-ports: cargo clippy is missing and rustup could not add it" >&2; exit 1; }
 fi
-export GOPROXY=off  # the module has no dependencies
-echo "70-ports: $(go version); $(cargo --version); $(rustc --version)"
+echo "70-ports: $(go version); $(cargo --version); $(cargo clippy --version)"
 
 # 2. The tool (the runner and the C++ testee) and the Python module, in the
 #    build directories stages 10 and 30 configure with the same options (so
@@ -49,9 +49,9 @@ if [ -n "$unformatted" ]; then echo "70-ports: gofmt would change: $unformatted"
 go test ./...
 go build ./cmd/kvkey-testee && rm -f kvkey-testee
 
-# 3b. The Go README's quick start as a user runs it: its setup and main.go
-#     blocks, in a throwaway module outside the tree, offline; the root it
-#     prints must be the tool's.
+# 3b. The Go README's quick start as a user runs it: its setup, main.go and
+#     run blocks, in a throwaway module outside the tree that requires the
+#     port through a `replace` directive; the root it prints must be the tool's.
 quickstart_block() {  # the fenced block after <!-- quickstart:$1 --> in ports/go/README.md
   awk -v mark="<!-- quickstart:$1 -->" '$0 == mark {found = 1; next}
     found && /^```/ {if (inside) exit; inside = 1; next} found && inside' "$root/ports/go/README.md"
@@ -61,8 +61,9 @@ module="$(mktemp -d)"
   cd "$module"
   quickstart_block setup >setup.sh
   quickstart_block main.go >main.go
+  quickstart_block run >run.sh
   KVKEY="$root" bash -eu setup.sh
-  go run . "$root/examples/identities/qwen-fp16.json" >out.txt
+  KVKEY="$root" bash -eu run.sh >out.txt
 )
 want_root="$("$kvkey" identity "$root/examples/identities/qwen-fp16.json" | awk '$1 == "root" {print $NF}')"
 if ! grep -qx "root $want_root" "$module/out.txt" || ! grep -qx "same root true" "$module/out.txt"; then
@@ -73,19 +74,16 @@ fi
 rm -rf "$module"
 echo "70-ports: the Go README quick start runs from another module"
 
-# 4. Rust, offline against /usr/share/cargo/registry (ports/rust/.cargo/config.toml).
+# 4. Rust, from crates.io with the committed Cargo.lock.
 cd "$root/ports/rust"
-cargo build --offline --locked
-cargo test --offline --locked
-if cargo clippy --version >/dev/null 2>&1; then
-  cargo clippy --offline --locked --all-targets -- -D warnings
-else
-  echo "70-ports: cargo clippy is not installed: skipped"
-fi
+cargo build --locked
+cargo test --locked
+cargo fmt --check
+cargo clippy --locked --all-targets -- -D warnings
 
 # 4b. ports/rust/README.md's quick start as a user follows it: a crate outside
 #     the tree that depends on the port by path, the one documented config
-#     step, and the README's src/main.rs; its block hashes, u64 projections and
+#     README's src/main.rs; its block hashes, u64 projections and
 #     store keys must be what `kvkey keys` prints for the same file and tokens.
 quickstart="$(mktemp -d)"
 (
@@ -94,7 +92,6 @@ quickstart="$(mktemp -d)"
   cargo new --vcs none quickstart >/dev/null 2>&1
   cd quickstart
   echo "kvkey = { path = \"$KVKEY/ports/rust\" }" >> Cargo.toml
-  mkdir -p .cargo && cp "$KVKEY/ports/rust/.cargo/config.toml" .cargo/
   /usr/bin/python3 - "$KVKEY/ports/rust/README.md" > src/main.rs <<'PY'
 import re, sys
 text = open(sys.argv[1]).read()
@@ -103,7 +100,7 @@ if not m:
     sys.exit("70-ports: no quick start src/main.rs in ports/rust/README.md")
 print("\n".join(line[3:] if line.startswith("   ") else line for line in m.group(1).splitlines()))
 PY
-  cargo run --quiet --offline -- "$KVKEY/examples/identities/qwen-fp16.json" > got.txt
+  cargo run --quiet -- "$KVKEY/examples/identities/qwen-fp16.json" > got.txt
   /usr/bin/python3 -c 'print(list(range(256)))' > tokens.json
   "$kvkey" keys "$KVKEY/examples/identities/qwen-fp16.json" --tokens tokens.json --json > want.json
   /usr/bin/python3 - <<'PY'
@@ -117,6 +114,50 @@ PY
 )
 rm -rf "$quickstart"
 
+# 4c. Values a C++ writer stored in Redis, read by the Go and Rust examples
+#     (ports/go/examples/redisread, ports/rust/examples/redis_read), which
+#     verify each whole: block 0's value as `kvkey seal` made it (the envelope,
+#     then the payload), block 1's with one payload bit flipped (a named
+#     rejection, on the payload), block 2's never written (a miss).
+# shellcheck source=scripts/ci/lib/redis.sh
+source "$root/scripts/ci/lib/redis.sh"
+trap redis_stop_all EXIT
+redis_dir="$(mktemp -d)"
+redis_start 70-ports "$redis_dir"
+identity="$root/examples/identities/qwen-fp16.json"
+/usr/bin/python3 -c 'print(list(range(192)))' >"$redis_dir/tokens.json"  # three blocks of 64 tokens
+"$kvkey" keys "$identity" --tokens "$redis_dir/tokens.json" --json >"$redis_dir/keys.json"
+read -r b0 b1 <<<"$(/usr/bin/python3 -c 'import json, sys
+print(" ".join(b["block_hash"] for b in json.load(open(sys.argv[1]))["blocks"][:2]))' "$redis_dir/keys.json")"
+mapfile -t keys < <(/usr/bin/python3 -c 'import json, sys
+print("\n".join(b["store_key"] for b in json.load(open(sys.argv[1]))["blocks"]))' "$redis_dir/keys.json")
+head -c 4096 /dev/urandom >"$redis_dir/payload"
+for i in 0 1; do
+  block="b$i"
+  "$kvkey" seal "$identity" --block "${!block}" --payload "$redis_dir/payload" -o "$redis_dir/v$i" >/dev/null
+  cat "$redis_dir/payload" >>"$redis_dir/v$i"
+done
+/usr/bin/python3 -c 'import sys
+v = bytearray(open(sys.argv[1], "rb").read()); v[1024 + 100] ^= 0x08; open(sys.argv[1], "wb").write(v)' "$redis_dir/v1"
+redis-cli -p "$REDIS_PORT" -x SET "${keys[0]}" <"$redis_dir/v0" >/dev/null
+redis-cli -p "$REDIS_PORT" -x SET "${keys[1]}" <"$redis_dir/v1" >/dev/null
+printf '%s\n' "block 0 ${keys[0]} ok 4096" "block 1 ${keys[1]} rejected payload_mismatch payload" \
+  "block 2 ${keys[2]} miss" >"$redis_dir/want.txt"
+read -r -a token_args <<<"$(seq -s ' ' 0 191)"
+(cd "$root/ports/go" && go run ./examples/redisread "127.0.0.1:$REDIS_PORT" "$identity" "${token_args[@]}") \
+  >"$redis_dir/go.txt"
+cargo run --quiet --locked --manifest-path "$root/ports/rust/Cargo.toml" --example redis_read -- \
+  "127.0.0.1:$REDIS_PORT" "$identity" "${token_args[@]}" >"$redis_dir/rust.txt"
+for port in go rust; do
+  if ! diff -u "$redis_dir/want.txt" "$redis_dir/$port.txt" >&2; then
+    echo "70-ports: the $port Redis example read other verdicts from the values kvkey sealed" >&2
+    exit 1
+  fi
+done
+redis_stop_all
+rm -rf "$redis_dir"
+echo "70-ports: the Go and Rust examples verify values the C++ tool sealed in Redis (ok, rejected, miss)"
+
 # 5. The conformance runner over each testee: the committed vectors, then
 #    random cases from one fresh seed (printed: rerun with --seed).
 cd "$root"
@@ -126,7 +167,7 @@ status=0
 for testee in "$kvkey conformance-testee" \
               "env PYTHONPATH=$root/build/python/python /usr/bin/python3 tools/conformance/testee.py" \
               "go run ./ports/go/cmd/kvkey-testee" \
-              "cargo run --quiet --offline --locked --manifest-path ports/rust/Cargo.toml --bin kvkey-testee"; do
+              "cargo run --quiet --locked --manifest-path ports/rust/Cargo.toml --bin kvkey-testee"; do
   "$kvkey" conformance --testee "$testee" --vectors tests/vectors/format-v3.json --cases "$cases" --seed "$seed" \
     || status=1
   # Hostile lines (docs/conformance.md, "Lines that are not requests"): every one answered, none fatal.

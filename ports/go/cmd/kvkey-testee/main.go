@@ -93,6 +93,11 @@ func (r *response) set(key string, v any) {
 	r.Keys, r.Values = append(r.Keys, key), append(r.Values, v)
 }
 
+func (r *response) setVerdict(v kvkey.Verdict) {
+	r.set("verdict", &strictjson.Object{Keys: []string{"ok", "reason", "field"},
+		Values: []any{v.OK(), v.Reason.String(), v.Field}})
+}
+
 func (r *request) answer() (*strictjson.Object, error) {
 	var opts []kvkey.Option
 	if r.secret != nil {
@@ -124,9 +129,21 @@ func (r *request) answer() (*strictjson.Object, error) {
 			return nil, &kvkey.Error{Kind: kvkey.InputErrorKind, Field: "verify.block_index",
 				Msg: fmt.Sprintf("there are %d blocks", len(blocks))}
 		}
-		verdict := ns.VerifyHeader(v.header, blocks[v.blockIndex], v.payloadSize)
-		resp.set("verdict", &strictjson.Object{Keys: []string{"ok", "reason", "field"},
-			Values: []any{verdict.OK(), verdict.Reason.String(), verdict.Field}})
+		var verdict kvkey.Verdict
+		if v.payload != nil { // with the bytes: the whole check
+			verdict = ns.Verify(v.header, blocks[v.blockIndex], v.payload)
+		} else {
+			verdict = ns.VerifyHeader(v.header, blocks[v.blockIndex], v.payloadSize)
+		}
+		resp.setVerdict(verdict)
+	}
+	if o := r.open; o != nil {
+		if o.blockIndex >= uint64(len(blocks)) {
+			return nil, &kvkey.Error{Kind: kvkey.InputErrorKind, Field: "open.block_index",
+				Msg: fmt.Sprintf("there are %d blocks", len(blocks))}
+		}
+		_, verdict := ns.OpenValue(o.value, blocks[o.blockIndex])
+		resp.setVerdict(verdict)
 	}
 	return &resp.Object, nil
 }

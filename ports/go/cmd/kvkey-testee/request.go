@@ -19,12 +19,19 @@ type request struct {
 	tokens   []uint32
 	options  kvkey.HashOptions
 	verify   *verifyRequest
+	open     *openRequest
 }
 
 type verifyRequest struct {
 	header      []byte
 	blockIndex  uint64
 	payloadSize uint64
+	payload     []byte // non-nil: the payload's bytes (payload_hex), checked with them
+}
+
+type openRequest struct {
+	value      []byte
+	blockIndex uint64
 }
 
 func bad(field, msg string) error {
@@ -80,7 +87,7 @@ func hexMember(o *strictjson.Object, key, field string) ([]byte, error) {
 
 // requestMembers are the members the protocol defines.
 var requestMembers = []string{"id", "identity", "identity_file", "single_tenant", "secret_hex", "tokens", "salt_hex",
-	"extras", "verify"}
+	"extras", "verify", "open"}
 
 // decodeIdentity reads "identity_file" (the text of an identity file, read
 // with kvkey.ParseIdentity) or "identity" (the protocol's identity object):
@@ -107,7 +114,7 @@ func decodeIdentity(raw *strictjson.Object) (*kvkey.IdentityFile, error) {
 
 // decodeRequest reads the members in the protocol's order: unknown members
 // (the first in byte order is named), the identity, single_tenant,
-// secret_hex, tokens, salt_hex, extras, verify.
+// secret_hex, tokens, salt_hex, extras, verify, open.
 func decodeRequest(raw *strictjson.Object) (*request, error) {
 	if unknown, found := raw.FirstUnknown(requestMembers); found {
 		return nil, bad(unknown, "not a member of a request (docs/conformance.md)")
@@ -178,11 +185,40 @@ func decodeRequest(raw *strictjson.Object) (*request, error) {
 		if ver.header, err = hexMember(m, "header_hex", "verify.header_hex"); err != nil {
 			return nil, err
 		}
-		err := readU64s(m, "verify.", []string{"block_index", "payload_size"}, &ver.blockIndex, &ver.payloadSize)
-		if err != nil {
+		if err := readU64s(m, "verify.", []string{"block_index"}, &ver.blockIndex); err != nil {
+			return nil, err
+		}
+		if _, ok := member(m, "payload_hex"); ok {
+			if ver.payload, err = hexMember(m, "payload_hex", "verify.payload_hex"); err != nil {
+				return nil, err
+			}
+			if ver.payload == nil {
+				ver.payload = []byte{}
+			}
+			if _, both := member(m, "payload_size"); both {
+				return nil, bad("verify.payload_size", "give payload_size or payload_hex, not both")
+			}
+		} else if err := readU64s(m, "verify.", []string{"payload_size"}, &ver.payloadSize); err != nil {
 			return nil, err
 		}
 		r.verify = ver
+	}
+	if v, ok := member(raw, "open"); ok {
+		m, isObject := v.(*strictjson.Object)
+		if !isObject {
+			return nil, bad("open", "expected an object")
+		}
+		if r.verify != nil {
+			return nil, bad("open", "give verify or open, not both")
+		}
+		o := &openRequest{}
+		if o.value, err = hexMember(m, "value_hex", "open.value_hex"); err != nil {
+			return nil, err
+		}
+		if err := readU64s(m, "open.", []string{"block_index"}, &o.blockIndex); err != nil {
+			return nil, err
+		}
+		r.open = o
 	}
 	return r, nil
 }

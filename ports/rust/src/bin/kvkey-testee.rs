@@ -19,7 +19,21 @@ struct Request {
     secret: Option<Vec<u8>>,
     tokens: Vec<u32>,
     options: HashOptions,
-    verify: Option<(Vec<u8>, u64, u64)>, // header, block index, payload size
+    verify: Option<Verify>,
+    open: Option<(Vec<u8>, u64)>, // a stored value, block index
+}
+
+/// A verify request: the header, the block index, and the payload's size
+/// (the size-only check) or its bytes (the whole check).
+struct Verify {
+    header: Vec<u8>,
+    block_index: u64,
+    payload: Payload,
+}
+
+enum Payload {
+    Size(u64),
+    Bytes(Vec<u8>),
 }
 
 /// A refused request: the protocol's error object.
@@ -62,8 +76,18 @@ fn unsigned(v: Option<&Json>, max: u64) -> Option<u64> {
 }
 
 /// The request members the protocol defines.
-const MEMBERS: &[&str] =
-    &["id", "identity", "identity_file", "single_tenant", "secret_hex", "tokens", "salt_hex", "extras", "verify"];
+const MEMBERS: &[&str] = &[
+    "id",
+    "identity",
+    "identity_file",
+    "single_tenant",
+    "secret_hex",
+    "tokens",
+    "salt_hex",
+    "extras",
+    "verify",
+    "open",
+];
 
 fn decode(raw: &Json) -> Result<Request> {
     let mut r = Request::default();
@@ -128,13 +152,36 @@ fn decode(raw: &Json) -> Result<Request> {
                 Some(n) => n,
                 None => return bad("verify.block_index", "expected an unsigned integer"),
             };
-            let size = match unsigned(m.get("payload_size"), u64::MAX) {
-                Some(n) => n,
-                None => return bad("verify.payload_size", "expected an unsigned integer"),
+            let payload = match hex_member(m, "payload_hex", "verify.payload_hex")? {
+                Some(bytes) => {
+                    if m.member("payload_size").is_some() {
+                        return bad("verify.payload_size", "give payload_size or payload_hex, not both");
+                    }
+                    Payload::Bytes(bytes)
+                }
+                None => match unsigned(m.get("payload_size"), u64::MAX) {
+                    Some(n) => Payload::Size(n),
+                    None => return bad("verify.payload_size", "expected an unsigned integer"),
+                },
             };
-            r.verify = Some((header, index, size));
+            r.verify = Some(Verify { header, block_index: index, payload });
         }
         Some(_) => return bad("verify", "expected an object"),
+    }
+    match raw.member("open") {
+        None => {}
+        Some(m @ Json::Object(_)) => {
+            if r.verify.is_some() {
+                return bad("open", "give verify or open, not both");
+            }
+            let value = hex_member(m, "value_hex", "open.value_hex")?.unwrap_or_default();
+            let index = match unsigned(m.get("block_index"), u64::MAX) {
+                Some(n) => n,
+                None => return bad("open.block_index", "expected an unsigned integer"),
+            };
+            r.open = Some((value, index));
+        }
+        Some(_) => return bad("open", "expected an object"),
     }
     Ok(r)
 }
@@ -157,12 +204,22 @@ fn answer(r: &Request) -> Result<Value> {
         "blocks_u64": blocks.iter().map(Digest::u64_projection).collect::<Vec<_>>(),
         "keys": blocks.iter().map(|b| ns.store_key(b)).collect::<Vec<_>>(),
     });
-    if let Some((header, index, size)) = &r.verify {
-        let block = match usize::try_from(*index).ok().and_then(|i| blocks.get(i)) {
-            Some(b) => b,
-            None => return bad("verify.block_index", "no such block"),
-        };
-        let v = ns.verify_header(header, block, *size);
+    let block = |index: u64, field: &str| match usize::try_from(index).ok().and_then(|i| blocks.get(i)) {
+        Some(b) => Ok(b),
+        None => bad(field, "no such block"),
+    };
+    let verdict = if let Some(v) = &r.verify {
+        let b = block(v.block_index, "verify.block_index")?;
+        Some(match &v.payload {
+            Payload::Size(size) => ns.verify_header(&v.header, b, *size),
+            Payload::Bytes(bytes) => ns.verify(&v.header, b, bytes),
+        })
+    } else if let Some((value, index)) = &r.open {
+        Some(ns.open_value(value, block(*index, "open.block_index")?).1)
+    } else {
+        None
+    };
+    if let Some(v) = verdict {
         out["verdict"] = json!({"ok": v.is_ok(), "reason": v.reason.name(), "field": v.field});
     }
     Ok(out)
