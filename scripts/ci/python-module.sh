@@ -8,9 +8,10 @@ set -euo pipefail
 root="${KVKEY_ROOT:-$(cd "$(dirname "$0")/../.." && pwd)}"
 export KVKEY_ROOT="$root"
 jobs="${KVKEY_JOBS:-$(nproc)}"
-# shellcheck source=scripts/ci/lib/python.sh
-. "$root/scripts/ci/lib/python.sh"
 dir="$1"
+shift
+# shellcheck source=scripts/ci/lib/python.sh
+. "$root/scripts/ci/lib/python.sh"  # no arguments: they would be requirement files
 
 if (cd / && "$py" -c 'import kvkey.testing' 2>/dev/null); then exit 0; fi
 echo "kvkey is not importable; building the module in $dir" >&2
