@@ -15,6 +15,7 @@
 set -euo pipefail
 root="${KVKEY_ROOT:-$(cd "$(dirname "$0")/../../.." && pwd)}"
 t0=$(date +%s)
+command -v ccache >/dev/null 2>&1 && KVKEY_CCACHE=1
 
 probe=""
 # KVKEY_SHARED: where shared/ is when it does not lie next to the checkout.
@@ -45,7 +46,7 @@ echo "46-lmdeploy: master (pid $MOONCAKE_PID) on $MOONCAKE_MASTER_ADDR; installs
 if ! (cd / && "$py" -c 'import kvkey.integrations.lmdeploy' >/dev/null 2>&1); then
   cmake -S "$root" -B "$root/build/lmdeploy-python" -DCMAKE_BUILD_TYPE=RelWithDebInfo -DKVKEY_BUILD_PYTHON=ON \
     -DPython_EXECUTABLE=/usr/bin/python3 -DCMAKE_INTERPROCEDURAL_OPTIMIZATION=OFF -DKVKEY_BUILD_TESTS=OFF \
-    -DKVKEY_BUILD_EXAMPLES=OFF -DKVKEY_BUILD_TOOLS=OFF >/dev/null
+    -DKVKEY_BUILD_EXAMPLES=OFF -DKVKEY_BUILD_TOOLS=OFF ${KVKEY_CCACHE:+-DCMAKE_CXX_COMPILER_LAUNCHER=ccache} >/dev/null
   cmake --build "$root/build/lmdeploy-python" --target kvkey_python -j"${KVKEY_JOBS:-$(nproc)}" >&2
   export PYTHONPATH="$root/build/lmdeploy-python/python${PYTHONPATH:+:$PYTHONPATH}"
 fi
