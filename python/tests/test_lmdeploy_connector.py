@@ -414,3 +414,19 @@ def test_seed_probe_exits_0_against_the_installed_release(te):
     r = subprocess.run([sys.executable, probe], capture_output=True, text=True, timeout=120)
     assert r.returncode == 0, r.stdout + r.stderr
     assert "RESULT: all assertions hold" in r.stdout
+
+
+def test_the_stub_declares_the_public_names(te):
+    import ast
+    import pathlib
+
+    m = integration()
+    stub = pathlib.Path(__file__).resolve().parents[1] / "kvkey" / "integrations" / "lmdeploy.pyi"
+    names = set()
+    for node in ast.parse(stub.read_text()).body:
+        if isinstance(node, (ast.ClassDef, ast.FunctionDef)):
+            names.add(node.name)
+        elif isinstance(node, ast.AnnAssign) and isinstance(node.target, ast.Name):
+            names.add(node.target.id)
+    assert set(m.__all__) <= names, set(m.__all__) - names
+    assert all(hasattr(m, n) for n in names - {"__all__"})

@@ -63,11 +63,14 @@ from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple
 import kvkey
 
 __all__ = [
+    "LAYOUT",
+    "NO_ADAPTER",
     "SETTING",
     "ConfigError",
     "KvkeyStoreScheduler",
     "KvkeyStoreWorker",
     "Settings",
+    "adapter_tag",
     "enable",
     "install",
     "installed",
@@ -475,9 +478,7 @@ class _WorkerKvkey:
         self._lock = threading.Lock()
 
     def attach(self, client: Any) -> None:
-        from kvkey.stores.mooncake import MooncakeStore
-
-        self.store = MooncakeStore(client)
+        self.store = _fragmented_store(client)
 
     def set_rows(self, rows: List[Any], row_sizes: Tuple[int, ...]) -> None:
         import torch
@@ -485,6 +486,7 @@ class _WorkerKvkey:
         self.rows = [r.reshape(-1).view(torch.uint8) for r in rows]
         self.row_sizes = tuple(row_sizes)
         self.payload_size = sum(row_sizes)
+        self.store.fragments = (kvkey.envelope_size, *self.row_sizes)
 
     def connector(self, adapter: Optional[str], kind: str) -> kvkey.Connector:
         epoch = self.ids.epoch
@@ -541,6 +543,70 @@ class _WorkerKvkey:
         for row, size in zip(self.rows, self.row_sizes):
             row[block_id * size:(block_id + 1) * size].copy_(src[at:at + size])
             at += size
+
+
+def _fragmented_store(client: Any) -> Any:
+    """A ``kvkey.stores.MooncakeStore`` over lmdeploy's client whose zero-copy writes and
+    reads of whole values (``put_from``, ``get_into_registered``: a staging slot, header
+    then payload) go as lmdeploy's own transfers go, ``batch_put_from_multi_buffers`` /
+    ``batch_get_into_multi_buffers`` with one fragment per registered row (Mooncake's TCP
+    transport moves one contiguous megabyte slower than the same bytes in row-sized
+    fragments). Anything else, and a read whose value is not this deployment's size, is
+    ``MooncakeStore``'s."""
+    from kvkey.stores.mooncake import OK, MooncakeStore
+
+    class FragmentedMooncakeStore(MooncakeStore):
+        fragments: Tuple[int, ...] = ()
+
+        def _split(self, address: int, size: int) -> Optional[Tuple[List[int], List[int]]]:
+            if sum(self.fragments) != size:
+                return None
+            addrs, at = [], address
+            for f in self.fragments:
+                addrs.append(at)
+                at += f
+            return addrs, list(self.fragments)
+
+        def put_from(self, keys: Sequence[str], addresses: Sequence[int], sizes: Sequence[int]) -> Any:
+            parts = [self._split(a, n) for a, n in zip(addresses, sizes)]
+            if not keys or any(p is None for p in parts):
+                return super().put_from(keys, addresses, sizes)
+            from mooncake.store import ReplicateConfig  # type: ignore
+
+            keys = list(keys)
+            codes = self._codes("batch_put_from_multi_buffers", self._call(
+                "batch_put_from_multi_buffers", self.client.batch_put_from_multi_buffers, keys,
+                [p[0] for p in parts], [p[1] for p in parts], ReplicateConfig()), len(keys))  # type: ignore[index]
+            if all(c == OK for c in codes):
+                return [True] * len(keys)
+            redo = [i for i, c in enumerate(codes) if c != OK]  # busy, or there already: MooncakeStore's upsert
+            again = super().put_from([keys[i] for i in redo], [addresses[i] for i in redo], [sizes[i] for i in redo])
+            done = [True] * len(keys)
+            for i, ok in zip(redo, again):
+                done[i] = bool(ok)
+            errors = {redo[j]: e for j, e in getattr(again, "errors", {}).items()}
+            return self._replies(done, errors)
+
+        def get_into_registered(self, keys: Sequence[str], addresses: Sequence[int], sizes: Sequence[int]) -> Any:
+            parts = [self._split(a, n) for a, n in zip(addresses, sizes)]
+            if not keys or any(p is None for p in parts):
+                return super().get_into_registered(keys, addresses, sizes)
+            keys = list(keys)
+            codes = self._codes("batch_get_into_multi_buffers", self._call(
+                "batch_get_into_multi_buffers", self.client.batch_get_into_multi_buffers, keys,
+                [p[0] for p in parts], [p[1] for p in parts]), len(keys))  # type: ignore[index]
+            out: List[Optional[int]] = [c if c >= 0 else None for c in codes]
+            redo = [i for i, c in enumerate(codes) if c < 0]  # missing, or not this size: MooncakeStore's read
+            if not redo:
+                return out
+            again = super().get_into_registered([keys[i] for i in redo], [addresses[i] for i in redo],
+                                                [sizes[i] for i in redo])
+            for i, v in zip(redo, again):
+                out[i] = v
+            errors = {redo[j]: e for j, e in getattr(again, "errors", {}).items()}
+            return self._replies(out, errors)
+
+    return FragmentedMooncakeStore(client)
 
 
 def _slot_tensor(slots: kvkey.Slots) -> Any:

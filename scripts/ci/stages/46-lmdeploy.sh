@@ -23,6 +23,8 @@ for p in ${KVKEY_SHARED:+"$KVKEY_SHARED/seed/mc_probe_f2.py"} "$root/../shared/s
   if [ -f "$p" ]; then probe="$p"; break; fi
 done
 [ -n "$probe" ] || { echo "46-lmdeploy: the seed's probe is missing: no ../shared/seed/mc_probe_f2.py next to $root" >&2; exit 1; }
+KVKEY_SHARED="$(cd "$(dirname "$probe")/.." && pwd)"
+export KVKEY_SHARED  # the tests run the probe too
 
 "$root/scripts/mooncake.sh" install
 # shellcheck source=scripts/ci/lib/python.sh
