@@ -396,8 +396,13 @@ def _split(entry: Any) -> Tuple[bytes, bytes]:
 
 
 def _store_module() -> Any:
-    from lmdeploy.pytorch.kv_connector.mooncake.store import connector, scheduler, worker, worker_threads  # type: ignore
-
+    try:
+        from lmdeploy.pytorch.kv_connector.mooncake.store import (  # type: ignore
+            connector, scheduler, worker, worker_threads)
+    except ImportError as e:
+        raise ImportError("kvkey.integrations.lmdeploy needs lmdeploy >= 0.18.0 with its Mooncake store connector "
+                          f"(lmdeploy.pytorch.kv_connector.mooncake.store) and what it imports: "
+                          f"scripts/venv.sh lmdeploy mooncake ({e})") from e
     return connector, scheduler, worker, worker_threads
 
 
