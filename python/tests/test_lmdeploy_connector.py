@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import os
 import sys
+import types
 
 import pytest
 
@@ -76,8 +77,18 @@ def test_install_rebinds_lmdeploys_components(te):
 
     assert connector.MooncakeStoreScheduler is m.KvkeyStoreScheduler
     assert connector.MooncakeStoreWorker is m.KvkeyStoreWorker
-    for f in (BaseModelAgent.update_params, BaseModelAgent.update_weights_from_distributed, Engine.update_params):
+    for f in (BaseModelAgent.update_params, BaseModelAgent.update_weights_from_distributed,
+              BaseModelAgent.update_weights_from_ipc, Engine.update_params, Engine.update_weights_from_distributed,
+              Engine.update_weights_from_ipc):
         assert getattr(f, "_kvkey", False), f
+    import inspect
+
+    assert inspect.iscoroutinefunction(Engine.update_weights_from_ipc)  # still awaitable for lmdeploy's server
+    assert m._completed(types.SimpleNamespace(finished=True), None)
+    assert not m._completed(types.SimpleNamespace(finished=False), None)
+    assert m._completed(types.SimpleNamespace(zmq_handles={}), (True, "ok"))  # one IPC call is a whole update
+    assert not m._completed(types.SimpleNamespace(zmq_handles={}), (False, "failed"))
+    assert not m._completed(types.SimpleNamespace(finished=True), (False, "failed"))
     m.install()  # idempotent: no second wrapper
     assert not getattr(BaseModelAgent.update_params.__wrapped__, "_kvkey", False)
 

@@ -823,18 +823,48 @@ def _rotate_connector(conn: Any) -> None:
             logger.info("kvkey: weights updated, epoch %d", epoch)
 
 
+def _completed(request: Any, result: Any) -> bool:
+    """Whether a weight-update call ended an update: a request with ``finished=True``
+    (``update_params``, ``update_weights_from_distributed``), or, for a request without that
+    flag (``update_weights_from_ipc``: one call is a whole update), a ``(True, message)``
+    result. A ``(False, message)`` result never is."""
+    if isinstance(result, tuple) and result and result[0] is False:
+        return False
+    if hasattr(request, "finished"):
+        return bool(request.finished)
+    return isinstance(result, tuple) and bool(result) and result[0] is True
+
+
+def _connector_of(obj: Any, where: str) -> Any:
+    if where == "agent":
+        return getattr(obj, "kv_connector", None)
+    return getattr(getattr(obj, "scheduler", None), "kv_connector", None)
+
+
 def _after_update(method: Any, where: str) -> Any:
+    import asyncio
+    import functools
+
+    if asyncio.iscoroutinefunction(method):
+        @functools.wraps(method)
+        async def wrapped_async(self: Any, request: Any, *args: Any, **kwargs: Any) -> Any:
+            result = await method(self, request, *args, **kwargs)
+            conn = _connector_of(self, where)
+            if conn is not None and _completed(request, result):
+                _rotate_connector(conn)
+            return result
+
+        wrapped_async._kvkey = True  # type: ignore[attr-defined]
+        return wrapped_async
+
+    @functools.wraps(method)
     def wrapped(self: Any, request: Any, *args: Any, **kwargs: Any) -> Any:
         result = method(self, request, *args, **kwargs)
-        if getattr(request, "finished", False):
-            conn = self.kv_connector if where == "agent" else getattr(getattr(self, "scheduler", None),
-                                                                        "kv_connector", None)
-            if conn is not None:
-                _rotate_connector(conn)
+        conn = _connector_of(self, where)
+        if conn is not None and _completed(request, result):
+            _rotate_connector(conn)
         return result
 
-    wrapped.__wrapped__ = method  # type: ignore[attr-defined]
-    wrapped.__name__ = getattr(method, "__name__", "update")
     wrapped._kvkey = True  # type: ignore[attr-defined]
     return wrapped
 
@@ -860,9 +890,10 @@ def install() -> None:
         try:
             from lmdeploy.pytorch.engine import engine  # type: ignore
 
-            m = engine.Engine.update_params
-            if not getattr(m, "_kvkey", False):
-                engine.Engine.update_params = _after_update(m, "engine")
+            for name in ("update_params", "update_weights_from_distributed", "update_weights_from_ipc"):
+                m = getattr(engine.Engine, name, None)
+                if m is not None and not getattr(m, "_kvkey", False):
+                    setattr(engine.Engine, name, _after_update(m, "engine"))
         except ImportError as e:
             logger.debug("kvkey: lmdeploy's engine is not importable (%s): no epoch hook there", e)
         _installed = True
