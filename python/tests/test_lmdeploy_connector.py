@@ -305,12 +305,31 @@ def test_tp_ranks_and_kv_head_replicas(te, world):
 
 
 def test_settings_travel_to_worker_processes(te, world):
+    """A worker process that unpickles the cache config (as Ray's do) has kvkey installed."""
     import pickle
+    import subprocess
 
     m = integration()
     s = m.make_settings(model_path=world["model"], tenant="t", revision="r1")
-    t = pickle.loads(pickle.dumps(s))
-    assert t == s and m.installed()
+    assert pickle.loads(pickle.dumps(s)) == s
+    from lmdeploy.messages import KVTransferConfig
+    from lmdeploy.pytorch.config import CacheConfig
+
+    cc = CacheConfig(max_batches=1, block_size=16, num_cpu_blocks=0, num_gpu_blocks=8, kv_transfer_config=(
+        KVTransferConfig(kv_connector="MooncakeStoreConnector", kv_role="kv_producer",
+                         kv_connector_extra_config={"kvkey": s})))
+    blob = world["dir"] / "cache_config.pickle"
+    blob.write_bytes(pickle.dumps(cc))
+    code = ("import pickle, sys\n"
+            "from lmdeploy.pytorch.kv_connector.mooncake.store import connector\n"
+            "before = connector.MooncakeStoreWorker.__name__\n"
+            "cc = pickle.loads(open(sys.argv[1], 'rb').read())\n"
+            "print(before, connector.MooncakeStoreWorker.__name__, connector.MooncakeStoreScheduler.__name__,\n"
+            "      cc.kv_transfer_config.kv_connector_extra_config['kvkey'].tenant)\n")
+    r = subprocess.run([sys.executable, "-c", code, str(blob)], capture_output=True, text=True, timeout=120,
+                       env=dict(os.environ))
+    assert r.returncode == 0, r.stderr[-2000:]
+    assert r.stdout.split() == ["MooncakeStoreWorker", "KvkeyStoreWorker", "KvkeyStoreScheduler", "t"]
 
 
 @pytest.mark.parametrize("case", ["no_tenant", "empty_tenant", "dtype", "quant_policy", "model_dir", "adapter",
