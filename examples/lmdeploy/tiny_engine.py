@@ -73,17 +73,21 @@ def random_weights(seed: int) -> Dict[str, torch.Tensor]:
     return t
 
 
-def write_model(path: str, *, seed: int, torch_dtype: str = "float16") -> str:
+def write_model(path: str, *, seed: int, torch_dtype: str = "float16",
+                geometry: Optional[Dict[str, Any]] = None) -> str:
     """A model directory lmdeploy's ``ModelConfig.from_pretrained`` and kvkey's
-    ``Identity.from_model_dir`` read: config.json (Llama) and model.safetensors."""
+    ``Identity.from_model_dir`` read: config.json (Llama) and model.safetensors.
+    ``geometry``: another geometry for the config, with placeholder weights (for a
+    TinyEngine without decoder, e.g. the benchmark)."""
     from safetensors.torch import save_file
 
     os.makedirs(path, exist_ok=True)
     cfg = dict(architectures=["LlamaForCausalLM"], model_type="llama", torch_dtype=torch_dtype, bos_token_id=1,
-               eos_token_id=2, tie_word_embeddings=False, **GEOMETRY)
+               eos_token_id=2, tie_word_embeddings=False, **(geometry or GEOMETRY))
     with open(os.path.join(path, "config.json"), "w") as f:
         json.dump(cfg, f)
-    save_file(random_weights(seed), os.path.join(path, "model.safetensors"))
+    weights = random_weights(seed) if geometry is None else {"seed": torch.full((4,), float(seed))}
+    save_file(weights, os.path.join(path, "model.safetensors"))
     return path
 
 
@@ -331,7 +335,7 @@ class TinyEngine:
     def __init__(self, model_dir: str, *, role: str, mooncake_json: str, dtype: str = "float16",
                  quant_policy: int = 0, block_size: int = 16, num_blocks: int = 64,
                  kvkey: Optional[Dict[str, Any]] = None, adapters: Optional[Dict[str, str]] = None,
-                 extra: Optional[Dict[str, Any]] = None) -> None:
+                 extra: Optional[Dict[str, Any]] = None, with_decoder: bool = True) -> None:
         from lmdeploy.messages import KVTransferConfig, QuantPolicy
         from lmdeploy.pytorch.config import CacheConfig, ModelConfig
         from lmdeploy.pytorch.engine.cache_engine.layout import PackedBlockCacheLayout
@@ -370,10 +374,11 @@ class TinyEngine:
             self.worker.register_kv_caches(rows)
         self.block_size = block_size
         self.free = list(range(num_blocks))
-        self.decoder = TinyDecoder(load_tensors(os.path.join(model_dir, "model.safetensors")),
-                                   self.allocation.tensor_views, block_size, quant_policy)
-        for name, path in self.adapters.items():
-            self.decoder.add_adapter(name, load_tensors(os.path.join(path, "adapter_model.safetensors")))
+        if with_decoder:
+            self.decoder = TinyDecoder(load_tensors(os.path.join(model_dir, "model.safetensors")),
+                                       self.allocation.tensor_views, block_size, quant_policy)
+            for name, path in self.adapters.items():
+                self.decoder.add_adapter(name, load_tensors(os.path.join(path, "adapter_model.safetensors")))
         self.next_id = 1
         self.agent = FakeAgent(self.worker)
         self.engine = FakeEngine(self.scheduler)

@@ -6,13 +6,14 @@ laid out by lmdeploy's cache engine; the fakes stand in for engine objects only
 (examples/lmdeploy/tiny_engine.py: ``FakeDeviceRow`` for device KV rows, ``FakeEvent``
 for ``torch.cuda.Event``, ``fake_local_hostname`` for the host's routing table,
 ``FakeSequence`` for ``SchedulerSequence``, ``FakeAgent``/``FakeEngine`` for what the
-weight-update methods touch). Stage 46-lmdeploy runs them (marker ``lmdeploy``).
+weight-update methods touch). Stage 46-lmdeploy runs them (marker ``mooncake``, by file name).
 """
 
 from __future__ import annotations
 
 import os
 import sys
+import types
 
 import pytest
 
@@ -20,7 +21,8 @@ import pytest
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "lmdeploy"))
 from lmdeploy_support import mooncake_env, prompt, require_lmdeploy  # noqa: E402
 
-pytestmark = pytest.mark.lmdeploy
+# `mooncake`: a live master is needed; stage 30-python deselects these, stage 46-lmdeploy runs them.
+pytestmark = pytest.mark.mooncake
 
 
 @pytest.fixture(scope="module")
@@ -75,8 +77,18 @@ def test_install_rebinds_lmdeploys_components(te):
 
     assert connector.MooncakeStoreScheduler is m.KvkeyStoreScheduler
     assert connector.MooncakeStoreWorker is m.KvkeyStoreWorker
-    for f in (BaseModelAgent.update_params, BaseModelAgent.update_weights_from_distributed, Engine.update_params):
+    for f in (BaseModelAgent.update_params, BaseModelAgent.update_weights_from_distributed,
+              BaseModelAgent.update_weights_from_ipc, Engine.update_params, Engine.update_weights_from_distributed,
+              Engine.update_weights_from_ipc):
         assert getattr(f, "_kvkey", False), f
+    import inspect
+
+    assert inspect.iscoroutinefunction(Engine.update_weights_from_ipc)  # still awaitable for lmdeploy's server
+    assert m._completed(types.SimpleNamespace(finished=True), None)
+    assert not m._completed(types.SimpleNamespace(finished=False), None)
+    assert m._completed(types.SimpleNamespace(zmq_handles={}), (True, "ok"))  # one IPC call is a whole update
+    assert not m._completed(types.SimpleNamespace(zmq_handles={}), (False, "failed"))
+    assert not m._completed(types.SimpleNamespace(finished=True), (False, "failed"))
     m.install()  # idempotent: no second wrapper
     assert not getattr(BaseModelAgent.update_params.__wrapped__, "_kvkey", False)
 
@@ -293,12 +305,31 @@ def test_tp_ranks_and_kv_head_replicas(te, world):
 
 
 def test_settings_travel_to_worker_processes(te, world):
+    """A worker process that unpickles the cache config (as Ray's do) has kvkey installed."""
     import pickle
+    import subprocess
 
     m = integration()
     s = m.make_settings(model_path=world["model"], tenant="t", revision="r1")
-    t = pickle.loads(pickle.dumps(s))
-    assert t == s and m.installed()
+    assert pickle.loads(pickle.dumps(s)) == s
+    from lmdeploy.messages import KVTransferConfig
+    from lmdeploy.pytorch.config import CacheConfig
+
+    cc = CacheConfig(max_batches=1, block_size=16, num_cpu_blocks=0, num_gpu_blocks=8, kv_transfer_config=(
+        KVTransferConfig(kv_connector="MooncakeStoreConnector", kv_role="kv_producer",
+                         kv_connector_extra_config={"kvkey": s})))
+    blob = world["dir"] / "cache_config.pickle"
+    blob.write_bytes(pickle.dumps(cc))
+    code = ("import pickle, sys\n"
+            "from lmdeploy.pytorch.kv_connector.mooncake.store import connector\n"
+            "before = connector.MooncakeStoreWorker.__name__\n"
+            "cc = pickle.loads(open(sys.argv[1], 'rb').read())\n"
+            "print(before, connector.MooncakeStoreWorker.__name__, connector.MooncakeStoreScheduler.__name__,\n"
+            "      cc.kv_transfer_config.kv_connector_extra_config['kvkey'].tenant)\n")
+    r = subprocess.run([sys.executable, "-c", code, str(blob)], capture_output=True, text=True, timeout=120,
+                       env=dict(os.environ))
+    assert r.returncode == 0, r.stderr[-2000:]
+    assert r.stdout.split() == ["MooncakeStoreWorker", "KvkeyStoreWorker", "KvkeyStoreScheduler", "t"]
 
 
 @pytest.mark.parametrize("case", ["no_tenant", "empty_tenant", "dtype", "quant_policy", "model_dir", "adapter",
@@ -406,10 +437,26 @@ def test_seed_probe_exits_0_against_the_installed_release(te):
     import subprocess
     import sys
 
-    probe = os.path.join(os.path.dirname(__file__), "..", "..", "..", "shared", "seed", "mc_probe_f2.py")
-    if not os.path.exists(probe):
-        probe = "/work/shared/seed/mc_probe_f2.py"
-    assert os.path.exists(probe), "the seed's mc_probe_f2.py is missing (../shared/seed)"
+    shared = os.environ.get("KVKEY_SHARED") or os.path.join(os.path.dirname(__file__), "..", "..", "..", "shared")
+    probe = os.path.join(shared, "seed", "mc_probe_f2.py")
+    assert os.path.exists(probe), f"the seed's probe is missing: {probe} (../shared/seed next to the checkout, " \
+                                  "or KVKEY_SHARED)"
     r = subprocess.run([sys.executable, probe], capture_output=True, text=True, timeout=120)
     assert r.returncode == 0, r.stdout + r.stderr
     assert "RESULT: all assertions hold" in r.stdout
+
+
+def test_the_stub_declares_the_public_names(te):
+    import ast
+    import pathlib
+
+    m = integration()
+    stub = pathlib.Path(__file__).resolve().parents[1] / "kvkey" / "integrations" / "lmdeploy.pyi"
+    names = set()
+    for node in ast.parse(stub.read_text()).body:
+        if isinstance(node, (ast.ClassDef, ast.FunctionDef)):
+            names.add(node.name)
+        elif isinstance(node, ast.AnnAssign) and isinstance(node.target, ast.Name):
+            names.add(node.target.id)
+    assert set(m.__all__) <= names, set(m.__all__) - names
+    assert all(hasattr(m, n) for n in names - {"__all__"})

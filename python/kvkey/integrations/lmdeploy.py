@@ -63,11 +63,14 @@ from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple
 import kvkey
 
 __all__ = [
+    "LAYOUT",
+    "NO_ADAPTER",
     "SETTING",
     "ConfigError",
     "KvkeyStoreScheduler",
     "KvkeyStoreWorker",
     "Settings",
+    "adapter_tag",
     "enable",
     "install",
     "installed",
@@ -393,8 +396,13 @@ def _split(entry: Any) -> Tuple[bytes, bytes]:
 
 
 def _store_module() -> Any:
-    from lmdeploy.pytorch.kv_connector.mooncake.store import connector, scheduler, worker, worker_threads  # type: ignore
-
+    try:
+        from lmdeploy.pytorch.kv_connector.mooncake.store import (  # type: ignore
+            connector, scheduler, worker, worker_threads)
+    except ImportError as e:
+        raise ImportError("kvkey.integrations.lmdeploy needs lmdeploy >= 0.18.0 with its Mooncake store connector "
+                          f"(lmdeploy.pytorch.kv_connector.mooncake.store) and what it imports: "
+                          f"scripts/venv.sh lmdeploy mooncake ({e})") from e
     return connector, scheduler, worker, worker_threads
 
 
@@ -475,9 +483,7 @@ class _WorkerKvkey:
         self._lock = threading.Lock()
 
     def attach(self, client: Any) -> None:
-        from kvkey.stores.mooncake import MooncakeStore
-
-        self.store = MooncakeStore(client)
+        self.store = _fragmented_store(client)
 
     def set_rows(self, rows: List[Any], row_sizes: Tuple[int, ...]) -> None:
         import torch
@@ -485,6 +491,7 @@ class _WorkerKvkey:
         self.rows = [r.reshape(-1).view(torch.uint8) for r in rows]
         self.row_sizes = tuple(row_sizes)
         self.payload_size = sum(row_sizes)
+        self.store.fragments = (kvkey.envelope_size, *self.row_sizes)
 
     def connector(self, adapter: Optional[str], kind: str) -> kvkey.Connector:
         epoch = self.ids.epoch
@@ -541,6 +548,70 @@ class _WorkerKvkey:
         for row, size in zip(self.rows, self.row_sizes):
             row[block_id * size:(block_id + 1) * size].copy_(src[at:at + size])
             at += size
+
+
+def _fragmented_store(client: Any) -> Any:
+    """A ``kvkey.stores.MooncakeStore`` over lmdeploy's client whose zero-copy writes and
+    reads of whole values (``put_from``, ``get_into_registered``: a staging slot, header
+    then payload) go as lmdeploy's own transfers go, ``batch_put_from_multi_buffers`` /
+    ``batch_get_into_multi_buffers`` with one fragment per registered row (Mooncake's TCP
+    transport moves one contiguous megabyte slower than the same bytes in row-sized
+    fragments). Anything else, and a read whose value is not this deployment's size, is
+    ``MooncakeStore``'s."""
+    from kvkey.stores.mooncake import OK, MooncakeStore
+
+    class FragmentedMooncakeStore(MooncakeStore):
+        fragments: Tuple[int, ...] = ()
+
+        def _split(self, address: int, size: int) -> Optional[Tuple[List[int], List[int]]]:
+            if sum(self.fragments) != size:
+                return None
+            addrs, at = [], address
+            for f in self.fragments:
+                addrs.append(at)
+                at += f
+            return addrs, list(self.fragments)
+
+        def put_from(self, keys: Sequence[str], addresses: Sequence[int], sizes: Sequence[int]) -> Any:
+            parts = [self._split(a, n) for a, n in zip(addresses, sizes)]
+            if not keys or any(p is None for p in parts):
+                return super().put_from(keys, addresses, sizes)
+            from mooncake.store import ReplicateConfig  # type: ignore
+
+            keys = list(keys)
+            codes = self._codes("batch_put_from_multi_buffers", self._call(
+                "batch_put_from_multi_buffers", self.client.batch_put_from_multi_buffers, keys,
+                [p[0] for p in parts], [p[1] for p in parts], ReplicateConfig()), len(keys))  # type: ignore[index]
+            if all(c == OK for c in codes):
+                return [True] * len(keys)
+            redo = [i for i, c in enumerate(codes) if c != OK]  # busy, or there already: MooncakeStore's upsert
+            again = super().put_from([keys[i] for i in redo], [addresses[i] for i in redo], [sizes[i] for i in redo])
+            done = [True] * len(keys)
+            for i, ok in zip(redo, again):
+                done[i] = bool(ok)
+            errors = {redo[j]: e for j, e in getattr(again, "errors", {}).items()}
+            return self._replies(done, errors)
+
+        def get_into_registered(self, keys: Sequence[str], addresses: Sequence[int], sizes: Sequence[int]) -> Any:
+            parts = [self._split(a, n) for a, n in zip(addresses, sizes)]
+            if not keys or any(p is None for p in parts):
+                return super().get_into_registered(keys, addresses, sizes)
+            keys = list(keys)
+            codes = self._codes("batch_get_into_multi_buffers", self._call(
+                "batch_get_into_multi_buffers", self.client.batch_get_into_multi_buffers, keys,
+                [p[0] for p in parts], [p[1] for p in parts]), len(keys))  # type: ignore[index]
+            out: List[Optional[int]] = [c if c >= 0 else None for c in codes]
+            redo = [i for i, c in enumerate(codes) if c < 0]  # missing, or not this size: MooncakeStore's read
+            if not redo:
+                return out
+            again = super().get_into_registered([keys[i] for i in redo], [addresses[i] for i in redo],
+                                                [sizes[i] for i in redo])
+            for i, v in zip(redo, again):
+                out[i] = v
+            errors = {redo[j]: e for j, e in getattr(again, "errors", {}).items()}
+            return self._replies(out, errors)
+
+    return FragmentedMooncakeStore(client)
 
 
 def _slot_tensor(slots: kvkey.Slots) -> Any:
@@ -752,18 +823,48 @@ def _rotate_connector(conn: Any) -> None:
             logger.info("kvkey: weights updated, epoch %d", epoch)
 
 
+def _completed(request: Any, result: Any) -> bool:
+    """Whether a weight-update call ended an update: a request with ``finished=True``
+    (``update_params``, ``update_weights_from_distributed``), or, for a request without that
+    flag (``update_weights_from_ipc``: one call is a whole update), a ``(True, message)``
+    result. A ``(False, message)`` result never is."""
+    if isinstance(result, tuple) and result and result[0] is False:
+        return False
+    if hasattr(request, "finished"):
+        return bool(request.finished)
+    return isinstance(result, tuple) and bool(result) and result[0] is True
+
+
+def _connector_of(obj: Any, where: str) -> Any:
+    if where == "agent":
+        return getattr(obj, "kv_connector", None)
+    return getattr(getattr(obj, "scheduler", None), "kv_connector", None)
+
+
 def _after_update(method: Any, where: str) -> Any:
+    import asyncio
+    import functools
+
+    if asyncio.iscoroutinefunction(method):
+        @functools.wraps(method)
+        async def wrapped_async(self: Any, request: Any, *args: Any, **kwargs: Any) -> Any:
+            result = await method(self, request, *args, **kwargs)
+            conn = _connector_of(self, where)
+            if conn is not None and _completed(request, result):
+                _rotate_connector(conn)
+            return result
+
+        wrapped_async._kvkey = True  # type: ignore[attr-defined]
+        return wrapped_async
+
+    @functools.wraps(method)
     def wrapped(self: Any, request: Any, *args: Any, **kwargs: Any) -> Any:
         result = method(self, request, *args, **kwargs)
-        if getattr(request, "finished", False):
-            conn = self.kv_connector if where == "agent" else getattr(getattr(self, "scheduler", None),
-                                                                        "kv_connector", None)
-            if conn is not None:
-                _rotate_connector(conn)
+        conn = _connector_of(self, where)
+        if conn is not None and _completed(request, result):
+            _rotate_connector(conn)
         return result
 
-    wrapped.__wrapped__ = method  # type: ignore[attr-defined]
-    wrapped.__name__ = getattr(method, "__name__", "update")
     wrapped._kvkey = True  # type: ignore[attr-defined]
     return wrapped
 
@@ -789,9 +890,10 @@ def install() -> None:
         try:
             from lmdeploy.pytorch.engine import engine  # type: ignore
 
-            m = engine.Engine.update_params
-            if not getattr(m, "_kvkey", False):
-                engine.Engine.update_params = _after_update(m, "engine")
+            for name in ("update_params", "update_weights_from_distributed", "update_weights_from_ipc"):
+                m = getattr(engine.Engine, name, None)
+                if m is not None and not getattr(m, "_kvkey", False):
+                    setattr(engine.Engine, name, _after_update(m, "engine"))
         except ImportError as e:
             logger.debug("kvkey: lmdeploy's engine is not importable (%s): no epoch hook there", e)
         _installed = True
