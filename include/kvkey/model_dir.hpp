@@ -33,6 +33,7 @@
 #include <vector>
 
 #include "kvkey/config.hpp"
+#include "kvkey/detail/strict_json.hpp"
 #include "kvkey/digest.hpp"
 #include "kvkey/errors.hpp"
 #include "kvkey/fingerprint.hpp"
@@ -122,75 +123,6 @@ namespace detail {
   throw input_error(m);
 }
 
-/// Text from a file for a message: control characters become '?', and more
-/// than 64 bytes are cut.
-inline std::string printable(std::string_view text) {
-  std::string out(text.substr(0, 64));
-  for (char& c : out) {
-    if (static_cast<unsigned char>(c) < 0x20 || c == 0x7f) c = '?';
-  }
-  return text.size() > 64 ? out + "..." : out;
-}
-
-/// Parser callback: refuses nesting deeper than max_depth before the parser
-/// builds it, and keeps the key path of the value being parsed, for errors the
-/// parser reports without one (a number out of range).
-class JsonPathTracker {
- public:
-  JsonPathTracker(const std::string& name, std::size_t max_depth) : name_(name), max_depth_(max_depth) {}
-
-  template <class BasicJson>
-  bool operator()(int /*depth*/, typename BasicJson::parse_event_t event, BasicJson& parsed) {
-    using Event = typename BasicJson::parse_event_t;
-    switch (event) {
-      case Event::object_start:
-      case Event::array_start:
-        if (frames_.size() >= max_depth_) {
-          throw input_error(name_ + ": " + path() + ": nested deeper than " + std::to_string(max_depth_) + " levels");
-        }
-        frames_.push_back({event == Event::object_start, {}, 0});
-        break;
-      case Event::object_end:
-      case Event::array_end:
-        if (!frames_.empty()) frames_.pop_back();
-        if (!frames_.empty()) ++frames_.back().count;
-        break;
-      case Event::key:
-        if (!frames_.empty() && parsed.is_string()) frames_.back().key = parsed.template get_ref<const std::string&>();
-        break;
-      case Event::value:
-        if (!frames_.empty()) ++frames_.back().count;
-        break;
-    }
-    return true;
-  }
-
-  /// "rope_scaling.factor", "layers[2]", or "(top level)": where the parser is.
-  std::string path() const {
-    std::string p;
-    for (const Frame& f : frames_) {
-      if (f.object) {
-        if (!p.empty()) p += '.';
-        p += printable(f.key);
-      } else {
-        p += "[" + std::to_string(f.count) + "]";
-      }
-    }
-    return p.empty() ? "(top level)" : p;
-  }
-
- private:
-  struct Frame {
-    bool object;
-    std::string key;    // objects: the current key
-    std::size_t count;  // arrays: values before the current one
-  };
-
-  const std::string& name_;
-  std::size_t max_depth_;
-  std::vector<Frame> frames_;
-};
-
 /// A JSON value for a message: compact, invalid UTF-8 replaced, at most about 60 bytes.
 inline std::string json_excerpt(const nlohmann::json& j) {
   std::string s = j.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
@@ -227,9 +159,11 @@ inline constexpr std::size_t max_config_depth = 64;  ///< nesting of arrays and 
 /// range" (PATH: the value's key path, e.g. rope_scaling.factor or a[2]).
 [[nodiscard]] inline nlohmann::json parse_json_text(std::string_view text, const std::string& name,
                                                     std::size_t max_depth = max_config_depth) {
-  detail::JsonPathTracker tracker(name, max_depth);
+  detail::StrictJsonTracker tracker(max_depth);
   try {
     return nlohmann::json::parse(text.begin(), text.end(), std::ref(tracker));
+  } catch (const detail::JsonTooDeep&) {
+    throw input_error(name + ": " + tracker.path() + ": nested deeper than " + std::to_string(max_depth) + " levels");
   } catch (const nlohmann::json::parse_error& e) {
     const TextPosition at = text_position(text, e.byte == 0 ? 0 : e.byte - 1);
     throw input_error(name + ":" + std::to_string(at.line) + ":" + std::to_string(at.column) +
