@@ -37,6 +37,7 @@
 #include "kvkey/digest.hpp"
 #include "kvkey/errors.hpp"
 #include "kvkey/fingerprint.hpp"
+#include "kvkey/geometry.hpp"
 #include "kvkey/identity.hpp"
 #include "kvkey/identity_file.hpp"  // json_error_reason
 #include "kvkey/input_file.hpp"
@@ -877,6 +878,14 @@ inline Adapter read_adapter_dir(const std::filesystem::path& path, const Adapter
 struct DeploymentParams {
   std::string tenant;
   KvDtype kv_dtype = KvDtype::unset;
+  /// The KV quant layout (kv.quant). Required for an integer kv_dtype (int8,
+  /// int4, ...): given here, or as lmdeploy's quant_policy below.
+  std::optional<Quant> quant;
+  /// lmdeploy's quant_policy (4 or 8): kv_dtype int4 / int8 and the layout
+  /// quant_from_quant_policy gives, with quant_scale_dtype (the model's dtype)
+  /// and the model's head_dim. Not with quant; kv_dtype unset or the same.
+  std::optional<std::uint32_t> quant_policy;
+  KvDtype quant_scale_dtype = KvDtype::unset;
   std::uint32_t block_size = 0;
   std::string layout;
   Shard shard;  ///< tp_size, tp_rank, pp_size, pp_rank
@@ -905,8 +914,10 @@ struct ModelDirIdentity {
 /// then read_adapter_dir when an adapter is given, then validated(). The one
 /// assembly behind `kvkey init` and Identity.from_model_dir. Throws what
 /// read_model_dir and read_adapter_dir throw, input_error("adapter_name") for
-/// an adapter name without an adapter directory, and identity_error when the
-/// result does not validate. identity is returned as given (not as encoded:
+/// an adapter name without an adapter directory, input_error("kv.quant") for
+/// an integer kv_dtype without its quant layout (never a scheme "none"
+/// identity for quantized KV), and identity_error when the result does not
+/// validate. identity is returned as given (not as encoded:
 /// validated()'s single_tenant substitution is not applied).
 [[nodiscard]] inline ModelDirIdentity identity_from_model_dir(const std::filesystem::path& model_dir,
                                                               const DeploymentParams& p) {
@@ -925,8 +936,30 @@ struct ModelDirIdentity {
   mo.overrides = p.overrides;
   mo.hashing.verify = p.verify;
   mo.hashing.progress = p.progress;
+  if (p.quant && p.quant_policy) throw input_error("quant_policy", "give the quant layout or quant_policy, not both");
+  if (p.quant_policy) {
+    const KvDtype d = kv_dtype_from_quant_policy(*p.quant_policy);  // input_error unless 4 or 8
+    if (p.kv_dtype != KvDtype::unset && p.kv_dtype != d) {
+      throw input_error("kv_dtype", "quant_policy " + std::to_string(*p.quant_policy) + " stores " +
+                                        std::string(to_string(d)) + " KV, not " + std::string(to_string(p.kv_dtype)));
+    }
+    if (p.quant_scale_dtype == KvDtype::unset) {
+      throw input_error("quant_scale_dtype", "lmdeploy's quant_policy " + std::to_string(*p.quant_policy) +
+                                                 " keeps a scale and a zero point per token and KV head in the "
+                                                 "model's dtype: give that dtype (e.g. bfloat16)");
+    }
+    id.kv.dtype = d;
+  }
+  if (p.quant) id.kv.quant = *p.quant;
+  if (is_integer_dtype(id.kv.dtype) && !p.quant_policy && id.kv.quant.scheme == "none") {
+    throw input_error("kv.quant", std::string(to_string(id.kv.dtype)) +
+                                      " KV is quantized: give its quant layout (scheme, group size, scale dtype, "
+                                      "zero point) or lmdeploy's quant_policy; a scheme \"none\" identity would "
+                                      "describe other bytes");
+  }
   const ModelDir m = read_model_dir(model_dir, mo);
   m.apply(id);
+  if (p.quant_policy) id.kv.quant = quant_from_quant_policy(*p.quant_policy, p.quant_scale_dtype, id.kv.head_dim);
   out.sources = m.sources;
   if (p.adapter_dir) {
     AdapterDirOptions ao;
