@@ -1,21 +1,22 @@
 // SPDX-License-Identifier: Apache-2.0
-// kvkey_redis::RedisStore: the hiredis connection of this example as a
-// kvkey::Store, so kvkey::Connector (kvkey/connector.hpp) is the connector over
-// Redis: every batch is one pipeline (GETRANGE + STRLEN for headers, GET, SET,
-// EXISTS), ended by the ECHO sentinel of Connection ("Staying in step" in
-// redis_connector.hpp), bounded by Options::call_deadline.
+// kvkey_redis::RedisStore: the hiredis connection of this example
+// (redis_connection.hpp) as a kvkey::Store, so kvkey::Connector
+// (kvkey/connector.hpp) is the connector over Redis: every batch is one
+// pipeline (GETRANGE + STRLEN for headers, GET, SET, EXISTS), ended by the
+// ECHO sentinel of Connection ("Staying in step" in redis_connection.hpp),
+// bounded by Options::call_deadline.
 //
 //   kvkey_redis::RedisStore store({.host = "127.0.0.1", .port = 6379});
 //   kvkey::Connector<> conn(store, {ns.for_rank(0), ns.for_rank(1)});
 //
-// A call that fails throws kvkey::store_error (kind: connection for connect
-// and io, timeout, protocol, server) and drops the connection. A key whose
+// A call that fails throws StoreError, a kvkey::store_error (kind: connection
+// for connect and io, timeout, protocol, server), and drops the connection. A key whose
 // reply has the wrong type (a list under a kvkey key, say) fails alone: it is
 // a miss for that block, counted as a protocol error, and the rest of the
 // batch is served. One hiredis connection, behind a mutex: a store shared by
 // threads serialises their calls (give each thread its own for parallelism).
-#ifndef KVKEY_EXAMPLES_REDIS_KVKEY_STORE_HPP
-#define KVKEY_EXAMPLES_REDIS_KVKEY_STORE_HPP
+#ifndef KVKEY_EXAMPLES_REDIS_STORE_HPP
+#define KVKEY_EXAMPLES_REDIS_STORE_HPP
 
 #include <kvkey/errors.hpp>
 #include <kvkey/store.hpp>
@@ -30,7 +31,7 @@
 #include <string_view>
 #include <vector>
 
-#include "redis_connector.hpp"
+#include "redis_connection.hpp"
 
 namespace kvkey_redis {
 
@@ -194,15 +195,11 @@ class RedisStore : public kvkey::Store {
     } while (cursor != "0");
   }
 
-  // Runs one call; the example's StoreError becomes a kvkey::store_error of its metrics kind.
+  // Runs one call under the connection's lock (a StoreError is a kvkey::store_error already).
   template <class F>
   auto run(F&& f) -> decltype(f()) {
     const std::lock_guard<std::mutex> lock(mu_);
-    try {
-      return f();
-    } catch (const StoreError& e) {
-      throw kvkey::store_error(metrics_kind(e.kind()), e.what());
-    }
+    return f();
   }
   static std::optional<kvkey::Bytes> bytes(const std::vector<kvkey::StoreValue>& v) {
     if (v.empty() || !v[0].present) return std::nullopt;
@@ -215,4 +212,4 @@ class RedisStore : public kvkey::Store {
 
 }  // namespace kvkey_redis
 
-#endif  // KVKEY_EXAMPLES_REDIS_KVKEY_STORE_HPP
+#endif  // KVKEY_EXAMPLES_REDIS_STORE_HPP
