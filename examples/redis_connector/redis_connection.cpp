@@ -52,14 +52,6 @@ bool is_timeout(int redis_err, int saved_errno) {
   return redis_err == REDIS_ERR_IO && (saved_errno == EAGAIN || saved_errno == EWOULDBLOCK);
 }
 
-[[noreturn]] void unexpected(const redisReply& r, std::string_view what) {
-  throw StoreError(StoreError::Kind::protocol, std::string(what) + ": unexpected reply type " + std::to_string(r.type));
-}
-
-void expect_type(const redisReply& r, int type, std::string_view what) {
-  if (r.type != type) unexpected(r, what);
-}
-
 }  // namespace
 
 // ---- connection ------------------------------------------------------------------
