@@ -88,7 +88,8 @@ void redis_get(benchmark::State& state) {
     const auto replies = conn.pipeline(gets);
     std::vector<std::vector<std::uint8_t>> copies;
     for (const auto& r : replies) {
-      if (r->type != REDIS_REPLY_STRING || r->len != kvkey::envelope_size + object_bytes) state.SkipWithError("bad reply");
+      if (r->type != REDIS_REPLY_STRING || r->len != kvkey::envelope_size + object_bytes)
+        state.SkipWithError("bad reply");
       const auto* v = reinterpret_cast<const std::uint8_t*>(r->str);
       if constexpr (Copy) copies.emplace_back(v + kvkey::envelope_size, v + r->len);
     }

@@ -71,12 +71,14 @@ int main(int argc, char** argv) {
       std::exit(1);
     }
   };
-  const redis_ab::Rounds r = redis_ab::alternate(rounds, [&] { lookup(false); }, [&] { lookup(true); });
-  std::printf("lookup of %zu blocks, %zu rounds: fastest lookup_existing (EXISTS) %.2f ms, fastest lookup "
-              "(GETRANGE + STRLEN, verify_header) %.2f ms, ratio %.2f; medians %.2f ms and %.2f ms, median of the "
-              "per-round ratios %.2f\n",
-              blocks.size(), rounds, r.fastest_a(), r.fastest_b(), r.fastest_b() / r.fastest_a(),
-              redis_ab::median(r.a), redis_ab::median(r.b), redis_ab::median(r.ratio));
+  const redis_ab::Rounds r = redis_ab::alternate(
+      rounds, [&] { lookup(false); }, [&] { lookup(true); });
+  std::printf(
+      "lookup of %zu blocks, %zu rounds: fastest lookup_existing (EXISTS) %.2f ms, fastest lookup "
+      "(GETRANGE + STRLEN, verify_header) %.2f ms, ratio %.2f; medians %.2f ms and %.2f ms, median of the "
+      "per-round ratios %.2f\n",
+      blocks.size(), rounds, r.fastest_a(), r.fastest_b(), r.fastest_b() / r.fastest_a(), redis_ab::median(r.a),
+      redis_ab::median(r.b), redis_ab::median(r.ratio));
   store.purge(ns.tenant_prefix());
   return 0;
 }

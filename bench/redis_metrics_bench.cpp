@@ -72,7 +72,8 @@ int main(int argc, char** argv) {
       std::exit(1);
     }
   };
-  const redis_ab::Rounds r = redis_ab::alternate(rounds, [&] { load(plain); }, [&] { load(recorded); });
+  const redis_ab::Rounds r = redis_ab::alternate(
+      rounds, [&] { load(plain); }, [&] { load(recorded); });
   const kvkey::MetricsSnapshot s = metrics.snapshot();
   if (s.loads != rounds + 1 || s.rejected_total() != rounds + 1) {
     std::fprintf(stderr, "redis_metrics_bench: metrics counted %llu loads and %llu rejections, expected %zu\n",
@@ -94,11 +95,12 @@ int main(int argc, char** argv) {
   const double record_ns = std::chrono::duration<double, std::nano>(redis_ab::Clock::now() - t0).count() / calls;
   if (alone.snapshot().loads != calls) return 1;
 
-  std::printf("load_into of %zu blocks of %zu bytes, %zu rounds: fastest without metrics %.3f ms, with metrics "
-              "%.3f ms, ratio %.3f; medians %.3f ms and %.3f ms, median of the per-round ratios %.3f; recording one "
-              "such load's metrics alone: %.0f ns\n",
-              blocks.size(), payload_bytes, rounds, r.fastest_a(), r.fastest_b(), r.fastest_b() / r.fastest_a(),
-              redis_ab::median(r.a), redis_ab::median(r.b), redis_ab::median(r.ratio), record_ns);
+  std::printf(
+      "load_into of %zu blocks of %zu bytes, %zu rounds: fastest without metrics %.3f ms, with metrics "
+      "%.3f ms, ratio %.3f; medians %.3f ms and %.3f ms, median of the per-round ratios %.3f; recording one "
+      "such load's metrics alone: %.0f ns\n",
+      blocks.size(), payload_bytes, rounds, r.fastest_a(), r.fastest_b(), r.fastest_b() / r.fastest_a(),
+      redis_ab::median(r.a), redis_ab::median(r.b), redis_ab::median(r.ratio), record_ns);
   store.purge(ns.tenant_prefix());
   return 0;
 }

@@ -183,7 +183,8 @@ struct EnginePlatform {
   if (!is_valid(scale_dtype) || is_integer_dtype(scale_dtype) || dtype_bits(scale_dtype) < 16) {
     throw input_error("quant_scale_dtype", "lmdeploy's quant_policy " + std::to_string(quant_policy) +
                                                " keeps its scales and zero points in the model's dtype (fp16, bf16 "
-                                               "or fp32), not " + std::string(to_string(scale_dtype)));
+                                               "or fp32), not " +
+                                               std::string(to_string(scale_dtype)));
   }
   if (head_dim == 0) throw input_error("kv.head_dim", "quant_policy layout: head_dim is 0");
   Quant q;

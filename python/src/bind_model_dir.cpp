@@ -159,7 +159,8 @@ void kvkey_python::bind_model_dir(py::module_& m) {
       "accepts ('fp8', 'torch.bfloat16', a torch dtype, ...; gpu_arch: the ROCm gcnArchName, as "
       "kv_dtype_from_engine), or lmdeploy's quant_policy 4 / 8 (int4 / int8 with lmdeploy's layout: one scale and "
       "zero point per token and KV head in quant_scale_dtype, the model's dtype). An integer dtype ('int8', ...) "
-      "needs quant=kvkey.Quant(...), its layout: without it InputError (kv.quant). single_tenant=True: a store no one else shares (tenant "
+      "needs quant=kvkey.Quant(...), its layout: without it InputError (kv.quant). single_tenant=True: a store no one "
+      "else shares (tenant "
       "then stays unset; pass single_tenant=True to KeyNamespace too). InputError / IoError name what is wrong; "
       "IdentityError names an invalid field.",
       py::name("from_model_dir")));

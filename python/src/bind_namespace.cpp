@@ -261,7 +261,7 @@ void bind_namespace(py::module_& m) {
              // The identity file's policy (Identity.from_json / from_file) unless the caller says otherwise.
              const kvkey::Policy from_file = given.file_policy.value_or(kvkey::Policy{});
              kvkey::Policy policy;
-             policy.tenant = single.is_none() ? from_file.tenant
+             policy.tenant = single.is_none()                   ? from_file.tenant
                              : to_bool(single, "single_tenant") ? kvkey::TenantPolicy::single_tenant
                                                                 : kvkey::Policy{}.tenant;
              policy.payload = from_file.payload;

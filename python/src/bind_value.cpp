@@ -95,7 +95,9 @@ void bind_value_types(py::module_& m) {
       "Bits of one element: 32, 16, 8 or 4. dtype: a KvDtype or a name (kvkey's or an engine's).");
   m.def(
       "kv_dtype_from_engine",
-      [](const py::handle& name, const py::handle& gpu_arch) { return engine_dtype(name, "name", engine_platform(gpu_arch)); },
+      [](const py::handle& name, const py::handle& gpu_arch) {
+        return engine_dtype(name, "name", engine_platform(gpu_arch));
+      },
       py::arg("name"), py::kw_only(), py::arg("gpu_arch") = py::none(),
       "The KvDtype of an engine's dtype name: torch ('bfloat16', 'torch.float16', 'half', 'float8_e4m3fn', "
       "'float8_e4m3fnuz', ...), vLLM / SGLang --kv-cache-dtype ('fp8', 'fp8_e4m3', 'fp8_e5m2', 'bf16', ...), "

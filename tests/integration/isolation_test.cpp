@@ -164,7 +164,7 @@ TEST_CASE("head replicas share one object per KV head", "[isolation]") {
   d.save(store, 0, blocks);  // only rank 0 writes
   CHECK(it::lookup(store, {&d.rank(0), &d.rank(1)}, blocks) == 4);
   CHECK(it::lookup(store, d.all_ranks(), blocks) == 0);  // head 1 is missing
-  CHECK(d.count_exact_loads(store, 1, blocks) == 4);              // rank 1 reads rank 0's objects
+  CHECK(d.count_exact_loads(store, 1, blocks) == 4);     // rank 1 reads rank 0's objects
   for (const auto& got : it::load(store, d.rank(2), blocks)) CHECK(got.status == Status::missing);
 
   d.save(store, 3, blocks);  // rank 3 writes head 1, for rank 2 too

@@ -135,8 +135,9 @@ void Deployment::save(Store& store, std::size_t r, const std::vector<kvkey::Dige
   for (const auto& p : bytes) payloads.emplace_back(p.data(), p.size());
   const std::size_t stored = connector(store, {&rank(r)}, metrics).save(blocks, payloads);
   if (stored != blocks.size()) {
-    throw kvkey_redis::StoreError(kvkey_redis::StoreError::Kind::server, "save: the store took " + std::to_string(stored) + " of " +
-                             std::to_string(blocks.size()) + " values");
+    throw kvkey_redis::StoreError(
+        kvkey_redis::StoreError::Kind::server,
+        "save: the store took " + std::to_string(stored) + " of " + std::to_string(blocks.size()) + " values");
   }
 }
 

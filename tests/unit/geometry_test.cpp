@@ -139,8 +139,8 @@ TEST_CASE("fp8 is resolved per platform, as vLLM resolves it", "[geometry]") {
   CHECK(kvkey::kv_dtype_from_engine("float8_e4m3fn", mi300) == KvDtype::fp8_e4m3);  // an explicit torch dtype
   CHECK(kvkey::kv_dtype_from_engine("bfloat16", mi300) == KvDtype::bf16);
   // The two deployments' identities differ: their values never verify for each other.
-  kvkey::Identity a = kvkey_test::make_identity("t", "m", kvkey_test::qwen_7b_revision,
-                                                {KvDtype::fp8_e4m3, 4, 2, 16, 8, "x"});
+  kvkey::Identity a =
+      kvkey_test::make_identity("t", "m", kvkey_test::qwen_7b_revision, {KvDtype::fp8_e4m3, 4, 2, 16, 8, "x"});
   kvkey::Identity b = a;
   b.kv.dtype = kvkey::kv_dtype_from_engine("fp8", mi300);
   CHECK(kvkey::first_difference(a, b) == "kv.dtype");

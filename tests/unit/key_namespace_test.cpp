@@ -257,8 +257,8 @@ TEST_CASE("KeyNamespace::verify's one-pass check gives verify_envelope's verdict
 }
 
 TEST_CASE("for_rank and all_ranks cover every pipeline stage", "[key_namespace]") {
-  kvkey::Identity id = kvkey_test::make_identity("t", "m", kvkey_test::qwen_7b_revision,
-                                                 {kvkey::KvDtype::fp16, 16, 4, 4, 8, "x"});
+  kvkey::Identity id =
+      kvkey_test::make_identity("t", "m", kvkey_test::qwen_7b_revision, {kvkey::KvDtype::fp16, 16, 4, 4, 8, "x"});
   id.shard.tp_size = 2;
   id.shard.pp_size = 2;
   id.shard.pp_rank = 1;  // the namespace of one process; its rank list names every other

@@ -538,9 +538,8 @@ TEST_CASE("model_dir: quantized KV needs its quant layout, never a scheme none i
   p.kv_dtype = kvkey::KvDtype::unset;
   p.quant_policy = 8;
   CHECK_THROWS_MATCHES(kvkey::identity_from_model_dir(dir, p), kvkey::input_error,
-                       Catch::Predicate<kvkey::input_error>([](const kvkey::input_error& e) {
-                         return e.field() == "quant_scale_dtype";
-                       }));
+                       Catch::Predicate<kvkey::input_error>(
+                           [](const kvkey::input_error& e) { return e.field() == "quant_scale_dtype"; }));
   p.quant_scale_dtype = kvkey::KvDtype::bf16;
   const kvkey::Identity int8 = kvkey::identity_from_model_dir(dir, p).identity;
   CHECK(int8.kv.dtype == kvkey::KvDtype::int8);

@@ -78,10 +78,11 @@ kvkey::AnyKeyNamespace reader_namespace_for(const IdentityConfig& config, const 
 void require_secret_for(const kvkey::EnvelopeContents& header, const std::string& header_path,
                         const kvkey::AnyKeyNamespace& reader, const char* command) {
   if (header.namespace_kind != kvkey::NamespaceKind::keyed || reader.keyed()) return;
-  fail("{}: {} is sealed in a keyed namespace{}: give the deployment's tenant secret with --secret-file FILE "
-       "to check it",
-       command, display_name(header_path),
-       header.secret_id ? " (secret id " + header.secret_id->hex() + ")" : std::string());
+  fail(
+      "{}: {} is sealed in a keyed namespace{}: give the deployment's tenant secret with --secret-file FILE "
+      "to check it",
+      command, display_name(header_path),
+      header.secret_id ? " (secret id " + header.secret_id->hex() + ")" : std::string());
 }
 
 kvkey::KeyNamespace<> load_namespace(const std::string& path) { return namespace_for(load_identity_config(path)); }

@@ -179,8 +179,9 @@ int run_init(const InitOptions& o, std::string& out) {
   p.kv_dtype = parse_engine_dtype(o.kv_dtype, "--kv-dtype", platform);
   if (!o.quant_policy.empty()) {
     if (!o.quant_scheme.empty() || !o.quant_group_size.empty() || o.quant_zero_point) {
-      fail("--quant-policy: gives lmdeploy's whole layout; not with --quant-scheme, --quant-group-size or "
-           "--quant-zero-point");
+      fail(
+          "--quant-policy: gives lmdeploy's whole layout; not with --quant-scheme, --quant-group-size or "
+          "--quant-zero-point");
     }
     p.quant_policy = u32_option(o.quant_policy, "--quant-policy");
   } else if (!o.quant_scheme.empty()) {
@@ -223,9 +224,10 @@ int run_init(const InitOptions& o, std::string& out) {
   } catch (const kvkey::input_error& e) {
     if (e.field().empty()) fail("{}", e.message());
     if (e.field() == "kv.quant") {
-      fail("--kv-dtype {}: {} (--quant-scheme S --quant-group-size N --quant-scale-dtype D [--quant-zero-point], "
-           "or --quant-policy 4|8 --quant-scale-dtype D)",
-           o.kv_dtype, e.detail());
+      fail(
+          "--kv-dtype {}: {} (--quant-scheme S --quant-group-size N --quant-scale-dtype D [--quant-zero-point], "
+          "or --quant-policy 4|8 --quant-scale-dtype D)",
+          o.kv_dtype, e.detail());
     }
     fail("{} ({}): {}", option_of(e.field()), e.field(), e.detail());
   } catch (const kvkey::error& e) {

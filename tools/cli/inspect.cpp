@@ -79,8 +79,8 @@ void append_producer_namespace(std::string& out, const kvkey::EnvelopeContents& 
 
 struct InspectOptions {
   std::string file;
-  std::string identity;  ///< a reader's identity file: say whether the value verifies
-  std::string key;       ///< the key the value was read under (checked against the identity)
+  std::string identity;     ///< a reader's identity file: say whether the value verifies
+  std::string key;          ///< the key the value was read under (checked against the identity)
   std::string secret_file;  ///< a keyed deployment's tenant secret (with identity)
 };
 

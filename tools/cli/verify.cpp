@@ -29,9 +29,9 @@ namespace {
 struct VerifyOptions {
   std::string config;
   std::string header;
-  std::string block;    ///< 64 hex
-  std::string size;     ///< payload size in bytes, decimal (size-only check), or
-  std::string payload;  ///< the payload file (checks the digest)
+  std::string block;        ///< 64 hex
+  std::string size;         ///< payload size in bytes, decimal (size-only check), or
+  std::string payload;      ///< the payload file (checks the digest)
   std::string secret_file;  ///< a keyed deployment's tenant secret
 };
 

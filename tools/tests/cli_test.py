@@ -1235,7 +1235,7 @@ class ErrorsTest(ToolTest):
             "unknown-top-key.json": r"unknown-top-key\.json: colour: unknown key \(the top level takes: tenant, "
                                     r"policy, model, kv, shard, adapter\)$",
             "unknown-dtype.json": r"unknown-dtype\.json: kv\.dtype: unknown dtype \"fp17\" \(known: fp32, fp16, "
-                                  r"bf16, .*fp4_e2m1\)$",
+                                  r"bf16, .*fp4_e2m1, fp8_e4m3fnuz, fp8_e5m2fnuz\)$",
             "bad-geometry.json": r"bad-geometry\.json: shard\.tp_size: 3 is not a multiple of kv\.num_kv_heads 2",
             "bad-hex.json": r"bad-hex\.json: model\.weights_fingerprint: hex digest must be 64 hex characters, "
                             r"got 63 characters$",
