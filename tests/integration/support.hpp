@@ -9,7 +9,7 @@
 #include "redis_store.hpp"
 
 #include <kvkey/connector.hpp>
-#include <kvkey/key_namespace.hpp>
+#include <kvkey/kvkey.hpp>
 #include <kvkey/metrics.hpp>
 
 #include <sys/types.h>
