@@ -166,10 +166,7 @@ int main(int argc, char** argv) {
     const int rc = run(store);
     fmt::print("\nredis_connector_demo: {}\n", rc == 0 ? "all expectations met" : "expectations FAILED");
     return rc;
-  } catch (const kvkey::store_error& e) {
-    fmt::print(stderr, "redis_connector_demo: {}\n", e.what());
-    return 2;
-  } catch (const kvkey_redis::StoreError& e) {
+  } catch (const kvkey::store_error& e) {  // kvkey_redis::StoreError included
     fmt::print(stderr, "redis_connector_demo: {}\n", e.what());
     return 2;
   }

@@ -49,6 +49,8 @@ class KvDtype:
     uint8: KvDtype
     uint4: KvDtype
     fp4_e2m1: KvDtype
+    fp8_e4m3fnuz: KvDtype
+    fp8_e5m2fnuz: KvDtype
     __members__: dict[str, KvDtype]
     def __init__(self, value: int) -> None: ...
     @property

@@ -88,8 +88,8 @@ TEST_CASE("damaged values are rejected with the right reason, then recomputed", 
   const std::vector<Fault> faults = {
       {"truncated inside the header", good.substr(0, 700), kvkey::Reason::malformed, "envelope.size"},
       {"empty value", std::string(), kvkey::Reason::malformed, "envelope.size"},
-      {"truncated payload", good.substr(0, good.size() - 1), kvkey::Reason::malformed, "value.size"},
-      {"trailing bytes", good + "!", kvkey::Reason::malformed, "value.size"},
+      {"truncated payload", good.substr(0, good.size() - 1), kvkey::Reason::size_mismatch, "payload_size"},
+      {"trailing bytes", good + "!", kvkey::Reason::size_mismatch, "payload_size"},
       {"flipped magic bit", flip_bit(good, L::magic), kvkey::Reason::malformed, "envelope.magic"},
       {"flipped version bit", flip_bit(good, L::version), kvkey::Reason::unsupported_version,
        "envelope.format_version"},
@@ -122,10 +122,10 @@ TEST_CASE("damaged values are rejected with the right reason, then recomputed", 
     // An existence lookup still sees an object; the verified lookup stops at a
     // header that fails (damage behind a valid header is the load's to find).
     CHECK(it::lookup_existing(store, {&d.rank(0)}, blocks) == 4);
-    // (A header that claims another payload size verifies: the lookup does not
-    // know the size; the load rejects it.)
-    const bool header_ok = f.reason == kvkey::Reason::payload_mismatch || f.field == "value.size" ||
-                           f.reason == kvkey::Reason::size_mismatch;
+    // (The lookup knows the deployment's payload size and reads each value's
+    // size with its header (STRLEN): only damage behind a valid header of the
+    // right size is left for the load to find.)
+    const bool header_ok = f.reason == kvkey::Reason::payload_mismatch;
     CHECK(it::lookup(store, {&d.rank(0)}, blocks) == (header_ok ? 4u : 1u));
     // Recompute the block: it loads again, byte for byte.
     d.save(store, 0, {blocks[1]});
@@ -249,10 +249,15 @@ TEST_CASE("broken replies, silence and refused connections are errors, never loa
     it::Store store(server.options());
     CHECK(error_kind_of([&] { it::load(store, d.rank(0), blocks); }) == StoreError::Kind::protocol);
   }
-  SECTION("a reply of the wrong type") {
+  SECTION("a reply of the wrong type, in step: each key fails alone") {
     FakeServer server("+OK\r\n+OK\r\n+OK\r\n", false);
     it::Store store(server.options());
-    CHECK(error_kind_of([&] { it::load(store, d.rank(0), blocks); }) == StoreError::Kind::protocol);
+    kvkey::Metrics metrics;
+    const auto got = it::load(store, d.rank(0), blocks, &metrics);
+    REQUIRE(got.size() == 3);
+    for (const auto& g : got) CHECK(g.status == it::Status::missing);
+    CHECK(metrics.snapshot().store_error("protocol") == 3);
+    CHECK(store.connection().connected());  // the sentinel came after them
   }
   SECTION("an error reply: a failure of that key alone, in step") {
     FakeServer server("-ERR out of memory\r\n", false);

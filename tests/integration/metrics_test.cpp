@@ -49,7 +49,7 @@ TEST_CASE("the connector records saves, lookups, loads and rejections", "[metric
   CHECK(s.load_missing == 1);
   CHECK(s.load_rejected == 2);
   CHECK(s.rejected(Reason::identity_mismatch, "tenant") == 2);    // at the lookup and at the load
-  CHECK(s.rejected(Reason::size_mismatch, "payload_size") == 1);  // at the lookup
+  CHECK(s.rejected(Reason::size_mismatch, "payload_size") == 2);  // the cut value, at the lookup and at the load
   CHECK(s.rejected_total() == 4);
   CHECK(s.payload_verified_bytes == 3 * d.payload_size(0));
   CHECK(metrics.render().find("kvkey_rejected_blocks_total{reason=\"identity_mismatch\",field=\"tenant\"} 2") !=

@@ -93,5 +93,5 @@ TEST_CASE("purge escapes glob characters in the prefix", "[purge]") {
     CHECK(it::get_raw(store, base + decoy + "1") == "v");
   }
   CHECK(store.purge(base) == cases.size());  // the decoys
-  CHECK_THROWS_AS(store.purge(""), std::invalid_argument);
+  CHECK_THROWS_AS(store.purge(""), kvkey::input_error);
 }

@@ -97,7 +97,7 @@ TEST_CASE("Every validation rule raises identity_error naming its field", "[iden
       {"revision of 129 bytes", [](Identity& i) { i.model.revision = std::string(129, 'r'); }, "model.revision"},
       // kv.dtype
       {"unset dtype", [](Identity& i) { i.kv.dtype = kvkey::KvDtype::unset; }, "kv.dtype"},
-      {"dtype code 11", [](Identity& i) { i.kv.dtype = static_cast<kvkey::KvDtype>(11); }, "kv.dtype"},
+      {"dtype code 13", [](Identity& i) { i.kv.dtype = static_cast<kvkey::KvDtype>(13); }, "kv.dtype"},
       {"dtype code 255", [](Identity& i) { i.kv.dtype = static_cast<kvkey::KvDtype>(255); }, "kv.dtype"},
       // kv.quant
       {"empty quant scheme", [](Identity& i) { i.kv.quant.scheme.clear(); }, "kv.quant.scheme"},

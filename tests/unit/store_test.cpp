@@ -190,9 +190,9 @@ TEST_CASE("check_store: the foreign fields come from the identity's field table"
   // each has a foreign writer that differs from the base identity
   for (const std::string& f : fields) {
     INFO(f);
-    kvkey::Identity changed = kvkey::testing::identity("t", 2, 0);
+    kvkey::Identity changed = kvkey::testing::detail::identity("t", 2, 0);
     const kvkey::Identity base = changed;
-    kvkey::testing::change_field(changed, f);
+    kvkey::testing::detail::change_field(changed, f);
     if (f != "tenant") CHECK_FALSE(changed == base);
   }
 }
