@@ -253,19 +253,23 @@ void bind_namespace(py::module_& m) {
         return "Chain(tokens=" + std::to_string(c.size()) + ", blocks=" + std::to_string(c.blocks()) + ")";
       });
 
+  // The default of single_tenant and payload_check: "not given", so the identity file's policy applies
+  // (an explicit None is a TypeError, as for any other non-bool).
+  const py::object unset = py::module_::import("builtins").attr("object")();
+  m.attr("_POLICY_UNSET") = unset;
   py::class_<Namespace>(m, "KeyNamespace", "Keys, block hashes and envelopes of one deployment's rank.")
-      .def(py::init([](const py::object& id, const py::object& single, const py::object& secret,
-                       const py::object& payload_check) {
+      .def(py::init([unset](const py::object& id, const py::object& single, const py::object& secret,
+                            const py::object& payload_check) {
              const PyIdentity& given = to_instance<PyIdentity>(id, "identity");
              const kvkey::Identity identity = given.value();
              // The identity file's policy (Identity.from_json / from_file) unless the caller says otherwise.
              const kvkey::Policy from_file = given.file_policy.value_or(kvkey::Policy{});
              kvkey::Policy policy;
-             policy.tenant = single.is_none()                   ? from_file.tenant
+             policy.tenant = single.is(unset)                   ? from_file.tenant
                              : to_bool(single, "single_tenant") ? kvkey::TenantPolicy::single_tenant
                                                                 : kvkey::Policy{}.tenant;
              policy.payload = from_file.payload;
-             if (!payload_check.is_none()) {
+             if (!payload_check.is(unset)) {
                const std::string check = to_text(payload_check, "payload_check");
                if (check == "size_only") {
                  policy.payload = kvkey::PayloadCheck::size_only;
@@ -278,13 +282,13 @@ void bind_namespace(py::module_& m) {
              if (secret.is_none()) return Namespace(identity, policy);
              return Namespace(identity, to_instance<kvkey::TenantSecret>(secret, "secret"), policy);
            }),
-           py::arg("identity"), py::kw_only(), py::arg("single_tenant") = py::none(), py::arg("secret") = py::none(),
-           py::arg("payload_check") = py::none(),
+           py::arg("identity"), py::kw_only(), py::arg("single_tenant") = unset, py::arg("secret") = py::none(),
+           py::arg("payload_check") = unset,
            "Validates the identity (IdentityError names the bad field). single_tenant=True: a store no one else "
            "shares; the tenant must then be empty. secret: a kvkey.TenantSecret keys every hash with "
            "HMAC-SHA-256 and authenticates payloads with Poly1305, as the C++ KeyNamespace<HmacSha256> "
            "(docs/security.md). payload_check='size_only': explicit opt-out of payload digests for callers that "
-           "cannot see the bytes (then seal/verify take a payload size). Left out (None), single_tenant and "
+           "cannot see the bytes (then seal/verify take a payload size). Left out, single_tenant and "
            "payload_check are the identity file's policy for an identity read by Identity.from_json / from_file, "
            "else False and 'required'.")
       .def_property_readonly("keyed", &Namespace::keyed, "True when built with a TenantSecret")
