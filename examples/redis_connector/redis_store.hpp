@@ -22,8 +22,10 @@
 #include <kvkey/store.hpp>
 #include <kvkey/text.hpp>
 
+#include <algorithm>
 #include <cstddef>
 #include <cstdint>
+#include <cstring>
 #include <mutex>
 #include <set>
 #include <optional>
@@ -76,24 +78,32 @@ class RedisStore : public kvkey::Store {
       return out;
     });
   }
+  // Values are taken where hiredis read them (Connection::StringTap): hiredis'
+  // own copy into a reply object is skipped, so each value is copied once.
   std::vector<kvkey::StoreValue> read_many(const std::vector<std::string>& keys) override {
-    std::vector<Connection::Command> commands;
-    commands.reserve(keys.size());
-    for (const std::string& k : keys) commands.push_back({"GET", k});
-    return run([&] {
-      const std::vector<Reply> replies = batch(commands);
-      std::vector<kvkey::StoreValue> out(keys.size());
-      for (std::size_t i = 0; i < keys.size(); ++i) {
-        const redisReply& r = *replies[i];
-        if (r.type == REDIS_REPLY_STRING) {
-          out[i] = kvkey::StoreValue::owned(kvkey::Bytes(r.str, r.str + r.len));
-        } else if (r.type != REDIS_REPLY_NIL) {
-          out[i] = kvkey::StoreValue::failed(kind(r));
-        }
-      }
-      return out;
+    return get_values(keys, [](kvkey::StoreValue& v, std::size_t, const char* data, std::size_t len) {
+      const auto* p = reinterpret_cast<const std::uint8_t*>(data);
+      v = kvkey::StoreValue::owned(kvkey::Bytes(p, p + len));
+      return true;
     });
   }
+  /// Reads each value straight from hiredis' read buffer into into[i] (one
+  /// copy), for kvkey::Connector::load_into; a value larger than into[i]
+  /// reports its whole size with only into[i].size bytes written (the
+  /// connector never serves it).
+  std::vector<kvkey::StoreValue> read_into(const std::vector<std::string>& keys,
+                                           const std::vector<kvkey::MutableBuffer>& into) override {
+    if (into.size() != keys.size()) return read_many(keys);
+    return get_values(keys, [&into](kvkey::StoreValue& v, std::size_t i, const char* data, std::size_t len) {
+      if (into[i].data == nullptr) return false;  // no staging for this key: hiredis keeps it
+      if (len != 0) std::memcpy(into[i].data, data, std::min(len, into[i].size));
+      v.present = true;
+      v.data = static_cast<const std::uint8_t*>(into[i].data);
+      v.size = len;
+      return true;
+    });
+  }
+  bool reads_into() const noexcept override { return true; }
   std::vector<kvkey::StoreValue> probe_many(const std::vector<std::string>& keys) override {
     std::vector<Connection::Command> commands;
     commands.reserve(keys.size());
@@ -167,6 +177,34 @@ class RedisStore : public kvkey::Store {
   // place, a failure of that key alone, and the connection stays in step.
   std::vector<Reply> batch(const std::vector<Connection::Command>& commands) {
     return conn_.pipeline(commands, {}, Connection::ErrorReplies::keep);
+  }
+  // One pipeline of GET; take(value, i, bytes, len) takes a string reply's
+  // bytes from hiredis' read buffer (true) or leaves them in the reply.
+  template <class Take>
+  std::vector<kvkey::StoreValue> get_values(const std::vector<std::string>& keys, Take&& take) {
+    std::vector<Connection::Command> commands;
+    commands.reserve(keys.size());
+    for (const std::string& k : keys) commands.push_back({"GET", k});
+    return run([&] {
+      std::vector<kvkey::StoreValue> out(keys.size());
+      std::vector<bool> taken(keys.size(), false);
+      const Connection::StringTap tap = [&](std::size_t i, const char* data, std::size_t len) {
+        if (i >= out.size() || !take(out[i], i, data, len)) return false;
+        taken[i] = true;
+        return true;
+      };
+      const std::vector<Reply> replies = conn_.pipeline(commands, tap, Connection::ErrorReplies::keep);
+      for (std::size_t i = 0; i < keys.size(); ++i) {
+        if (taken[i]) continue;
+        const redisReply& r = *replies[i];
+        if (r.type == REDIS_REPLY_STRING) {
+          out[i] = kvkey::StoreValue::owned(kvkey::Bytes(r.str, r.str + r.len));
+        } else if (r.type != REDIS_REPLY_NIL) {
+          out[i] = kvkey::StoreValue::failed(kind(r));
+        }
+      }
+      return out;
+    });
   }
   // The store-error kind of a reply that is not what its command answers.
   static const char* kind(const redisReply& r) { return r.type == REDIS_REPLY_ERROR ? "server" : "protocol"; }
