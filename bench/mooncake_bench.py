@@ -21,8 +21,8 @@ other round), it times:
 Prints each median, the fastest round and the ratios of the medians, and the JSON of all
 of it with --json. Needs a master (scripts/mooncake.sh start):
 
-    eval "$(scripts/mooncake.sh env)"; eval "$(scripts/mooncake.sh start)"
-    PYTHONPATH=$MOONCAKE_PYTHONPATH:build/dev/python /usr/bin/python3 bench/mooncake_bench.py
+    scripts/mooncake.sh install; eval "$(scripts/mooncake.sh env)"; eval "$(scripts/mooncake.sh start)"
+    "$MOONCAKE_PYTHON" bench/mooncake_bench.py
 
 The figures go to docs/performance.md ("kvkey on Mooncake").
 """

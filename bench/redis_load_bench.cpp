@@ -1,5 +1,6 @@
-// The Redis connector's load path with payload integrity against raw pipelined
-// GETs of the same values, in the same run (docs/performance.md). Needs a
+// kvkey::Connector's load path over the example's hiredis store
+// (kvkey_redis::RedisStore) with payload integrity against raw pipelined GETs
+// of the same values, in the same run (docs/performance.md). Needs a
 // redis-server on 127.0.0.1:$KVKEY_REDIS_PORT (scripts/bench.sh starts none:
 // start one with `redis-server --port P --save ''`, run, stop it).
 //
@@ -7,22 +8,26 @@
 //   redis_get_raw       GET of every key, the values as hiredis returns them
 //   redis_get_copy      the same, each payload then copied into its own
 //                       vector: a second copy after hiredis' own
-//   redis_load_verified Connector::load: the same GETs, each header and payload
-//                       digest verified in hiredis' read buffer, the payload
-//                       copied once, into a fresh vector
-//   redis_load_into     Connector::load_into: the same GETs and checks, each
-//                       verified payload copied once, into a buffer of the
+//   redis_load_verified kvkey::Connector::load: the same GETs (one read_many),
+//                       each header and payload digest verified in the value
+//                       the store returned, the payload copied into a fresh
+//                       vector
+//   redis_load_into     kvkey::Connector::load_into: the same GETs and checks,
+//                       each verified payload copied into a buffer of the
 //                       caller's, allocated and touched before timing, reused
 #include <benchmark/benchmark.h>
 
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
+#include <stdexcept>
 #include <string>
 #include <string_view>
 #include <vector>
 
-#include "redis_connector.hpp"
+#include <kvkey/connector.hpp>
+
+#include "redis_store.hpp"
 
 namespace {
 
@@ -31,7 +36,7 @@ constexpr std::size_t object_bytes = std::size_t{1} << 20;
 
 struct Store {
   kvkey_redis::Options options;
-  kvkey_redis::Namespace ns;
+  kvkey::KeyNamespace<> ns;
   std::vector<kvkey::Digest> blocks;
   std::vector<std::string> keys;
 
@@ -53,12 +58,22 @@ struct Store {
     blocks = ns.block_hashes(tokens);
     std::vector<std::uint8_t> bytes(objects * object_bytes);
     for (std::size_t b = 0; b < bytes.size(); ++b) bytes[b] = static_cast<std::uint8_t>(b * 2654435761u >> 11);
-    std::vector<kvkey_redis::BlockPayload> save;
+    std::vector<kvkey::Payload> save;
     for (std::size_t o = 0; o < objects; ++o) {
-      save.push_back({blocks[o], bytes.data() + o * object_bytes, object_bytes});
+      save.emplace_back(bytes.data() + o * object_bytes, object_bytes);
       keys.push_back(ns.store_key(blocks[o]));
     }
-    kvkey_redis::Connector(options).save(ns, save);
+    kvkey_redis::RedisStore redis(options);
+    if (connector(redis).save(blocks, save) != objects) throw std::runtime_error("save failed");
+  }
+
+  // kvkey::Connector over redis for ns, with the bench's payload size (the
+  // identity's geometry is not the 1 MiB objects').
+  kvkey::Connector<> connector(kvkey_redis::RedisStore& redis) const {
+    kvkey::Connector<>::Options o;
+    o.payload_size = object_bytes;
+    o.raise_errors = true;
+    return kvkey::Connector<>(redis, std::vector<kvkey::KeyNamespace<>>{ns}, o);
   }
 };
 
@@ -73,7 +88,8 @@ void redis_get(benchmark::State& state) {
     const auto replies = conn.pipeline(gets);
     std::vector<std::vector<std::uint8_t>> copies;
     for (const auto& r : replies) {
-      if (r->type != REDIS_REPLY_STRING || r->len != kvkey::envelope_size + object_bytes) state.SkipWithError("bad reply");
+      if (r->type != REDIS_REPLY_STRING || r->len != kvkey::envelope_size + object_bytes)
+        state.SkipWithError("bad reply");
       const auto* v = reinterpret_cast<const std::uint8_t*>(r->str);
       if constexpr (Copy) copies.emplace_back(v + kvkey::envelope_size, v + r->len);
     }
@@ -85,27 +101,29 @@ void redis_get_raw(benchmark::State& state) { redis_get<false>(state); }
 void redis_get_copy(benchmark::State& state) { redis_get<true>(state); }
 
 void redis_load_verified(benchmark::State& state) {
-  kvkey_redis::Connector connector(store->options);
+  kvkey_redis::RedisStore redis(store->options);
+  const kvkey::Connector<> connector = store->connector(redis);
   for (auto _ : state) {
-    const auto loaded = connector.load(store->ns, store->blocks, object_bytes);
+    const auto loaded = connector.load(store->blocks);
     for (const auto& l : loaded) {
-      if (l.status != kvkey_redis::LoadStatus::loaded) state.SkipWithError("not loaded");
+      if (!l) state.SkipWithError("not loaded");
     }
   }
   state.SetBytesProcessed(state.iterations() * static_cast<std::int64_t>(objects * object_bytes));
 }
 
 void redis_load_into(benchmark::State& state) {
-  kvkey_redis::Connector connector(store->options);
+  kvkey_redis::RedisStore redis(store->options);
+  const kvkey::Connector<> connector = store->connector(redis);
   // Registered up front, as an engine's KV memory is: written once so every
   // page is mapped before timing.
   std::vector<std::uint8_t> arena(objects * object_bytes, 0);
-  std::vector<std::uint8_t*> dests;
-  for (std::size_t o = 0; o < objects; ++o) dests.push_back(arena.data() + o * object_bytes);
+  std::vector<kvkey::MutableBuffer> dests;
+  for (std::size_t o = 0; o < objects; ++o) dests.push_back({arena.data() + o * object_bytes, object_bytes});
   for (auto _ : state) {
-    const auto loaded = connector.load_into(store->ns, store->blocks, object_bytes, dests);
+    const auto loaded = connector.load_into(store->blocks, dests);
     for (const auto& l : loaded) {
-      if (l.status != kvkey_redis::LoadStatus::loaded) state.SkipWithError("not loaded");
+      if (!l.loaded()) state.SkipWithError("not loaded");
     }
     benchmark::ClobberMemory();
   }

@@ -1,15 +1,15 @@
 """Builds kvkey._kvkey from the source tree's C++ headers (../include).
 
-Install without network (Debian 12 needs --break-system-packages for the system
-interpreter, or use a venv made with --system-site-packages):
+    pip install ./python                  # build requirements from PyPI (pinned in pyproject.toml)
+    pip install --no-build-isolation ./python   # offline, with the venv's setuptools, wheel, pybind11
 
-    /usr/bin/python3 -m pip install --no-build-isolation --no-deps --break-system-packages ./python
+KVKEY_BUILD_JOBS sets how many sources compile at once (default: every core).
 """
 
 import os
 import re
 
-from pybind11.setup_helpers import Pybind11Extension, build_ext
+from pybind11.setup_helpers import ParallelCompile, Pybind11Extension, build_ext
 from setuptools import setup
 
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -40,6 +40,11 @@ extension = Pybind11Extension(
     include_dirs=[INCLUDE],
     libraries=["crypto", "xxhash"],  # OpenSSL 3 libcrypto (EVP), xxHash for payload digests
     cxx_std=17,
+    # No debug information in the module (the interpreter's CFLAGS carry -g): a smaller
+    # wheel and a faster build; the CMake build (-DKVKEY_BUILD_PYTHON=ON) keeps it.
+    extra_compile_args=["-g0"],
 )
+
+ParallelCompile("KVKEY_BUILD_JOBS", default=0).install()
 
 setup(version=kvkey_version(), ext_modules=[extension], cmdclass={"build_ext": build_ext})

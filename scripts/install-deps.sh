@@ -3,19 +3,27 @@
 #   scripts/install-deps.sh example   # build the C++ library and examples
 #   scripts/install-deps.sh test      # everything the test suite uses (default)
 #   scripts/install-deps.sh bench     # the library, Google Benchmark, gnuplot, numpy, nlohmann-json (scripts/bench.sh)
-#   scripts/install-deps.sh mooncake  # what scripts/mooncake.sh build needs to build the vendored Mooncake Store
+#   scripts/install-deps.sh mooncake  # the shared libraries the pinned Mooncake wheel loads (scripts/mooncake.sh install)
+#   scripts/install-deps.sh mooncake-source  # what `scripts/mooncake.sh build --from-source` needs
+#
+# Only Debian packages are installed here. Go and Rust are not: the machines come
+# with Go 1.26 (/usr/local/go) and Rust 1.95 (rustup), the toolchains the ports are
+# built and tested with (docs/ports.md). What only PyPI has goes into the project's
+# venv (scripts/venv.sh).
 set -euo pipefail
 
 profile="${1:-test}"
 example_pkgs=(build-essential cmake pkg-config libssl-dev libfmt-dev libxxhash-dev)
 test_pkgs=("${example_pkgs[@]}" clang libclang-rt-14-dev catch2 nlohmann-json3-dev libcli11-dev libtomlplusplus-dev
   python3-dev python3-pybind11 python3-pytest python3-hypothesis python3-mypy python3-numpy python3-pip
-  python3-setuptools python3-wheel python3-venv
+  python3-setuptools python3-wheel python3-venv python3-build
   redis-server redis-tools python3-redis libhiredis-dev libbenchmark-dev gnuplot-nox
-  prometheus python3-prometheus-client python3-matplotlib clang-format-14 clang-tidy-14
-  golang-go librust-sha2-dev librust-hmac-dev librust-xxhash-rust-dev librust-serde-json-dev)
-# The Mooncake Store build (../shared/vendor/mooncake/README.md): master, TCP transport, Python binding.
-mooncake_pkgs=(build-essential cmake ninja-build pkg-config python3-dev libibverbs-dev libgoogle-glog-dev libgflags-dev
+  prometheus python3-prometheus-client python3-matplotlib clang-format-14 clang-tidy-14 ccache)
+# What the Mooncake wheel's master and Python module load that a bare machine lacks, and the
+# Python packages it requires (from Debian: the venv sees them).
+mooncake_pkgs=(libibverbs1 libnuma1 libcurl4 python3-aiohttp python3-requests python3-msgpack)
+# The Mooncake Store source build (../shared/vendor/mooncake/README.md): master, TCP transport, Python binding.
+mooncake_source_pkgs=(build-essential cmake ninja-build pkg-config python3-dev libibverbs-dev libgoogle-glog-dev libgflags-dev
   libjsoncpp-dev libnuma-dev libboost-dev libcurl4-openssl-dev libyaml-cpp-dev libzstd-dev libxxhash-dev
   libmsgpack-cxx-dev liburing-dev)
 test_pkgs+=("${mooncake_pkgs[@]}")
@@ -24,7 +32,8 @@ case "$profile" in
   test) pkgs=("${test_pkgs[@]}") ;;
   bench) pkgs=("${example_pkgs[@]}" libbenchmark-dev gnuplot-nox python3-numpy nlohmann-json3-dev) ;;
   mooncake) pkgs=("${mooncake_pkgs[@]}") ;;
-  *) echo "install-deps.sh: unknown profile '$profile' (use: example | test | bench | mooncake)" >&2; exit 2 ;;
+  mooncake-source) pkgs=("${mooncake_source_pkgs[@]}") ;;
+  *) echo "install-deps.sh: unknown profile '$profile' (use: example | test | bench | mooncake | mooncake-source)" >&2; exit 2 ;;
 esac
 
 missing=()

@@ -1,25 +1,32 @@
 #!/usr/bin/env bash
-# Builds, locates, starts and stops a Mooncake Store for kvkey's tests and examples.
+# Installs, locates, starts and stops a Mooncake Store for kvkey's tests and examples.
 #
-#   scripts/mooncake.sh build   build the master, the TCP transport and the Python binding
-#                               (or reuse a cached build, or an installed mooncake.store)
-#   scripts/mooncake.sh env     print MOONCAKE_MASTER=<path> and MOONCAKE_PYTHONPATH=<dir>
-#                               as shell assignments: eval "$(scripts/mooncake.sh env)"
-#   scripts/mooncake.sh start   start a master on loopback ports; prints the assignments
-#                               MOONCAKE_MASTER_ADDR, MOONCAKE_METADATA_URL, MOONCAKE_PID
-#   scripts/mooncake.sh stop    stop the master that `start` started
+#   scripts/mooncake.sh install  install the pinned Mooncake wheel (python/requirements/mooncake.txt,
+#                                mooncake-transfer-engine-non-cuda) into the project's venv
+#                                (scripts/venv.sh) with the Debian libraries it loads; seconds
+#   scripts/mooncake.sh build --from-source
+#                                build the master, the TCP transport, the Python binding and the
+#                                C++ libraries from the vendored sources (about 15 minutes on 2 cores)
+#                                into a cache; `env` and `start` then use that build when
+#                                KVKEY_MOONCAKE=source is set
+#   scripts/mooncake.sh env      print MOONCAKE_MASTER=<path>, MOONCAKE_PYTHON=<python that imports
+#                                mooncake.store> and MOONCAKE_PYTHONPATH=<dir or empty> as shell
+#                                assignments: eval "$(scripts/mooncake.sh env)"
+#   scripts/mooncake.sh start    start a master on loopback ports; prints the assignments
+#                                MOONCAKE_MASTER_ADDR, MOONCAKE_METADATA_URL, MOONCAKE_PID
+#   scripts/mooncake.sh stop     stop the master that `start` started
 #
-# Where the sources come from, in this order:
-#   1. an installed Mooncake: `import mooncake.store` works for /usr/bin/python3 and
-#      `mooncake_master` is on PATH (nothing is built);
-#   2. KVKEY_MOONCAKE_SRC: a Mooncake source tree with its submodules (extern/pybind11 and
+# `build` without --from-source is `install`. Which Mooncake `env` and `start` use: the source
+# build when KVKEY_MOONCAKE=source, else the wheel in the venv (${KVKEY_VENV:-~/.cache/kvkey/venv});
+# when that is missing they fail, saying to run `scripts/mooncake.sh install`.
+#
+# Where the sources of --from-source come from, in this order:
+#   1. KVKEY_MOONCAKE_SRC: a Mooncake source tree with its submodules (extern/pybind11 and
 #      yalantinglibs next to it or in extern/), or a folder holding the three tarballs;
-#   3. the vendored tarballs: KVKEY_MOONCAKE_VENDOR, else ../shared/vendor/mooncake next to
+#   2. the vendored tarballs: KVKEY_MOONCAKE_VENDOR, else ../shared/vendor/mooncake next to
 #      the checkout (Mooncake.tar.gz, yalantinglibs.tar.gz, pybind11.tar.gz).
-#
 # The build goes to a cache outside the checkout, keyed by the tarballs' SHA-256 and this
 # script's recipe version: ${KVKEY_CACHE_DIR:-$XDG_CACHE_HOME/kvkey or ~/.cache/kvkey}/mooncake/<key>.
-# A second `build` on the same machine finds it and returns in a second.
 #
 # `start` settings (environment): MOONCAKE_RPC_PORT, MOONCAKE_HTTP_PORT, MOONCAKE_METRICS_PORT
 # (default: free ports on 127.0.0.1), MOONCAKE_STATE_DIR (/tmp/kvkey-mooncake), MOONCAKE_LEASE_TTL_MS
@@ -41,20 +48,31 @@ die() {
 
 how_to_provide() {
   cat >&2 <<EOF
-mooncake.sh: no Mooncake Store sources and no installed Mooncake were found.
+mooncake.sh: no Mooncake Store sources to build from were found.
   Provide one of:
   - the vendored tarballs (Mooncake.tar.gz, yalantinglibs.tar.gz, pybind11.tar.gz) in
     ../shared/vendor/mooncake next to the checkout, or in a folder named by KVKEY_MOONCAKE_VENDOR;
-  - a Mooncake source tree with its submodules, named by KVKEY_MOONCAKE_SRC;
-  - an installed Mooncake: mooncake_master on PATH and 'import mooncake.store' working for /usr/bin/python3.
+  - a Mooncake source tree with its submodules, named by KVKEY_MOONCAKE_SRC.
   Looked in: ${vendor_candidates[*]:-(none)}
+  (The tests and examples need no build: 'scripts/mooncake.sh install' installs the pinned wheel.)
 EOF
   exit 1
 }
 
-installed_mooncake() {
-  command -v mooncake_master >/dev/null 2>&1 || return 1
-  /usr/bin/python3 -c 'import mooncake.store' >/dev/null 2>&1 || return 1
+venv="${KVKEY_VENV:-$HOME/.cache/kvkey/venv}"
+
+# True when the venv has the pinned wheel's master and Python module.
+wheel_installed() {
+  [ -x "$venv/bin/mooncake_master" ] && "$venv/bin/python" -c 'import mooncake.store' >/dev/null 2>&1
+}
+
+cmd_install() {
+  "$here/scripts/install-deps.sh" mooncake
+  "$here/scripts/venv.sh" mooncake >/dev/null || die "could not install the Mooncake wheel (python/requirements/mooncake.txt)"
+  wheel_installed || die "the venv $venv has no working Mooncake after installing python/requirements/mooncake.txt"
+  local version
+  version="$("$venv/bin/python" -c 'from importlib import metadata; print(metadata.version("mooncake-transfer-engine-non-cuda"))')"
+  echo "mooncake.sh: Mooncake $version (wheel) in $venv"
 }
 
 vendor_candidates=()
@@ -91,7 +109,7 @@ cache_key_dir() {
 }
 
 install_pkgs() {
-  "$here/scripts/install-deps.sh" mooncake
+  "$here/scripts/install-deps.sh" mooncake-source
 }
 
 # The executables' RUNPATH names the build tree, which is gone once the build is
@@ -116,10 +134,6 @@ wrap_executables() {
 }
 
 cmd_build() {
-  if installed_mooncake; then
-    echo "mooncake.sh: using the installed Mooncake ($(command -v mooncake_master))"
-    return 0
-  fi
   local dir
   dir="$(cache_key_dir)" || how_to_provide
   if [ -f "$dir/done" ]; then
@@ -192,29 +206,33 @@ cmd_build() {
   echo "mooncake.sh: built into $dir"
 }
 
-# Sets master and pythonpath for the Mooncake at hand, or fails saying how to provide it.
+# Sets master, python and pythonpath for the Mooncake at hand, or fails saying how to provide it.
 locate() {
-  if installed_mooncake; then
-    master="$(command -v mooncake_master)"
-    pythonpath="$(/usr/bin/python3 -c 'import os, mooncake; print(os.path.dirname(os.path.dirname(mooncake.__file__)))')"
+  if [ "${KVKEY_MOONCAKE:-wheel}" != source ]; then
+    [ "${KVKEY_MOONCAKE:-wheel}" = wheel ] || die "KVKEY_MOONCAKE=${KVKEY_MOONCAKE} (use: wheel | source)"
+    wheel_installed || die "no Mooncake wheel in the venv $venv: run 'scripts/mooncake.sh install'"
+    master="$venv/bin/mooncake_master"
+    python="$venv/bin/python"
+    pythonpath=""
     return 0
   fi
+  python=/usr/bin/python3
   local dir
   dir="$(cache_key_dir)" || how_to_provide
-  [ -f "$dir/done" ] || die "no Mooncake build in $dir: run 'scripts/mooncake.sh build' first (about 15 minutes on 2 cores)"
+  [ -f "$dir/done" ] || die "no Mooncake build in $dir: run 'scripts/mooncake.sh build --from-source' first (about 15 minutes on 2 cores)"
   wrap_executables "$dir"
   master="$dir/bin/mooncake_master"
   pythonpath="$dir/python"
 }
 
 cmd_env() {
-  local master pythonpath
+  local master python pythonpath
   locate
-  printf 'MOONCAKE_MASTER=%q\nMOONCAKE_PYTHONPATH=%q\n' "$master" "$pythonpath"
+  printf 'MOONCAKE_MASTER=%q\nMOONCAKE_PYTHON=%q\nMOONCAKE_PYTHONPATH=%q\n' "$master" "$python" "$pythonpath"
 }
 
 cmd_start() {
-  local master pythonpath
+  local master python pythonpath
   locate
   local rpc="${MOONCAKE_RPC_PORT:-$(free_port)}" http="${MOONCAKE_HTTP_PORT:-$(free_port)}"
   local metrics="${MOONCAKE_METRICS_PORT:-$(free_port)}"
@@ -270,12 +288,19 @@ cmd_stop() {
 }
 
 case "${1:-}" in
-  build) cmd_build ;;
+  install) cmd_install ;;
+  build)
+    case "${2:-}" in
+      --from-source) cmd_build ;;
+      "") cmd_install ;;
+      *) die "build: unknown option '$2' (use: build --from-source)" ;;
+    esac
+    ;;
   env) cmd_env ;;
   start) cmd_start ;;
   stop) cmd_stop ;;
   *)
-    sed -n '2,27p' "$0" | sed 's/^# \{0,1\}//' >&2
+    sed -n '2,34p' "$0" | sed 's/^# \{0,1\}//' >&2
     exit 2
     ;;
 esac

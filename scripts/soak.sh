@@ -4,8 +4,9 @@
 # a Mooncake master: scripts/mooncake.sh) this script starts on free loopback
 # ports and stops on exit.
 #   scripts/soak.sh [--store redis|mooncake] [--quick] [--seed N] [--metrics-out FILE] [--plot FILE]
-# The kvkey Python module is taken from build/python/python (the CI's CMake
-# build) or build/dev/python when present, else the installed one. Exits
+# Runs in the project venv (scripts/venv.sh). The kvkey Python module is taken
+# from build/dev/python when present (a developer's CMake build), else the one
+# installed in the venv (stage 30-python, or `pip install ./python`). Exits
 # non-zero when the kvkey run used one wrong block.
 set -euo pipefail
 root="$(cd "$(dirname "$0")/.." && pwd)"
@@ -21,11 +22,12 @@ while [ "$#" -gt 0 ]; do
 done
 case "$store" in redis | mooncake) ;; *) echo "soak: --store is redis or mooncake, not $store" >&2; exit 2 ;; esac
 if [ -z "${PYTHONPATH:-}" ]; then
-  for d in "$root/build/python/python" "$root/build/dev/python"; do
+  for d in "$root/build/dev/python"; do
     if [ -f "$d/kvkey/__init__.py" ]; then export PYTHONPATH="$d"; break; fi
   done
 fi
 
+py="$("$root/scripts/venv.sh" | tail -n 1)"
 work="$(mktemp -d /tmp/kvkey-soak-XXXXXX)"
 # shellcheck source=scripts/lib/services.sh
 . "$root/scripts/lib/services.sh"
@@ -36,8 +38,8 @@ if [ "$store" = mooncake ]; then
   trap 'exit 130' INT TERM
   eval "$("$root/scripts/mooncake.sh" start)"
   echo "soak: Mooncake master $MOONCAKE_MASTER on $MOONCAKE_MASTER_ADDR"
-  export PYTHONPATH="$MOONCAKE_PYTHONPATH${PYTHONPATH:+:$PYTHONPATH}"
-  /usr/bin/python3 "$root/bench/soak/soak.py" --store mooncake --master "$MOONCAKE_MASTER_ADDR" \
+  [ -z "$MOONCAKE_PYTHONPATH" ] || export PYTHONPATH="$MOONCAKE_PYTHONPATH${PYTHONPATH:+:$PYTHONPATH}"
+  "$MOONCAKE_PYTHON" "$root/bench/soak/soak.py" --store mooncake --master "$MOONCAKE_MASTER_ADDR" \
     --metadata "$MOONCAKE_METADATA_URL" "${args[@]}"
   exit
 fi
@@ -45,4 +47,4 @@ trap 'stop_services; rm -rf "$work"' EXIT
 trap 'exit 130' INT TERM
 start_redis || { echo "soak: could not start redis-server" >&2; exit 1; }
 echo "soak: $(redis-server --version | cut -d' ' -f1-3) on 127.0.0.1:$redis_port"
-/usr/bin/python3 "$root/bench/soak/soak.py" --redis-port "$redis_port" "${args[@]}"
+"$py" "$root/bench/soak/soak.py" --redis-port "$redis_port" "${args[@]}"

@@ -14,6 +14,11 @@
 #                                 eval "$(scripts/venv.sh env mooncake)"
 #   scripts/venv.sh python      prints the venv's python (creating the venv if missing)
 #
+# A requirement file holding the line `# venv.sh: --no-deps` is installed with pip's
+# --no-deps: exactly the packages it pins go in, nothing they declare (for a package whose
+# declared dependencies are far more than the parts the project imports need; the file then
+# pins those needs itself).
+#
 # The venv is ${KVKEY_VENV:-$HOME/.cache/kvkey/venv}. A requirement file whose
 # pinned versions are all installed already is not installed again (pip is not
 # even started), so a second call returns at once. A package that cannot be had fails the call,
@@ -31,7 +36,7 @@ die() {
 }
 
 usage() {
-  sed -n '2,20p' "$0" | sed 's/^# \{0,1\}//' >&2
+  sed -n '2,25p' "$0" | sed 's/^# \{0,1\}//' >&2
   exit 2
 }
 
@@ -88,8 +93,10 @@ install_requirements() {
   echo "venv.sh: installing python/requirements/$name.txt into $venv" >&2
   local log="$venv/kvkey-requirements/$name.log"
   mkdir -p "$venv/kvkey-requirements"
+  local opts=()
+  if grep -qxF '# venv.sh: --no-deps' "$file"; then opts+=(--no-deps); fi
   if ! PIP_DISABLE_PIP_VERSION_CHECK=1 "$venv/bin/python" -m pip install --require-hashes --quiet \
-    --no-input --root-user-action=ignore -r "$file" >"$log" 2>&1; then
+    --no-input --root-user-action=ignore "${opts[@]}" -r "$file" >"$log" 2>&1; then
     tail -n 25 "$log" >&2
     local pkgs
     pkgs="$(failed_packages "$log")"

@@ -15,8 +15,8 @@ producer's in one respect, looks the prompt up and loads it:
   the lookup still counts nothing and the load rejects it, naming the field;
 - legitimate reuse (the same deployment) still hits with both.
 
-    eval "$(scripts/mooncake.sh env)"; eval "$(scripts/mooncake.sh start)"
-    PYTHONPATH=$MOONCAKE_PYTHONPATH:build/dev/python python3 examples/mooncake/seed_probe.py --check
+    scripts/mooncake.sh install; eval "$(scripts/mooncake.sh env)"; eval "$(scripts/mooncake.sh start)"
+    "$MOONCAKE_PYTHON" examples/mooncake/seed_probe.py --check
 
 The master comes from --master / --metadata or MOONCAKE_MASTER_ADDR / MOONCAKE_METADATA_URL.
 ``--check`` exits 1 unless the table shows what the report predicts: legacy wrong loads in

@@ -1,13 +1,13 @@
 // SPDX-License-Identifier: Apache-2.0
 // redis_connector_demo: save, look up, load and purge kvkey-keyed KV blocks in
 // a running Redis server, through kvkey::Connector over the hiredis store
-// adapter (redis_kvkey_store.hpp).
+// adapter (redis_store.hpp).
 //
 //   redis_connector_demo [port [host]]      (default: $KVKEY_REDIS_PORT or 6379, 127.0.0.1)
 //
 // Uses the tenant "demo" (purged at start and at the end). Exits 1 if any
 // expectation fails, 2 if the server cannot be used.
-#include "redis_kvkey_store.hpp"
+#include "redis_store.hpp"
 
 #include <kvkey/connector.hpp>
 #include <kvkey/key_namespace.hpp>
@@ -166,10 +166,7 @@ int main(int argc, char** argv) {
     const int rc = run(store);
     fmt::print("\nredis_connector_demo: {}\n", rc == 0 ? "all expectations met" : "expectations FAILED");
     return rc;
-  } catch (const kvkey::store_error& e) {
-    fmt::print(stderr, "redis_connector_demo: {}\n", e.what());
-    return 2;
-  } catch (const kvkey_redis::StoreError& e) {
+  } catch (const kvkey::store_error& e) {  // kvkey_redis::StoreError included
     fmt::print(stderr, "redis_connector_demo: {}\n", e.what());
     return 2;
   }

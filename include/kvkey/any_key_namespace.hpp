@@ -85,8 +85,18 @@ class AnyKeyNamespace {
     return visit([&](const auto& n) { return AnyKeyNamespace(n.with_epoch(epoch)); });
   }
   /// The same namespace for tensor-parallel rank tp_rank (KeyNamespace::for_rank).
-  [[nodiscard]] AnyKeyNamespace for_rank(std::uint32_t tp_rank) const {
-    return visit([&](const auto& n) { return AnyKeyNamespace(n.for_rank(tp_rank)); });
+  [[nodiscard]] AnyKeyNamespace for_rank(std::uint32_t rank) const {
+    return visit([&](const auto& n) { return AnyKeyNamespace(n.for_rank(rank)); });
+  }
+  [[nodiscard]] AnyKeyNamespace for_rank(std::uint32_t tp_rank, std::uint32_t pp_rank) const {
+    return visit([&](const auto& n) { return AnyKeyNamespace(n.for_rank(tp_rank, pp_rank)); });
+  }
+  [[nodiscard]] std::vector<AnyKeyNamespace> all_ranks() const {
+    return visit([](const auto& n) {
+      std::vector<AnyKeyNamespace> out;
+      for (auto& r : n.all_ranks()) out.emplace_back(std::move(r));
+      return out;
+    });
   }
   [[nodiscard]] IntegrityMode integrity_mode() const noexcept {
     return visit([](const auto& n) { return n.integrity_mode(); });

@@ -41,6 +41,8 @@ enum class KvDtype : std::uint8_t {
   uint8 = 8,
   uint4 = 9,
   fp4_e2m1 = 10,
+  fp8_e4m3fnuz = 11,  ///< e4m3 with another exponent bias, no infinities, one NaN (AMD MI300: vLLM's "fp8" on gfx94x)
+  fp8_e5m2fnuz = 12,  ///< e5m2, likewise (torch.float8_e5m2fnuz)
 };
 
 namespace detail {
@@ -49,10 +51,18 @@ struct DtypeName {
   std::string_view name;
 };
 inline constexpr DtypeName dtype_names[] = {
-    {KvDtype::fp32, "fp32"},         {KvDtype::fp16, "fp16"},         {KvDtype::bf16, "bf16"},
-    {KvDtype::fp8_e4m3, "fp8_e4m3"}, {KvDtype::fp8_e5m2, "fp8_e5m2"}, {KvDtype::int8, "int8"},
-    {KvDtype::int4, "int4"},         {KvDtype::uint8, "uint8"},       {KvDtype::uint4, "uint4"},
+    {KvDtype::fp32, "fp32"},
+    {KvDtype::fp16, "fp16"},
+    {KvDtype::bf16, "bf16"},
+    {KvDtype::fp8_e4m3, "fp8_e4m3"},
+    {KvDtype::fp8_e5m2, "fp8_e5m2"},
+    {KvDtype::int8, "int8"},
+    {KvDtype::int4, "int4"},
+    {KvDtype::uint8, "uint8"},
+    {KvDtype::uint4, "uint4"},
     {KvDtype::fp4_e2m1, "fp4_e2m1"},
+    {KvDtype::fp8_e4m3fnuz, "fp8_e4m3fnuz"},
+    {KvDtype::fp8_e5m2fnuz, "fp8_e5m2fnuz"},
 };
 }  // namespace detail
 

@@ -16,7 +16,6 @@
 #include <functional>
 #include <limits>
 #include <optional>
-#include <set>
 #include <string>
 #include <string_view>
 #include <type_traits>
@@ -24,6 +23,7 @@
 #include <vector>
 
 #include "kvkey/config.hpp"
+#include "kvkey/detail/strict_json.hpp"
 #include "kvkey/digest.hpp"
 #include "kvkey/errors.hpp"
 #include "kvkey/fingerprint.hpp"
@@ -67,52 +67,6 @@ enum class IdentityJson : std::uint8_t {
 }
 
 namespace detail {
-
-// Rejects nesting deeper than max_depth before the parser builds it, and
-// remembers the first key an object holds twice (dotted path).
-struct StrictJsonCheck {
-  struct Frame {
-    bool object;
-    std::set<std::string> keys;
-    std::string current;
-  };
-  std::size_t max_depth;
-  std::vector<Frame> frames;
-  std::string duplicate;
-
-  template <class BasicJson>
-  bool operator()(int /*depth*/, typename BasicJson::parse_event_t event, BasicJson& parsed) {
-    using Event = typename BasicJson::parse_event_t;
-    switch (event) {
-      case Event::object_start:
-      case Event::array_start:
-        if (frames.size() >= max_depth) {
-          throw input_error("invalid JSON: nested deeper than " + std::to_string(max_depth) + " levels");
-        }
-        frames.push_back({event == Event::object_start, {}, {}});
-        break;
-      case Event::object_end:
-      case Event::array_end:
-        if (!frames.empty()) frames.pop_back();
-        break;
-      case Event::key: {
-        Frame& f = frames.back();
-        f.current = parsed.template get<std::string>();
-        if (!f.keys.insert(f.current).second && duplicate.empty()) {
-          for (const Frame& outer : frames) {
-            if (!outer.object) continue;
-            if (!duplicate.empty()) duplicate += '.';
-            duplicate += outer.current;
-          }
-          if (duplicate.empty()) duplicate = ".";  // an empty key at the top level
-        }
-        break;
-      }
-      case Event::value: break;
-    }
-    return true;
-  }
-};
 
 // Levenshtein distance, for "did you mean" on unknown keys.
 inline std::size_t edit_distance(std::string_view a, std::string_view b) {
@@ -358,10 +312,12 @@ template <class BasicJson = nlohmann::json>
     const TextPosition at = text_position(text, nul);
     throw input_error(std::to_string(at.line) + ":" + std::to_string(at.column) + ": invalid JSON: a NUL byte");
   }
-  detail::StrictJsonCheck check{max_depth, {}, {}};
+  detail::StrictJsonTracker check(max_depth);
   BasicJson j;
   try {
     j = BasicJson::parse(text.begin(), text.end(), std::ref(check));
+  } catch (const detail::JsonTooDeep&) {
+    throw input_error("invalid JSON: nested deeper than " + std::to_string(max_depth) + " levels");
   } catch (const typename BasicJson::parse_error& e) {
     const TextPosition at = text_position(text, e.byte == 0 ? 0 : e.byte - 1);
     throw input_error(std::to_string(at.line) + ":" + std::to_string(at.column) +
@@ -369,7 +325,7 @@ template <class BasicJson = nlohmann::json>
   } catch (const typename BasicJson::exception& e) {  // out_of_range: a number beyond a double (1e400)
     throw input_error("invalid JSON: " + std::string(json_error_reason(e.what())));
   }
-  if (!check.duplicate.empty()) throw input_error(check.duplicate, "duplicate key");
+  if (const std::string* duplicate = check.duplicate()) throw input_error(*duplicate, "duplicate key");
   return j;
 }
 

@@ -143,15 +143,34 @@ class KeyNamespace {
     return KeyNamespace(id, chain_.hasher(), policy_, chain_.native());
   }
 
-  /// The namespace of tensor-parallel rank `tp_rank` of this deployment:
-  /// identical but for shard.tp_rank (hasher and Policy kept). One per rank
-  /// is what a multi-rank Connector takes; identity_error when tp_rank is not
-  /// below shard.tp_size.
-  [[nodiscard]] KeyNamespace for_rank(std::uint32_t tp_rank) const {
+  /// The namespace of rank `rank` of this deployment, ranks numbered as
+  /// engines number them, stage-major: rank = pp_rank * tp_size + tp_rank
+  /// (with pp_size 1, the tensor-parallel rank). Identical but for the shard's
+  /// ranks (hasher and Policy kept). identity_error when rank is not below
+  /// tp_size * pp_size.
+  [[nodiscard]] KeyNamespace for_rank(std::uint32_t rank) const {
+    const std::uint32_t tp = id_.shard.tp_size == 0 ? 1 : id_.shard.tp_size;
+    if (id_.shard.pp_size <= 1) return for_rank(rank, id_.shard.pp_rank);
+    return for_rank(rank % tp, rank / tp);
+  }
+  /// The namespace of tensor-parallel rank tp_rank in pipeline stage pp_rank.
+  [[nodiscard]] KeyNamespace for_rank(std::uint32_t tp_rank, std::uint32_t pp_rank) const {
     Identity id = id_;
     if (policy_.tenant == TenantPolicy::single_tenant) id.tenant.clear();
     id.shard.tp_rank = tp_rank;
+    id.shard.pp_rank = pp_rank;
     return KeyNamespace(id, chain_.hasher(), policy_, chain_.native());
+  }
+  /// Every rank of the deployment, for_rank(0) to for_rank(tp_size * pp_size
+  /// - 1): what a Connector takes, so a lookup verifies every pipeline stage
+  /// and every tensor-parallel rank.
+  [[nodiscard]] std::vector<KeyNamespace> all_ranks() const {
+    const std::uint64_t n = std::uint64_t{id_.shard.tp_size == 0 ? 1u : id_.shard.tp_size} *
+                            (id_.shard.pp_size == 0 ? 1u : id_.shard.pp_size);
+    std::vector<KeyNamespace> out;
+    out.reserve(static_cast<std::size_t>(n));
+    for (std::uint64_t r = 0; r < n; ++r) out.push_back(for_rank(static_cast<std::uint32_t>(r)));
+    return out;
   }
 
   // ---- the chain ------------------------------------------------------------

@@ -33,9 +33,11 @@
 #include <vector>
 
 #include "kvkey/config.hpp"
+#include "kvkey/detail/strict_json.hpp"
 #include "kvkey/digest.hpp"
 #include "kvkey/errors.hpp"
 #include "kvkey/fingerprint.hpp"
+#include "kvkey/geometry.hpp"
 #include "kvkey/identity.hpp"
 #include "kvkey/identity_file.hpp"  // json_error_reason
 #include "kvkey/input_file.hpp"
@@ -122,75 +124,6 @@ namespace detail {
   throw input_error(m);
 }
 
-/// Text from a file for a message: control characters become '?', and more
-/// than 64 bytes are cut.
-inline std::string printable(std::string_view text) {
-  std::string out(text.substr(0, 64));
-  for (char& c : out) {
-    if (static_cast<unsigned char>(c) < 0x20 || c == 0x7f) c = '?';
-  }
-  return text.size() > 64 ? out + "..." : out;
-}
-
-/// Parser callback: refuses nesting deeper than max_depth before the parser
-/// builds it, and keeps the key path of the value being parsed, for errors the
-/// parser reports without one (a number out of range).
-class JsonPathTracker {
- public:
-  JsonPathTracker(const std::string& name, std::size_t max_depth) : name_(name), max_depth_(max_depth) {}
-
-  template <class BasicJson>
-  bool operator()(int /*depth*/, typename BasicJson::parse_event_t event, BasicJson& parsed) {
-    using Event = typename BasicJson::parse_event_t;
-    switch (event) {
-      case Event::object_start:
-      case Event::array_start:
-        if (frames_.size() >= max_depth_) {
-          throw input_error(name_ + ": " + path() + ": nested deeper than " + std::to_string(max_depth_) + " levels");
-        }
-        frames_.push_back({event == Event::object_start, {}, 0});
-        break;
-      case Event::object_end:
-      case Event::array_end:
-        if (!frames_.empty()) frames_.pop_back();
-        if (!frames_.empty()) ++frames_.back().count;
-        break;
-      case Event::key:
-        if (!frames_.empty() && parsed.is_string()) frames_.back().key = parsed.template get_ref<const std::string&>();
-        break;
-      case Event::value:
-        if (!frames_.empty()) ++frames_.back().count;
-        break;
-    }
-    return true;
-  }
-
-  /// "rope_scaling.factor", "layers[2]", or "(top level)": where the parser is.
-  std::string path() const {
-    std::string p;
-    for (const Frame& f : frames_) {
-      if (f.object) {
-        if (!p.empty()) p += '.';
-        p += printable(f.key);
-      } else {
-        p += "[" + std::to_string(f.count) + "]";
-      }
-    }
-    return p.empty() ? "(top level)" : p;
-  }
-
- private:
-  struct Frame {
-    bool object;
-    std::string key;    // objects: the current key
-    std::size_t count;  // arrays: values before the current one
-  };
-
-  const std::string& name_;
-  std::size_t max_depth_;
-  std::vector<Frame> frames_;
-};
-
 /// A JSON value for a message: compact, invalid UTF-8 replaced, at most about 60 bytes.
 inline std::string json_excerpt(const nlohmann::json& j) {
   std::string s = j.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
@@ -227,9 +160,11 @@ inline constexpr std::size_t max_config_depth = 64;  ///< nesting of arrays and 
 /// range" (PATH: the value's key path, e.g. rope_scaling.factor or a[2]).
 [[nodiscard]] inline nlohmann::json parse_json_text(std::string_view text, const std::string& name,
                                                     std::size_t max_depth = max_config_depth) {
-  detail::JsonPathTracker tracker(name, max_depth);
+  detail::StrictJsonTracker tracker(max_depth);
   try {
     return nlohmann::json::parse(text.begin(), text.end(), std::ref(tracker));
+  } catch (const detail::JsonTooDeep&) {
+    throw input_error(name + ": " + tracker.path() + ": nested deeper than " + std::to_string(max_depth) + " levels");
   } catch (const nlohmann::json::parse_error& e) {
     const TextPosition at = text_position(text, e.byte == 0 ? 0 : e.byte - 1);
     throw input_error(name + ":" + std::to_string(at.line) + ":" + std::to_string(at.column) +
@@ -943,6 +878,14 @@ inline Adapter read_adapter_dir(const std::filesystem::path& path, const Adapter
 struct DeploymentParams {
   std::string tenant;
   KvDtype kv_dtype = KvDtype::unset;
+  /// The KV quant layout (kv.quant). Required for an integer kv_dtype (int8,
+  /// int4, ...): given here, or as lmdeploy's quant_policy below.
+  std::optional<Quant> quant;
+  /// lmdeploy's quant_policy (4 or 8): kv_dtype int4 / int8 and the layout
+  /// quant_from_quant_policy gives, with quant_scale_dtype (the model's dtype)
+  /// and the model's head_dim. Not with quant; kv_dtype unset or the same.
+  std::optional<std::uint32_t> quant_policy;
+  KvDtype quant_scale_dtype = KvDtype::unset;
   std::uint32_t block_size = 0;
   std::string layout;
   Shard shard;  ///< tp_size, tp_rank, pp_size, pp_rank
@@ -971,8 +914,10 @@ struct ModelDirIdentity {
 /// then read_adapter_dir when an adapter is given, then validated(). The one
 /// assembly behind `kvkey init` and Identity.from_model_dir. Throws what
 /// read_model_dir and read_adapter_dir throw, input_error("adapter_name") for
-/// an adapter name without an adapter directory, and identity_error when the
-/// result does not validate. identity is returned as given (not as encoded:
+/// an adapter name without an adapter directory, input_error("kv.quant") for
+/// an integer kv_dtype without its quant layout (never a scheme "none"
+/// identity for quantized KV), and identity_error when the result does not
+/// validate. identity is returned as given (not as encoded:
 /// validated()'s single_tenant substitution is not applied).
 [[nodiscard]] inline ModelDirIdentity identity_from_model_dir(const std::filesystem::path& model_dir,
                                                               const DeploymentParams& p) {
@@ -991,8 +936,30 @@ struct ModelDirIdentity {
   mo.overrides = p.overrides;
   mo.hashing.verify = p.verify;
   mo.hashing.progress = p.progress;
+  if (p.quant && p.quant_policy) throw input_error("quant_policy", "give the quant layout or quant_policy, not both");
+  if (p.quant_policy) {
+    const KvDtype d = kv_dtype_from_quant_policy(*p.quant_policy);  // input_error unless 4 or 8
+    if (p.kv_dtype != KvDtype::unset && p.kv_dtype != d) {
+      throw input_error("kv_dtype", "quant_policy " + std::to_string(*p.quant_policy) + " stores " +
+                                        std::string(to_string(d)) + " KV, not " + std::string(to_string(p.kv_dtype)));
+    }
+    if (p.quant_scale_dtype == KvDtype::unset) {
+      throw input_error("quant_scale_dtype", "lmdeploy's quant_policy " + std::to_string(*p.quant_policy) +
+                                                 " keeps a scale and a zero point per token and KV head in the "
+                                                 "model's dtype: give that dtype (e.g. bfloat16)");
+    }
+    id.kv.dtype = d;
+  }
+  if (p.quant) id.kv.quant = *p.quant;
+  if (is_integer_dtype(id.kv.dtype) && !p.quant_policy && id.kv.quant.scheme == "none") {
+    throw input_error("kv.quant", std::string(to_string(id.kv.dtype)) +
+                                      " KV is quantized: give its quant layout (scheme, group size, scale dtype, "
+                                      "zero point) or lmdeploy's quant_policy; a scheme \"none\" identity would "
+                                      "describe other bytes");
+  }
   const ModelDir m = read_model_dir(model_dir, mo);
   m.apply(id);
+  if (p.quant_policy) id.kv.quant = quant_from_quant_policy(*p.quant_policy, p.quant_scale_dtype, id.kv.head_dim);
   out.sources = m.sources;
   if (p.adapter_dir) {
     AdapterDirOptions ao;

@@ -30,6 +30,8 @@
 #include <string>
 #include <string_view>
 #include <thread>
+#include <tuple>
+#include <type_traits>
 #include <utility>
 #include <vector>
 
@@ -113,28 +115,37 @@ struct CaseSpec {
   bool keyed = false;    ///< the reader's namespace is keyed
 };
 
-/// The identity fields a foreign writer differs in, one foreign case each.
+namespace detail {
+// The fields of part P a foreign writer differs in (foreign_fields): every
+// salient leaf of the table, an optional part (the adapter) as a whole, and a
+// part that is not salient (the shard: its layout enters as the slice) by its
+// first member.
+template <class P>
+void collect_foreign_fields(std::vector<std::string>& out) {
+  for_each_field<P>([&out](const auto& info) {
+    using T = typename std::decay_t<decltype(info)>::type;
+    if constexpr (is_identity_part_v<T>) {
+      if ((info.flags & field_not_salient) != 0) {
+        out.emplace_back(std::get<0>(Fields<T>::members).path);
+      } else {
+        collect_foreign_fields<T>(out);
+      }
+    } else {
+      out.emplace_back(info.path);
+    }
+  });
+}
+}  // namespace detail
+
+/// The identity fields a foreign writer differs in, one foreign case each:
+/// the identity's field table (kvkey::Fields, kvkey/identity.hpp) in encoding
+/// order, so a new field gets its foreign case (change_field must know it).
 inline const std::vector<std::string>& foreign_fields() {
-  static const std::vector<std::string> f = {"tenant",
-                                             "model.name",
-                                             "model.revision",
-                                             "model.weights_epoch",
-                                             "model.weights_fingerprint",
-                                             "model.positional_fingerprint",
-                                             "kv.dtype",
-                                             "kv.quant.scheme",
-                                             "kv.quant.group_size",
-                                             "kv.quant.scale_dtype",
-                                             "kv.quant.zero_point",
-                                             "kv.quant.scales_fingerprint",
-                                             "kv.block_size",
-                                             "kv.num_layers",
-                                             "kv.num_kv_heads",
-                                             "kv.head_dim",
-                                             "kv.layout",
-                                             "kv.mla",
-                                             "shard.tp_size",
-                                             "adapter"};
+  static const std::vector<std::string> f = [] {
+    std::vector<std::string> out;
+    detail::collect_foreign_fields<Identity>(out);
+    return out;
+  }();
   return f;
 }
 

@@ -13,19 +13,57 @@ from __future__ import annotations
 
 import asyncio
 import concurrent.futures
-import functools
 import inspect
 import threading
-from typing import Any, Callable, List, Optional, Sequence, TypeVar, Union
+from typing import Any, Callable, List, Optional, Sequence, Set, TypeVar, Union
 
 from . import KeyNamespace
 from .connector import BlockResult, Connector as _SyncConnector, Slots, _Namespaces
-from .stores import StoreError
+from .stores.protocol import StoreError
 
 __all__ = ["Connector"]
 
 _T = TypeVar("_T")
 _METHODS = ("get", "get_prefix", "get_into", "put", "exists", "delete")
+
+
+class _Cancelled(BaseException):
+    """Raised in the worker of a cancelled call, by each store call it still makes: the
+    compiled connector passes it through (no store error is counted), and the call ends."""
+
+
+class _Call:
+    """One connector call under way: the loop its store coroutines run on, and the tasks
+    that run them (cancelled with the call). Only the loop's thread touches ``tasks``."""
+
+    def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
+        self.loop = loop
+        self.cancelled = False
+        self.tasks: Set["asyncio.Task[Any]"] = set()
+
+    def cancel(self) -> None:
+        """On the loop: cancels the store coroutines under way; those not started never start."""
+        self.cancelled = True
+        for t in list(self.tasks):
+            t.cancel()
+
+    def check(self) -> None:
+        if self.cancelled:
+            raise _Cancelled()
+
+    async def run(self, awaitable: Any) -> Any:
+        """The store's awaitable, on the loop, as a task the call can cancel."""
+        if self.cancelled:
+            if inspect.iscoroutine(awaitable):
+                awaitable.close()
+            raise asyncio.CancelledError()
+        task = asyncio.current_task()
+        assert task is not None
+        self.tasks.add(task)
+        try:
+            return await awaitable
+        finally:
+            self.tasks.discard(task)
 
 
 class _Bridge:
@@ -43,32 +81,67 @@ class _Bridge:
 
     def _wrap(self, method: Callable[..., Any]) -> Callable[..., Any]:
         def call(*args: Any) -> Any:
+            current: Optional[_Call] = getattr(self._local, "call", None)
+            if current is not None:
+                current.check()
             result = method(*args)
             if not inspect.isawaitable(result):
+                if current is not None:
+                    current.check()  # a sync store's reply to a call cancelled meanwhile: not used
                 return result
-            loop = getattr(self._local, "loop", None)
-            if loop is None:
+            if current is None:
+                if inspect.iscoroutine(result):
+                    result.close()
                 raise RuntimeError("kvkey.aio: a store coroutine outside a connector call")
-            return asyncio.run_coroutine_threadsafe(_awaited(result), loop).result()
+            # The future is done only once the task is: a cancelled coroutine has ended (its
+            # finally blocks run) before the worker goes on.
+            future = asyncio.run_coroutine_threadsafe(current.run(result), current.loop)
+            try:
+                value = future.result()
+            except (concurrent.futures.CancelledError, asyncio.CancelledError):
+                if current.cancelled:
+                    raise _Cancelled() from None
+                raise StoreError("other", "the store's coroutine was cancelled") from None
+            current.check()
+            return value
 
         return call
 
-    def run(self, loop: asyncio.AbstractEventLoop, f: Callable[[], _T]) -> _T:
-        self._local.loop = loop
+    def run(self, current: _Call, f: Callable[[], _T]) -> Optional[_T]:
+        """f() in the worker, its store coroutines on current's loop; None when the call was
+        cancelled (its result is never used)."""
+        self._local.call = current
         try:
+            current.check()
             return f()
+        except _Cancelled:
+            return None
         finally:
-            self._local.loop = None
+            self._local.call = None
 
 
-async def _awaited(awaitable: Any) -> Any:
-    return await awaitable
+async def _ended(work: "asyncio.Future[Any]") -> None:
+    """Waits until work has ended (however often the waiting task is cancelled again)."""
+    while not work.done():
+        try:
+            await asyncio.shield(work)
+        except BaseException:  # noqa: BLE001 - its result or error, or one more cancel: wait on
+            pass
+    if not work.cancelled():
+        work.exception()  # retrieved: the caller gets CancelledError, not this
 
 
 class Connector:
     """``kvkey.Connector`` with coroutine methods, for an asyncio engine. Arguments as
     for ``kvkey.Connector``; ``executor``: the ``concurrent.futures.Executor`` the
-    connector's work runs in (default: the loop's default executor)."""
+    connector's work runs in (default: the loop's default executor).
+
+    A cancelled call (``task.cancel()``, ``asyncio.wait_for``) cancels the store coroutines
+    it started, makes no further store call, and waits until its work has ended before
+    ``CancelledError`` reaches the caller: once it has, nothing reads the payloads or writes
+    into the buffers of that call. A store read cancelled this way serves nothing (its
+    blocks are not loaded and no store error is counted); a sync store's method, which runs
+    in the worker and cannot be interrupted, is waited for and its reply is not used."""
 
     def __init__(self, store: Any, ns: _Namespaces, *, executor: Optional[concurrent.futures.Executor] = None,
                  **options: Any) -> None:
@@ -103,13 +176,24 @@ class Connector:
                          **self._options)
 
     async def _run(self, f: Callable[..., _T], *args: Any, **kwargs: Any) -> _T:
+        """f(*args, **kwargs) in the executor. Cancelled, the call cancels the store
+        coroutines it started and waits until its work has ended before CancelledError
+        reaches the caller: nothing touches the caller's buffers after that."""
         loop = asyncio.get_running_loop()
+        current = _Call(loop)
         bridge = self._bridge
 
-        def work() -> _T:
-            return bridge.run(loop, lambda: f(*args, **kwargs))
+        def work() -> Optional[_T]:
+            return bridge.run(current, lambda: f(*args, **kwargs))
 
-        return await loop.run_in_executor(self.executor, work)
+        future = loop.run_in_executor(self.executor, work)
+        try:
+            result = await asyncio.shield(future)
+        except asyncio.CancelledError:
+            current.cancel()
+            await _ended(future)
+            raise
+        return result  # type: ignore[return-value]  # None only for a cancelled call
 
     async def save(self, block_hashes: Sequence[bytes], payloads: Sequence[Any], *, rank: int = 0) -> int:
         """``kvkey.Connector.save``: payloads are buffers or lists of buffers (per layer)."""

@@ -14,6 +14,7 @@ from __future__ import annotations
 import ctypes
 import dataclasses
 import importlib
+import inspect
 import logging
 import mmap
 import operator
@@ -21,9 +22,9 @@ import weakref
 from typing import Any, List, Optional, Sequence, Union, cast
 
 from . import InputError, KeyNamespace, Verdict, envelope_size
-from .stores import Store, StoreError
+from .stores.protocol import Store, StoreError
 
-# kvkey::Connector in the binding (python/src/connector.hpp); private, so not in the stubs.
+# kvkey::Connector in the binding (python/src/bind_connector.hpp); private, so not in the stubs.
 _Connector: Any = getattr(importlib.import_module("kvkey._kvkey"), "_Connector")
 
 __all__ = ["BlockResult", "Connector", "Slots", "logger"]
@@ -83,6 +84,24 @@ def _log_store_failure(kind: str, count: int, total: int, message: str) -> None:
 
 
 _Namespaces = Union[KeyNamespace, Sequence[KeyNamespace]]
+
+
+# The store methods a connector calls (and Slots): an asyncio store has them as coroutines.
+_STORE_METHODS = ("get", "get_prefix", "get_into", "put", "exists", "delete", "put_from", "get_into_registered",
+                  "register_memory")
+
+
+def _refuse_async_store(store: Any) -> None:
+    """TypeError for a store whose methods are coroutines (an asyncio store, such as
+    kvkey.stores.aio.RedisStore): this connector would get coroutine objects, never values."""
+    methods = [m for m in _STORE_METHODS
+               if inspect.iscoroutinefunction(getattr(store, m, None)) or
+               inspect.isasyncgenfunction(getattr(store, m, None))]
+    if methods:
+        kind = type(store)
+        raise TypeError(f"kvkey.Connector: the store {kind.__module__}.{kind.__qualname__} is an asyncio store "
+                        f"({', '.join(methods)} {'is a coroutine' if len(methods) == 1 else 'are coroutines'}): "
+                        "use kvkey.aio.Connector with it")
 
 
 def _close(handle: Any) -> None:
@@ -196,7 +215,9 @@ class Connector:
     that keeps failing is logged on the ``kvkey.connector`` logger (WARNING), at most
     once per ``log_interval`` seconds; ``log=False`` turns that off.
 
-    A connector is safe to share between threads when its store is.
+    A connector is safe to share between threads when its store is. An asyncio store
+    (coroutine methods, ``kvkey.stores.aio.RedisStore``) is a ``TypeError`` here: use
+    ``kvkey.aio.Connector`` with it.
     """
 
     def __init__(self, store: Store, ns: _Namespaces, *, metrics: Any = None,
@@ -210,6 +231,7 @@ class Connector:
             raise _input_error("lookup_batch", f"Connector: lookup_batch is {lookup_batch!r}, must be at least 1")
         if not isinstance(raise_errors, bool):
             raise TypeError(f"raise_errors must be a bool, not {type(raise_errors).__name__}")
+        _refuse_async_store(store)
         self.store = store
         self.metrics = metrics
         self.raise_errors = raise_errors

@@ -338,28 +338,45 @@ class _Case:
 _Damage = Callable[["_Case", _Deployment, List[bytes], int], None]
 _Change = Callable[[bytes, "_Case", _Deployment, List[bytes], int], Optional[bytes]]
 
-FIELD_CHANGES: List[Tuple[str, Dict[str, Any]]] = [
-    ("tenant", {}),  # another tenant: see _foreign
-    ("model.name", {"model.name": "kvkey-check-other"}),
-    ("model.revision", {"model.revision": "fedcba9876543210fedcba9876543210fedcba98"}),
-    ("model.weights_epoch", {"model.weights_epoch": 1}),
-    ("model.weights_fingerprint", {"model.weights_fingerprint": kv.fingerprint(b"other weights")}),
-    ("model.positional_fingerprint", {"model.positional_fingerprint": kv.fingerprint(b"rope x4")}),
-    ("kv.dtype", {"kv.dtype": kv.KvDtype.uint8}),
-    ("kv.quant.scheme", {"kv.quant.scheme": "per_token"}),
-    ("kv.quant.group_size", {"kv.quant.group_size": 4}),
-    ("kv.quant.scale_dtype", {"kv.quant.scale_dtype": kv.KvDtype.bf16}),
-    ("kv.quant.zero_point", {"kv.quant.zero_point": True}),
-    ("kv.quant.scales_fingerprint", {"kv.quant.scales_fingerprint": kv.fingerprint(b"scales")}),
-    ("kv.block_size", {"kv.block_size": 8}),
-    ("kv.num_layers", {"kv.num_layers": 3}),
-    ("kv.num_kv_heads", {"kv.num_kv_heads": 4}),
-    ("kv.head_dim", {"kv.head_dim": 16}),
-    ("kv.layout", {"kv.layout": "kvkey.check.v2"}),
-    ("kv.mla", {"kv.mla": True}),
-    ("shard.tp_size", {"shard.tp_size": 1}),
-    ("adapter", {"adapter": kv.Adapter("lora-a", kv.fingerprint(b"lora-a weights"))}),
-]
+# The value each identity field takes in its foreign writer's deployment (the
+# C++ kit's change_field). Which fields have a foreign case comes from the
+# identity's field table (kvkey::testing::foreign_fields, through the binding):
+# a field added there without a value here fails at import, naming it.
+_FOREIGN_VALUES: Dict[str, Any] = {
+    "model.name": "kvkey-check-other",
+    "model.revision": "fedcba9876543210fedcba9876543210fedcba98",
+    "model.weights_epoch": 1,
+    "model.weights_fingerprint": kv.fingerprint(b"other weights"),
+    "model.positional_fingerprint": kv.fingerprint(b"rope x4"),
+    "kv.dtype": kv.KvDtype.uint8,
+    "kv.quant.scheme": "per_token",
+    "kv.quant.group_size": 4,
+    "kv.quant.scale_dtype": kv.KvDtype.bf16,
+    "kv.quant.zero_point": True,
+    "kv.quant.scales_fingerprint": kv.fingerprint(b"scales"),
+    "kv.block_size": 8,
+    "kv.num_layers": 3,
+    "kv.num_kv_heads": 4,
+    "kv.head_dim": 16,
+    "kv.layout": "kvkey.check.v2",
+    "kv.mla": True,
+    "shard.tp_size": 1,
+    "adapter": kv.Adapter("lora-a", kv.fingerprint(b"lora-a weights")),
+}
+
+# The identity fields a foreign writer differs in, in the case table's order.
+FOREIGN_FIELDS: Tuple[str, ...] = tuple(_binding._check_store_foreign_fields)
+
+
+def _field_changes() -> List[Tuple[str, Dict[str, Any]]]:
+    missing = [f for f in FOREIGN_FIELDS if f != "tenant" and f not in _FOREIGN_VALUES]
+    if missing:
+        raise RuntimeError("kvkey.testing: no foreign value for identity field(s) " + ", ".join(missing))
+    # tenant: another tenant, see _foreign
+    return [(f, {} if f == "tenant" else {f: _FOREIGN_VALUES[f]}) for f in FOREIGN_FIELDS]
+
+
+FIELD_CHANGES: List[Tuple[str, Dict[str, Any]]] = _field_changes()
 
 
 def _foreign(field: str, changes: Dict[str, Any]) -> _Damage:

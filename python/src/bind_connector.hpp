@@ -152,22 +152,7 @@ class PyStore : public kvkey::Store {
       return sizes_read(reply, keys.size(), staging, "get_into_registered");
     }
     if (!has_into_) return values(call("get", py::make_tuple(key_list(keys))), keys.size(), "get");
-    py::list views(staging.size());
-    for (std::size_t i = 0; i < staging.size(); ++i) {
-      PyObject* mv = PyMemoryView_FromMemory(static_cast<char*>(staging[i].data),
-                                             static_cast<Py_ssize_t>(staging[i].size), PyBUF_WRITE);
-      if (mv == nullptr) throw py::error_already_set();
-      views[i] = py::reinterpret_steal<py::object>(mv);
-    }
-    py::object reply;
-    try {
-      reply = call("get_into", py::make_tuple(key_list(keys), views));
-    } catch (...) {
-      release(views);
-      throw;
-    }
-    release(views);  // the store may not write into staging after the call
-    return sizes_read(reply, keys.size(), staging, "get_into");
+    return read_into_arena(keys, staging);
   }
   bool reads_into() const noexcept override { return has_into_ || has_registered_; }
   bool registers_memory() const noexcept override { return has_registered_; }
@@ -240,6 +225,75 @@ class PyStore : public kvkey::Store {
     }
     std::shared_ptr<PyOwner> handle;
   };
+  // get_into for a Python store: it is lent views of a bytearray the binding
+  // owns (one per call), never of the connector's staging, so a store that
+  // keeps a view (np.frombuffer(view), memoryview(view), view.obj) keeps that
+  // bytearray alive and never points at freed memory. The views are released
+  // after the call; when nothing else holds the bytearray then, each value is
+  // verified where the store wrote it (no copy; the bytearray is its owner);
+  // when the store kept something, each value is first copied into staging,
+  // which the store cannot reach, so what it writes later is never verified
+  // nor served.
+  std::vector<kvkey::StoreValue> read_into_arena(const std::vector<std::string>& keys,
+                                                 const std::vector<kvkey::MutableBuffer>& staging) {
+    std::size_t total = 0;
+    for (const kvkey::MutableBuffer& b : staging) total += b.size;
+    PyObject* ba = PyByteArray_FromStringAndSize(nullptr, static_cast<Py_ssize_t>(total));
+    if (ba == nullptr) throw py::error_already_set();
+    const py::object arena = py::reinterpret_steal<py::object>(ba);
+    auto* base = reinterpret_cast<std::uint8_t*>(PyByteArray_AS_STRING(ba));
+    std::vector<kvkey::MutableBuffer> lent(staging.size());
+    py::list views(staging.size());
+    {
+      PyObject* whole = PyMemoryView_FromObject(ba);
+      if (whole == nullptr) throw py::error_already_set();
+      const py::object all = py::reinterpret_steal<py::object>(whole);
+      std::size_t off = 0;
+      for (std::size_t i = 0; i < staging.size(); ++i) {
+        lent[i] = {base + off, staging[i].size};
+        PyObject* slice = PySlice_New(py::int_(off).ptr(), py::int_(off + staging[i].size).ptr(), nullptr);
+        if (slice == nullptr) throw py::error_already_set();
+        PyObject* mv = PyObject_GetItem(whole, slice);
+        Py_DECREF(slice);
+        if (mv == nullptr) throw py::error_already_set();
+        views[i] = py::reinterpret_steal<py::object>(mv);
+        off += staging[i].size;
+      }
+      release(py::make_tuple(all));
+    }
+    py::object reply;
+    try {
+      reply = call("get_into", py::make_tuple(key_list(keys), views));
+    } catch (...) {
+      release(views);
+      throw;
+    }
+    release(views);  // a view the store kept (exported: np.frombuffer) stays valid: it holds the bytearray
+    const bool kept = Py_REFCNT(ba) > 1 || reinterpret_cast<PyByteArrayObject*>(ba)->ob_exports > 0;
+    if (reinterpret_cast<std::uint8_t*>(PyByteArray_AS_STRING(ba)) != base ||
+        static_cast<std::size_t>(PyByteArray_GET_SIZE(ba)) != total) {
+      // The store resized the bytearray behind the views (view.obj): nothing in it is the values.
+      throw kvkey::store_error("protocol", "get_into: the store resized the memory it was lent");
+    }
+    if (kept) {
+      for (std::size_t i = 0; i < staging.size(); ++i) {
+        if (staging[i].size != 0) std::memcpy(staging[i].data, lent[i].data, staging[i].size);
+      }
+      return sizes_read(reply, keys.size(), staging, "get_into");
+    }
+    std::vector<kvkey::StoreValue> out = sizes_read(reply, keys.size(), lent, "get_into");
+    const auto owner = std::make_shared<PyOwner>(ba);
+    for (std::size_t i = 0; i < out.size(); ++i) {
+      if (!out[i].present) continue;
+      if (out[i].size > lent[i].size) {  // did not fit: staged, so the connector names it and never serves it
+        if (lent[i].size != 0) std::memcpy(staging[i].data, lent[i].data, lent[i].size);
+        out[i].data = static_cast<const std::uint8_t*>(staging[i].data);
+        continue;
+      }
+      out[i].owner = owner;
+    }
+    return out;
+  }
   static py::list addresses(const std::vector<kvkey::MutableBuffer>& at) {
     py::list out(at.size());
     for (std::size_t i = 0; i < at.size(); ++i) out[i] = py::int_(reinterpret_cast<std::uintptr_t>(at[i].data));
@@ -306,9 +360,11 @@ class PyStore : public kvkey::Store {
     p.error = v.error;
     return p;
   }
-  static void release(const py::list& views) {
-    for (const py::handle& v : views) {
-      if (PyObject_CallMethod(v.ptr(), "release", nullptr) == nullptr) PyErr_Clear();
+  static void release(const py::handle& views) {
+    for (const py::handle& v : py::reinterpret_borrow<py::iterable>(views)) {
+      PyObject* r = PyObject_CallMethod(v.ptr(), "release", nullptr);  // BufferError while exported: kept
+      if (r == nullptr) PyErr_Clear();
+      Py_XDECREF(r);
     }
   }
   static py::list key_list(const std::vector<std::string>& keys) {

@@ -32,7 +32,9 @@ py::object read_without_gil(const Read& read) {
     py::gil_scoped_release release;
     f = read();
   }
-  return to_python(f.identity);
+  py::object out = to_python(f.identity);
+  out.cast<PyIdentity&>().file_policy = f.policy;  // kept, as every reader of identity files keeps it
+  return out;
 }
 
 }  // namespace
@@ -52,8 +54,8 @@ void kvkey_python::bind_identity_file(py::module_& m) {
       py::arg("text"),
       "The identity of an identity file's JSON text (str or bytes), as `kvkey init` writes it. InputError names "
       "the field (`identity_file` when the text is not an identity file's JSON); the identity is not validated. "
-      "`*_file` keys are relative to the working directory. The file's `policy` is the namespace's: pass "
-      "single_tenant=True to KeyNamespace when it says \"single_tenant\".",
+      "`*_file` keys are relative to the working directory. The file's `policy` (single_tenant, payload_check) "
+      "stays with the identity: KeyNamespace(identity) applies it unless given single_tenant= or payload_check=.",
       py::name("from_json")));
   identity.attr("from_file") = py::staticmethod(py::cpp_function(
       [](const py::object& path) {
@@ -62,6 +64,7 @@ void kvkey_python::bind_identity_file(py::module_& m) {
       },
       py::arg("path"),
       "The identity of the identity file at path (at most 1 MiB; `*_file` keys relative to its directory). "
-      "InputError names the field, IoError an unreadable file.",
+      "InputError names the field, IoError an unreadable file. The file's `policy` stays with the identity, as "
+      "from_json.",
       py::name("from_file")));
 }

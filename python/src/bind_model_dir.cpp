@@ -96,7 +96,8 @@ void kvkey_python::bind_model_dir(py::module_& m) {
          const py::object& layout, const py::object& tp_size, const py::object& tp_rank, const py::object& pp_size,
          const py::object& pp_rank, const py::object& adapter_dir, const py::object& revision, const py::object& name,
          const py::object& adapter_name, const py::object& weights_epoch, const py::object& overrides,
-         const py::object& verify_files, const py::object& single_tenant) {
+         const py::object& verify_files, const py::object& single_tenant, const py::object& quant,
+         const py::object& quant_scale_dtype, const py::object& gpu_arch) {
         // Every argument through the binding's checked conversions (convert.hpp), then the library's assembly.
         kvkey::DeploymentParams p;
         if (to_bool(single_tenant, "single_tenant")) p.policy = kvkey::single_tenant;
@@ -108,11 +109,20 @@ void kvkey_python::bind_model_dir(py::module_& m) {
         p.tenant = tenant.is_none() ? std::string() : to_text(tenant, "tenant");
         // kvkey's names and every engine spelling kv_dtype_from_engine accepts ("fp8", "torch.bfloat16", ...).
         try {
-          p.kv_dtype = py::isinstance<kvkey::KvDtype>(kv_dtype) ? kv_dtype.cast<kvkey::KvDtype>()
-                                                                : engine_dtype(kv_dtype, "kv_dtype");
+          if (!is_bool(kv_dtype) && PyLong_Check(kv_dtype.ptr()) != 0) {
+            // lmdeploy's quant_policy: the dtype and its layout (with quant_scale_dtype)
+            p.quant_policy = to_uint<std::uint32_t>(kv_dtype, "kv_dtype");
+            (void)kvkey::kv_dtype_from_quant_policy(*p.quant_policy);  // 4 or 8
+          } else {
+            p.kv_dtype = py::isinstance<kvkey::KvDtype>(kv_dtype)
+                             ? kv_dtype.cast<kvkey::KvDtype>()
+                             : engine_dtype(kv_dtype, "kv_dtype", engine_platform(gpu_arch));
+          }
         } catch (const kvkey::input_error& e) {
           throw kvkey::input_error("kv_dtype", e.detail());  // named as the argument
         }
+        if (!quant.is_none()) p.quant = to_instance<kvkey::Quant>(quant, "quant");
+        if (!quant_scale_dtype.is_none()) p.quant_scale_dtype = engine_dtype(quant_scale_dtype, "quant_scale_dtype");
         p.block_size = to_uint<std::uint32_t>(block_size, "block_size");
         p.layout = to_text(layout, "layout");
         p.shard.tp_size = to_uint<std::uint32_t>(tp_size, "tp_size");
@@ -141,11 +151,16 @@ void kvkey_python::bind_model_dir(py::module_& m) {
       py::arg("layout"), py::arg("tp_size") = 1, py::arg("tp_rank") = 0, py::arg("pp_size") = 1, py::arg("pp_rank") = 0,
       py::arg("adapter_dir") = py::none(), py::arg("revision") = py::none(), py::arg("name") = py::none(),
       py::arg("adapter_name") = py::none(), py::arg("weights_epoch") = 0, py::arg("overrides") = py::none(),
-      py::arg("verify") = false, py::arg("single_tenant") = false,
+      py::arg("verify") = false, py::arg("single_tenant") = false, py::arg("quant") = py::none(),
+      py::arg("quant_scale_dtype") = py::none(), py::arg("gpu_arch") = py::none(),
       "The identity of a model directory (plain, a Hugging Face cache repo or snapshot) as an engine loads it: "
       "geometry from config.json (after `overrides`, a dict applied like vLLM's --hf-overrides), name and revision "
       "from the cache, weights, positional and adapter fingerprints. kv_dtype: any name kv_dtype_from_engine "
-      "accepts ('fp8', 'torch.bfloat16', a torch dtype, ...). single_tenant=True: a store no one else shares (tenant "
+      "accepts ('fp8', 'torch.bfloat16', a torch dtype, ...; gpu_arch: the ROCm gcnArchName, as "
+      "kv_dtype_from_engine), or lmdeploy's quant_policy 4 / 8 (int4 / int8 with lmdeploy's layout: one scale and "
+      "zero point per token and KV head in quant_scale_dtype, the model's dtype). An integer dtype ('int8', ...) "
+      "needs quant=kvkey.Quant(...), its layout: without it InputError (kv.quant). single_tenant=True: a store no one "
+      "else shares (tenant "
       "then stays unset; pass single_tenant=True to KeyNamespace too). InputError / IoError name what is wrong; "
       "IdentityError names an invalid field.",
       py::name("from_model_dir")));

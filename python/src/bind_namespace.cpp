@@ -253,27 +253,44 @@ void bind_namespace(py::module_& m) {
         return "Chain(tokens=" + std::to_string(c.size()) + ", blocks=" + std::to_string(c.blocks()) + ")";
       });
 
+  // The default of single_tenant and payload_check: "not given", so the identity file's policy applies
+  // (an explicit None is a TypeError, as for any other non-bool).
+  const py::object unset = py::module_::import("builtins").attr("object")();
+  m.attr("_POLICY_UNSET") = unset;
   py::class_<Namespace>(m, "KeyNamespace", "Keys, block hashes and envelopes of one deployment's rank.")
-      .def(py::init([](const py::object& id, const py::object& single, const py::object& secret,
-                       const py::object& payload_check) {
-             const kvkey::Identity identity = to_instance<PyIdentity>(id, "identity").value();
-             kvkey::Policy policy = to_bool(single, "single_tenant") ? kvkey::single_tenant : kvkey::Policy{};
-             const std::string check = to_text(payload_check, "payload_check");
-             if (check == "size_only") {
-               policy.payload = kvkey::PayloadCheck::size_only;
-             } else if (check != "required") {
-               throw_input_error("payload_check must be 'required' or 'size_only', not " + quoted(check));
+      .def(py::init([unset](const py::object& id, const py::object& single, const py::object& secret,
+                            const py::object& payload_check) {
+             const PyIdentity& given = to_instance<PyIdentity>(id, "identity");
+             const kvkey::Identity identity = given.value();
+             // The identity file's policy (Identity.from_json / from_file) unless the caller says otherwise.
+             const kvkey::Policy from_file = given.file_policy.value_or(kvkey::Policy{});
+             kvkey::Policy policy;
+             policy.tenant = single.is(unset)                   ? from_file.tenant
+                             : to_bool(single, "single_tenant") ? kvkey::TenantPolicy::single_tenant
+                                                                : kvkey::Policy{}.tenant;
+             policy.payload = from_file.payload;
+             if (!payload_check.is(unset)) {
+               const std::string check = to_text(payload_check, "payload_check");
+               if (check == "size_only") {
+                 policy.payload = kvkey::PayloadCheck::size_only;
+               } else if (check == "required") {
+                 policy.payload = kvkey::Policy{}.payload;
+               } else {
+                 throw_input_error("payload_check must be 'required' or 'size_only', not " + quoted(check));
+               }
              }
              if (secret.is_none()) return Namespace(identity, policy);
              return Namespace(identity, to_instance<kvkey::TenantSecret>(secret, "secret"), policy);
            }),
-           py::arg("identity"), py::kw_only(), py::arg("single_tenant") = false, py::arg("secret") = py::none(),
-           py::arg("payload_check") = "required",
+           py::arg("identity"), py::kw_only(), py::arg("single_tenant") = unset, py::arg("secret") = py::none(),
+           py::arg("payload_check") = unset,
            "Validates the identity (IdentityError names the bad field). single_tenant=True: a store no one else "
            "shares; the tenant must then be empty. secret: a kvkey.TenantSecret keys every hash with "
            "HMAC-SHA-256 and authenticates payloads with Poly1305, as the C++ KeyNamespace<HmacSha256> "
            "(docs/security.md). payload_check='size_only': explicit opt-out of payload digests for callers that "
-           "cannot see the bytes (then seal/verify take a payload size).")
+           "cannot see the bytes (then seal/verify take a payload size). Left out, single_tenant and "
+           "payload_check are the identity file's policy for an identity read by Identity.from_json / from_file, "
+           "else False and 'required'.")
       .def_property_readonly("keyed", &Namespace::keyed, "True when built with a TenantSecret")
       .def_property_readonly(
           "payload_check",
@@ -291,13 +308,20 @@ void bind_namespace(py::module_& m) {
           "(a keyed namespace stays keyed) and policy (single_tenant, payload_check). Switch every rank together.")
       .def(
           "for_rank",
-          [](const Namespace& ns, const py::object& rank) {
-            return ns.for_rank(to_uint<std::uint32_t>(rank, "tp_rank"));
+          [](const Namespace& ns, const py::object& rank, const py::object& pp_rank) {
+            if (pp_rank.is_none()) return ns.for_rank(to_uint<std::uint32_t>(rank, "tp_rank"));
+            return ns.for_rank(to_uint<std::uint32_t>(rank, "tp_rank"), to_uint<std::uint32_t>(pp_rank, "pp_rank"));
           },
-          py::arg("tp_rank"),
-          "This deployment's namespace for tensor-parallel rank `tp_rank`: identical but for shard.tp_rank "
-          "(tenant secret and policy kept). [ns.for_rank(r) for r in range(tp_size)] is what a multi-rank "
-          "Connector takes. IdentityError when tp_rank >= shard.tp_size.")
+          py::arg("tp_rank"), py::arg("pp_rank") = py::none(),
+          "This deployment's namespace for one rank: identical but for the shard's ranks (tenant secret and policy "
+          "kept). for_rank(r): engine rank r, stage-major (r = pp_rank * tp_size + tp_rank; with pp_size 1 the "
+          "tensor-parallel rank); for_rank(tp_rank, pp_rank): that rank of that pipeline stage. ns.all_ranks() "
+          "(every rank of every stage) is what a multi-rank Connector takes. IdentityError when a rank is out of "
+          "range.")
+      .def(
+          "all_ranks", [](const Namespace& ns) { return ns.all_ranks(); },
+          "Every rank's namespace, for_rank(0) .. for_rank(tp_size * pp_size - 1): the ranks a Connector takes, so "
+          "a lookup verifies every pipeline stage.")
       .def_property_readonly(
           "identity", [](const Namespace& ns) { return PyIdentity(ns.identity()); },
           "the validated identity as encoded (a copy)")

@@ -29,8 +29,14 @@ kvkey::KvDtype to_any_dtype(const py::handle& obj, const std::string& field) {
 
 }  // namespace
 
-kvkey::KvDtype engine_dtype(const py::handle& obj, const std::string& field) {
-  if (PyUnicode_Check(obj.ptr())) return kvkey::kv_dtype_from_engine(to_text(obj, field));
+kvkey::EnginePlatform engine_platform(const py::handle& gpu_arch) {
+  kvkey::EnginePlatform p;
+  if (!gpu_arch.is_none()) p.gpu_arch = to_text(gpu_arch, "gpu_arch");
+  return p;
+}
+
+kvkey::KvDtype engine_dtype(const py::handle& obj, const std::string& field, const kvkey::EnginePlatform& platform) {
+  if (PyUnicode_Check(obj.ptr())) return kvkey::kv_dtype_from_engine(to_text(obj, field), platform);
   const std::string type = type_name(obj);
   if (!is_bool(obj) &&
       (PyLong_Check(obj.ptr()) != 0 || type.rfind("numpy.int", 0) == 0 || type.rfind("numpy.uint", 0) == 0)) {
@@ -88,11 +94,18 @@ void bind_value_types(py::module_& m) {
       "dtype_bits", [](const py::object& d) { return kvkey::dtype_bits(to_any_dtype(d, "dtype")); }, py::arg("dtype"),
       "Bits of one element: 32, 16, 8 or 4. dtype: a KvDtype or a name (kvkey's or an engine's).");
   m.def(
-      "kv_dtype_from_engine", [](const py::handle& name) { return engine_dtype(name, "name"); }, py::arg("name"),
-      "The KvDtype of an engine's dtype name: torch ('bfloat16', 'torch.float16', 'half', 'float8_e4m3fn', ...), "
-      "vLLM / SGLang --kv-cache-dtype ('fp8', 'fp8_e4m3', 'fp8_e5m2', 'bf16', ...), kvkey's own names, a torch "
-      "or numpy dtype object, or lmdeploy's quant_policy (8: int8, 4: int4). 'auto' raises InputError: resolve "
-      "it to the model's dtype first. An unknown name raises InputError listing the accepted ones.");
+      "kv_dtype_from_engine",
+      [](const py::handle& name, const py::handle& gpu_arch) {
+        return engine_dtype(name, "name", engine_platform(gpu_arch));
+      },
+      py::arg("name"), py::kw_only(), py::arg("gpu_arch") = py::none(),
+      "The KvDtype of an engine's dtype name: torch ('bfloat16', 'torch.float16', 'half', 'float8_e4m3fn', "
+      "'float8_e4m3fnuz', ...), vLLM / SGLang --kv-cache-dtype ('fp8', 'fp8_e4m3', 'fp8_e5m2', 'bf16', ...), "
+      "kvkey's own names, a torch or numpy dtype object, or lmdeploy's quant_policy (8: int8, 4: int4). "
+      "gpu_arch: the GPU's ROCm gcnArchName (torch.cuda.get_device_properties(0).gcnArchName) where the engine "
+      "runs on ROCm; vLLM's 'fp8' is fp8_e4m3fnuz on gfx94x and fp8_e4m3 (e4m3fn) elsewhere. 'auto' raises "
+      "InputError: resolve it to the model's dtype first. An unknown name raises InputError listing the accepted "
+      "ones.");
 }
 
 }  // namespace kvkey_python

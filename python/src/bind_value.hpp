@@ -26,7 +26,10 @@ namespace kvkey_python {
 // numpy integer too), or a torch / numpy dtype object (by its str():
 // "torch.bfloat16", "float16"), or a numpy scalar type (np.float16). field
 // names the argument in a TypeError.
-kvkey::KvDtype engine_dtype(const py::handle& obj, const std::string& field);
+kvkey::KvDtype engine_dtype(const py::handle& obj, const std::string& field,
+                            const kvkey::EnginePlatform& platform = {});
+/// The EnginePlatform of a gpu_arch argument: None (CUDA and others) or a ROCm gcnArchName str.
+kvkey::EnginePlatform engine_platform(const py::handle& gpu_arch);
 
 // kvkey.OpenedValue: what open_value found. `payload` is a read-only
 // memoryview of the verified bytes inside the caller's value (None unless ok).

@@ -12,6 +12,7 @@
 #include <kvkey/kvkey.hpp>
 
 #include <memory>
+#include <optional>
 #include <string>
 #include <utility>
 #include <vector>
@@ -42,6 +43,9 @@ inline std::string identity_repr(const kvkey::Identity& id) { return part_repr(i
 struct PyIdentity {
   kvkey::Identity id;  // id.adapter is always empty: the adapter lives in `adapter`
   std::shared_ptr<kvkey::Adapter> adapter;
+  // The policy of the identity file it was read from (Identity.from_json /
+  // from_file): KeyNamespace(identity) takes it unless told otherwise.
+  std::optional<kvkey::Policy> file_policy;
 
   PyIdentity() = default;
   explicit PyIdentity(kvkey::Identity v) : id(std::move(v)) {
@@ -49,7 +53,9 @@ struct PyIdentity {
     id.adapter.reset();
   }
   PyIdentity(const PyIdentity& o)
-      : id(o.id), adapter(o.adapter ? std::make_shared<kvkey::Adapter>(*o.adapter) : nullptr) {}
+      : id(o.id),
+        adapter(o.adapter ? std::make_shared<kvkey::Adapter>(*o.adapter) : nullptr),
+        file_policy(o.file_policy) {}
   PyIdentity(PyIdentity&&) = default;
   PyIdentity& operator=(const PyIdentity&) = delete;
   PyIdentity& operator=(PyIdentity&&) = delete;

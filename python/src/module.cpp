@@ -113,6 +113,11 @@ PYBIND11_MODULE(_kvkey, m) {
     for (const std::string_view f : kvkey::testing::report_fields) fields.append(std::string(f));
     m.attr("_check_store_report_fields") = py::tuple(fields);
   }
+  {
+    py::list fields;  // from the identity's field table (kvkey::Fields): one foreign case each
+    for (const std::string& f : kvkey::testing::foreign_fields()) fields.append(f);
+    m.attr("_check_store_foreign_fields") = py::tuple(fields);
+  }
   m.attr("store_key_tag") = std::string(kvkey::store_key_tag);
   m.attr("single_tenant_name") = std::string(kvkey::single_tenant_name);
   m.attr("__version__") = std::to_string(KVKEY_VERSION_MAJOR) + "." + std::to_string(KVKEY_VERSION_MINOR) + "." +

@@ -2,6 +2,7 @@
 
 import copy
 import hashlib
+import json
 import os
 import pathlib
 
@@ -68,7 +69,8 @@ def test_dtype_accepts_enum_and_name():
     i = kvkey.Identity()
     i.kv.dtype = kvkey.KvDtype.bf16
     assert i.kv.dtype == kvkey.KvDtype.bf16
-    for name in ("fp32", "fp16", "bf16", "fp8_e4m3", "fp8_e5m2", "int8", "int4", "uint8", "uint4", "fp4_e2m1"):
+    for name in ("fp32", "fp16", "bf16", "fp8_e4m3", "fp8_e5m2", "int8", "int4", "uint8", "uint4", "fp4_e2m1",
+                 "fp8_e4m3fnuz", "fp8_e5m2fnuz"):
         i.kv.dtype = name
         assert i.kv.dtype.name == name
         assert kvkey.kv_dtype_from_string(name) == i.kv.dtype
@@ -201,6 +203,40 @@ def test_identity_files_are_read_as_the_engine_reads_them(tmp_path):
         examples / "qwen-fp16.json")
     assert kvkey.KeyNamespace(kvkey.Identity.from_json(text)).root.hex() == kvkey.KeyNamespace(
         kvkey.Identity.from_file(examples / "qwen-fp16.json")).root.hex()
+
+
+def test_identity_files_keep_their_policy(tmp_path):
+    examples = pathlib.Path(__file__).resolve().parents[2] / "examples" / "identities"
+    data = json.loads((examples / "qwen-fp16.json").read_text())
+    data.pop("tenant", None)
+    data["policy"] = "single_tenant"
+    path = tmp_path / "single.json"
+    path.write_text(json.dumps(data))
+    for read in (kvkey.Identity.from_file(path), kvkey.Identity.from_json(path.read_text())):
+        ns = kvkey.KeyNamespace(read)  # the file's policy, as every reader of identity files takes it
+        assert ns.single_tenant
+        assert ns.payload_check == "required"
+        assert kvkey.KeyNamespace(read.copy()).single_tenant
+        with pytest.raises(kvkey.IdentityError):
+            kvkey.KeyNamespace(read, single_tenant=False)  # told otherwise: the tenant is then required
+    plain = kvkey.KeyNamespace(kvkey.Identity.from_file(examples / "qwen-fp16.json"))
+    assert not plain.single_tenant and plain.payload_check == "required"
+
+
+def test_for_rank_covers_pipeline_stages():
+    i = make_identity()
+    i.kv.num_layers = 4
+    i.kv.num_kv_heads = 4
+    i.shard = kvkey.Shard(tp_size=2, tp_rank=0, pp_size=2, pp_rank=1)
+    ns = kvkey.KeyNamespace(i)
+    ranks = ns.all_ranks()
+    assert [(r.identity.shard.tp_rank, r.identity.shard.pp_rank) for r in ranks] == [(0, 0), (1, 0), (0, 1), (1, 1)]
+    assert [ns.for_rank(r).root for r in range(4)] == [r.root for r in ranks]
+    assert ns.for_rank(1, pp_rank=1).root == ranks[3].root
+    block = bytes(32)
+    assert len({r.store_key(block) for r in ranks}) == 4
+    with pytest.raises(kvkey.IdentityError):
+        ns.for_rank(4)
 
 
 @pytest.mark.parametrize("text, field", [

@@ -66,7 +66,7 @@ PATHS = {
     "dtype_itemsize int4": lambda: kvkey.dtype_itemsize("int4"),
     "engine auto": lambda: kvkey.kv_dtype_from_engine("auto"),
     "engine unknown": lambda: kvkey.kv_dtype_from_engine("complex64"),
-    "engine fnuz": lambda: kvkey.kv_dtype_from_engine("float8_e5m2fnuz"),
+    "engine scales inside": lambda: kvkey.kv_dtype_from_engine("fp8_inc"),
     "quant_policy": lambda: kvkey.kv_dtype_from_engine(0),
     "kv.block_size type": lambda: set_attr(kvkey.Kv(), "block_size", "16"),
     "kv.block_size range": lambda: set_attr(kvkey.Kv(), "block_size", 2**40),

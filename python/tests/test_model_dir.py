@@ -144,7 +144,7 @@ def test_errors(plain, hf_snapshot):
 def test_kv_dtype_takes_every_engine_spelling(plain):
     """kv_dtype: every name (and object) kv_dtype_from_engine accepts, with its refusals."""
     for name in ["fp8", "bfloat16", "torch.bfloat16", "half", "float16", "torch.float8_e5m2", "float8_e4m3fn",
-                 "bf16", 8, kvkey.KvDtype.fp16]:
+                 "bf16", "float8_e4m3fnuz", kvkey.KvDtype.fp16]:
         i = kvkey.Identity.from_model_dir(plain, revision="r1", **dict(ARGS, kv_dtype=name))
         assert i.kv.dtype == kvkey.kv_dtype_from_engine(name if not isinstance(name, kvkey.KvDtype) else "fp16"), name
     assert kvkey.Identity.from_model_dir(plain, revision="r1", **dict(ARGS, kv_dtype="fp8")).kv.dtype == \
@@ -152,7 +152,7 @@ def test_kv_dtype_takes_every_engine_spelling(plain):
     np = pytest.importorskip("numpy")
     assert kvkey.Identity.from_model_dir(plain, revision="r1", **dict(ARGS, kv_dtype=np.dtype("float16"))).kv.dtype \
         == kvkey.KvDtype.fp16
-    for name, pattern in [("auto", "resolve it first"), ("float8_e4m3fnuz", "another exponent bias"),
+    for name, pattern in [("auto", "resolve it first"), ("float8_e4m3fnuz_x", "unknown kv dtype"),
                           ("fp8_inc", "scales inside the cache"), ("FP8", 'unknown kv dtype "FP8"'),
                           (0, "quant_policy 0")]:
         with pytest.raises(kvkey.InputError, match=pattern) as e:
@@ -347,3 +347,36 @@ def test_revisions_that_escape_refs_are_refused(hf_snapshot, revision, why):
     for where in (root, snap):
         with pytest.raises(kvkey.InputError, match=re.escape(why)):
             kvkey.Identity.from_model_dir(where, revision=revision, **ARGS)
+
+
+def test_fp8_is_resolved_for_the_platform_as_vllm_resolves_it(plain):
+    cuda = kvkey.Identity.from_model_dir(plain, revision="r1", **dict(ARGS, kv_dtype="fp8"))
+    mi300 = kvkey.Identity.from_model_dir(plain, revision="r1", gpu_arch="gfx942:sramecc+:xnack-",
+                                          **dict(ARGS, kv_dtype="fp8"))
+    assert cuda.kv.dtype == kvkey.KvDtype.fp8_e4m3
+    assert mi300.kv.dtype == kvkey.KvDtype.fp8_e4m3fnuz
+    assert kvkey.KeyNamespace(cuda).root != kvkey.KeyNamespace(mi300).root
+    assert kvkey.kv_dtype_from_engine("fp8", gpu_arch="gfx942") == kvkey.KvDtype.fp8_e4m3fnuz
+    assert kvkey.kv_dtype_from_engine("fp8", gpu_arch="gfx950") == kvkey.KvDtype.fp8_e4m3
+    assert kvkey.kv_dtype_from_engine("float8_e5m2fnuz") == kvkey.KvDtype.fp8_e5m2fnuz
+
+
+def test_quantized_kv_needs_its_layout(plain):
+    for name in ("int8", "int4", kvkey.KvDtype.int8, "uint8"):
+        with pytest.raises(kvkey.InputError, match="quant layout") as e:
+            kvkey.Identity.from_model_dir(plain, revision="r1", **dict(ARGS, kv_dtype=name))
+        assert e.value.field == "kv.quant"
+    with pytest.raises(kvkey.InputError, match="model's dtype") as e:
+        kvkey.Identity.from_model_dir(plain, revision="r1", **dict(ARGS, kv_dtype=8))
+    assert e.value.field == "quant_scale_dtype"
+    for policy, dtype in ((8, kvkey.KvDtype.int8), (4, kvkey.KvDtype.int4)):
+        i = kvkey.Identity.from_model_dir(plain, revision="r1", quant_scale_dtype="bfloat16",
+                                          **dict(ARGS, kv_dtype=policy))
+        assert i.kv.dtype == dtype
+        q = i.kv.quant
+        assert (q.scheme, q.group_size, q.scale_dtype, q.zero_point) == \
+            ("per_token_head_asym", i.kv.head_dim, kvkey.KvDtype.bf16, True)
+    quant = kvkey.Quant(scheme="per_token", group_size=32, scale_dtype="fp16")
+    i = kvkey.Identity.from_model_dir(plain, revision="r1", quant=quant, **dict(ARGS, kv_dtype="int8"))
+    assert i.kv.quant == quant
+    assert kvkey.Identity.from_model_dir(plain, revision="r1", **ARGS).kv.quant.scheme == "none"

@@ -1,8 +1,7 @@
 """kvkey.stores.MooncakeStore against a real Mooncake Store, over TCP between two processes.
 
-Stage 44-mooncake builds Mooncake (scripts/mooncake.sh build), starts a master on loopback
-and exports MOONCAKE_MASTER_ADDR and MOONCAKE_METADATA_URL (and MOONCAKE_PYTHONPATH on
-PYTHONPATH). Every test here is marked mooncake (deselected elsewhere with -m "not mooncake");
+Stage 44-mooncake installs the pinned Mooncake wheel (scripts/mooncake.sh install), starts a
+master from it on loopback and exports MOONCAKE_MASTER_ADDR and MOONCAKE_METADATA_URL. Every test here is marked mooncake (deselected elsewhere with -m "not mooncake");
 selected without a master it fails. The objects live in a second process that lends the
 store its memory (kvkey.stores.mooncake.spawn_holder); this process lends none, so every
 value crosses TCP.
@@ -11,6 +10,7 @@ value crosses TCP.
 import pathlib
 import secrets
 import subprocess
+import sys
 
 import pytest
 
@@ -51,7 +51,7 @@ def namespace(**changes):
 
 
 def test_importing_kvkey_stores_does_not_import_mooncake():
-    out = subprocess.run(["/usr/bin/python3", "-c", "import sys, kvkey.stores, kvkey.stores.mooncake; "
+    out = subprocess.run([sys.executable, "-c", "import sys, kvkey.stores, kvkey.stores.mooncake; "
                           "print('mooncake' in sys.modules, 'mooncake.store' in sys.modules)"],
                          capture_output=True, text=True, check=True)
     assert out.stdout.split() == ["False", "False"]

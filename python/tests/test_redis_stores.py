@@ -18,6 +18,7 @@ import numpy as np
 import pytest
 import redis
 import redis.cluster
+from redis.crc import key_slot
 
 import kvkey
 from kvkey.stores import RedisClusterStore, RedisStore, StoreError
@@ -541,3 +542,34 @@ def test_cluster_lookups_and_loads_follow_a_slot_migration(cluster):
         for n in nodes.values():
             n.close()
         store.delete(keys)
+
+
+@pytest.mark.redis_cluster
+def test_cluster_a_stale_slot_map_is_followed_and_the_client_kept():
+    spec = server_env("KVKEY_CLUSTER_NODES", "42-redis-cluster", "redis_cluster")
+    port = int(spec.split()[0].split(":")[0])
+    client = redis.cluster.RedisCluster(host=HOST, port=port)
+    try:
+        store = RedisClusterStore(client)
+        keys = [f"kvkey-redir-{secrets.token_hex(4)}-{i}" for i in range(32)]
+        values = [secrets.token_bytes(64) for _ in keys]
+        assert all(store.put(keys, values))
+        m = client.nodes_manager
+        primaries = client.get_primaries()
+        # make one key's slot point at a primary that does not own it: it answers MOVED
+        slot = key_slot(keys[0].encode())
+        owner = m.slots_cache[slot][0]
+        wrong = next(n for n in primaries if n.name != owner.name)
+        m.slots_cache[slot] = [wrong]
+        before = sorted((n.name, n.server_type) for n in m.nodes_cache.values())
+        got = store.get(keys)
+        assert list(got) == values and not got.errors
+        assert store.redirects["moved"] >= 1
+        assert sorted((n.name, n.server_type) for n in m.nodes_cache.values()) == before
+        # a slot mapped to an address outside the cluster fails at the first hop: the call
+        # (the store was given that map); a MOVED to one is refused for its key
+        store.get(keys)  # refreshes the map (stale after a MOVED)
+        assert m.slots_cache[slot][0].name == owner.name
+        assert store.delete(keys) == len(keys)
+    finally:
+        client.close()

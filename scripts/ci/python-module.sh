@@ -1,18 +1,21 @@
 #!/usr/bin/env bash
-# Makes the kvkey Python module importable for /usr/bin/python3 in a CI stage:
-# prints nothing when the installed module (stage 30-python) has the connector
-# kit, else builds the module with CMake in the directory given ($1) and prints
-# the directory to prepend to PYTHONPATH. Progress goes to stderr.
+# Makes the kvkey Python module importable for the project venv's python in a CI
+# stage: prints nothing when the module installed there (stage 30-python) has the
+# connector kit, else builds the module with CMake in the directory given ($1) and
+# prints the directory to prepend to PYTHONPATH. Progress goes to stderr.
 #   extra="$(scripts/ci/python-module.sh "$root/build/x")"
 set -euo pipefail
 root="${KVKEY_ROOT:-$(cd "$(dirname "$0")/../.." && pwd)}"
+export KVKEY_ROOT="$root"
 jobs="${KVKEY_JOBS:-$(nproc)}"
-py=/usr/bin/python3
 dir="$1"
+shift
+# shellcheck source=scripts/ci/lib/python.sh
+. "$root/scripts/ci/lib/python.sh"  # no arguments: they would be requirement files
 
 if (cd / && "$py" -c 'import kvkey.testing' 2>/dev/null); then exit 0; fi
 echo "kvkey is not importable; building the module in $dir" >&2
-cmake -S "$root" -B "$dir" -DCMAKE_BUILD_TYPE=RelWithDebInfo -DKVKEY_BUILD_PYTHON=ON -DPython_EXECUTABLE="$py" \
+cmake -S "$root" -B "$dir" -DCMAKE_BUILD_TYPE=RelWithDebInfo -DKVKEY_BUILD_PYTHON=ON -DPython_EXECUTABLE=/usr/bin/python3 \
   -DCMAKE_INTERPROCEDURAL_OPTIMIZATION=OFF -DKVKEY_BUILD_TESTS=OFF -DKVKEY_BUILD_EXAMPLES=OFF \
   -DKVKEY_BUILD_TOOLS=OFF >/dev/null
 cmake --build "$dir" --target kvkey_python -j"$jobs" >&2

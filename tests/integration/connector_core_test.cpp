@@ -2,19 +2,17 @@
 // kvkey::Connector over kvkey_redis::RedisStore (the example's hiredis
 // connection as a kvkey::Store) against the shared redis-server: two ranks
 // saved, looked up, loaded and loaded into per-layer parts; a foreign value
-// refused; the conformance kit on the adapter.
-#include "redis_kvkey_store.hpp"
+// refused; a key of another type failing alone (the conformance kit on the
+// same store: store_conformance_test.cpp).
+#include "redis_store.hpp"
 #include "support.hpp"
 
 #include <kvkey/connector.hpp>
-#include <kvkey/testing.hpp>
 
 #include <catch2/catch.hpp>
 
 #include <cstddef>
 #include <cstdint>
-#include <iostream>
-#include <memory>
 #include <string>
 #include <vector>
 
@@ -90,16 +88,6 @@ TEST_CASE("The hiredis store adapter lists and purges keys by prefix", "[redis][
   CHECK(conn1.lookup({blocks[0]}) == 1);
   CHECK(store.purge(d.rank(0).tenant_prefix()) == 1);  // the rest of the tenant
   CHECK(store.keys(d.rank(0).tenant_prefix()).empty());
-}
-
-TEST_CASE("check_store: the example's hiredis store adapter", "[redis][connector]") {
-  const kvkey_redis::Options server = it::shared_server();
-  const kvkey::testing::Report r =
-      kvkey::testing::check_store([server] { return std::make_unique<kvkey_redis::RedisStore>(server); });
-  std::cout << "connector_core: check_store " << r.cases.size() << " cases, wrong loads " << r.wrong_loads()
-            << ", counted rejected " << r.counted_rejected() << ", lost " << r.lost() << '\n';
-  INFO(r.summary());
-  CHECK(r.ok());
 }
 
 TEST_CASE("hiredis store adapter: a WRONGTYPE key fails that key alone, not the batch", "[redis][connector]") {

@@ -21,7 +21,7 @@
 #include "support.hpp"
 
 using it::Deployment;
-using kvkey_redis::LoadStatus;
+using it::Status;
 using kvkey_redis::StoreError;
 
 namespace {
@@ -65,7 +65,7 @@ std::size_t epoch_offset(const kvkey::Identity& id) {
 
 TEST_CASE("damaged values are rejected with the right reason, then recomputed", "[faults]") {
   namespace L = kvkey::envelope_layout;
-  kvkey_redis::Connector store(it::shared_server());
+  it::Store store(it::shared_server());
   const auto id = it::base_identity(it::unique_tenant("faults"));
   const Deployment d("faults", id);
   const auto blocks = d.rank(0).block_hashes(it::prompt(6, 0, 4));
@@ -88,8 +88,8 @@ TEST_CASE("damaged values are rejected with the right reason, then recomputed", 
   const std::vector<Fault> faults = {
       {"truncated inside the header", good.substr(0, 700), kvkey::Reason::malformed, "envelope.size"},
       {"empty value", std::string(), kvkey::Reason::malformed, "envelope.size"},
-      {"truncated payload", good.substr(0, good.size() - 1), kvkey::Reason::malformed, "value.size"},
-      {"trailing bytes", good + "!", kvkey::Reason::malformed, "value.size"},
+      {"truncated payload", good.substr(0, good.size() - 1), kvkey::Reason::size_mismatch, "payload_size"},
+      {"trailing bytes", good + "!", kvkey::Reason::size_mismatch, "payload_size"},
       {"flipped magic bit", flip_bit(good, L::magic), kvkey::Reason::malformed, "envelope.magic"},
       {"flipped version bit", flip_bit(good, L::version), kvkey::Reason::unsupported_version,
        "envelope.format_version"},
@@ -111,22 +111,22 @@ TEST_CASE("damaged values are rejected with the right reason, then recomputed", 
   for (const Fault& f : faults) {
     INFO("fault: " << f.name);
     it::set_raw(store, key, f.value);
-    const auto got = store.load(d.rank(0), blocks, size);
-    CHECK(got[1].status == LoadStatus::rejected);
+    const auto got = it::load(store, d.rank(0), blocks);
+    CHECK(got[1].status == Status::rejected);
     CHECK(got[1].verdict.reason == f.reason);
     CHECK(got[1].verdict.field == f.field);
     CHECK(got[1].payload.empty());
     // Its neighbours are untouched.
-    CHECK(got[0].status == LoadStatus::loaded);
-    CHECK(got[2].status == LoadStatus::loaded);
+    CHECK(got[0].status == Status::loaded);
+    CHECK(got[2].status == Status::loaded);
     // An existence lookup still sees an object; the verified lookup stops at a
     // header that fails (damage behind a valid header is the load's to find).
-    CHECK(store.lookup_existing({&d.rank(0)}, blocks).prefix.blocks == 4);
-    // (A header that claims another payload size verifies: the lookup does not
-    // know the size; the load rejects it.)
-    const bool header_ok = f.reason == kvkey::Reason::payload_mismatch || f.field == "value.size" ||
-                           f.reason == kvkey::Reason::size_mismatch;
-    CHECK(store.lookup({&d.rank(0)}, blocks).prefix.blocks == (header_ok ? 4u : 1u));
+    CHECK(it::lookup_existing(store, {&d.rank(0)}, blocks) == 4);
+    // (The lookup knows the deployment's payload size and reads each value's
+    // size with its header (STRLEN): only damage behind a valid header of the
+    // right size is left for the load to find.)
+    const bool header_ok = f.reason == kvkey::Reason::payload_mismatch;
+    CHECK(it::lookup(store, {&d.rank(0)}, blocks) == (header_ok ? 4u : 1u));
     // Recompute the block: it loads again, byte for byte.
     d.save(store, 0, {blocks[1]});
     CHECK(d.count_exact_loads(store, 0, blocks) == 4);
@@ -214,7 +214,7 @@ StoreError::Kind error_kind_of(const std::function<void()>& call) {
     call();
   } catch (const StoreError& e) {
     INFO(e.what());
-    return e.kind();
+    return e.redis_kind();
   }
   FAIL("the call returned instead of throwing StoreError");
   return StoreError::Kind::server;
@@ -229,8 +229,8 @@ TEST_CASE("broken replies, silence and refused connections are errors, never loa
 
   SECTION("a pipeline reply that stops after the first of three replies") {
     FakeServer server(":1\r\n", true);
-    kvkey_redis::Connector store(server.options());
-    CHECK(error_kind_of([&] { store.lookup({&d.rank(0)}, blocks); }) == StoreError::Kind::io);
+    it::Store store(server.options());
+    CHECK(error_kind_of([&] { it::lookup(store, {&d.rank(0)}, blocks); }) == StoreError::Kind::io);
     CHECK_FALSE(store.connection().connected());
   }
   SECTION("a value that stops part-way") {
@@ -239,27 +239,32 @@ TEST_CASE("broken replies, silence and refused connections are errors, never loa
     std::string reply = "$" + std::to_string(kvkey::envelope_size + size) + "\r\n";
     reply.append(header.begin(), header.end());  // the header, then nothing
     FakeServer server(reply, true);
-    kvkey_redis::Connector store(server.options());
-    std::vector<kvkey_redis::LoadedBlock> got;
-    CHECK(error_kind_of([&] { got = store.load(d.rank(0), blocks, size); }) == StoreError::Kind::io);
+    it::Store store(server.options());
+    std::vector<it::Loaded> got;
+    CHECK(error_kind_of([&] { got = it::load(store, d.rank(0), blocks); }) == StoreError::Kind::io);
     CHECK(got.empty());
   }
   SECTION("a reply that is not RESP") {
     FakeServer server("?garbage\r\n", true);
-    kvkey_redis::Connector store(server.options());
-    CHECK(error_kind_of([&] { store.load(d.rank(0), blocks, size); }) == StoreError::Kind::protocol);
+    it::Store store(server.options());
+    CHECK(error_kind_of([&] { it::load(store, d.rank(0), blocks); }) == StoreError::Kind::protocol);
   }
-  SECTION("a reply of the wrong type") {
+  SECTION("a reply of the wrong type, in step: each key fails alone") {
     FakeServer server("+OK\r\n+OK\r\n+OK\r\n", false);
-    kvkey_redis::Connector store(server.options());
-    CHECK(error_kind_of([&] { store.load(d.rank(0), blocks, size); }) == StoreError::Kind::protocol);
+    it::Store store(server.options());
+    kvkey::Metrics metrics;
+    const auto got = it::load(store, d.rank(0), blocks, &metrics);
+    REQUIRE(got.size() == 3);
+    for (const auto& g : got) CHECK(g.status == it::Status::missing);
+    CHECK(metrics.snapshot().store_error("protocol") == 3);
+    CHECK(store.connection().connected());  // the sentinel came after them
   }
   SECTION("an error reply: a failure of that key alone, in step") {
     FakeServer server("-ERR out of memory\r\n", false);
-    kvkey_redis::Connector store(server.options());
-    const auto got = store.load(d.rank(0), {blocks[0]}, size);
+    it::Store store(server.options());
+    const auto got = it::load(store, d.rank(0), {blocks[0]});
     REQUIRE(got.size() == 1);
-    CHECK(got[0].status == kvkey_redis::LoadStatus::failed);
+    CHECK(got[0].status == it::Status::missing);  // a miss, counted as a store error (server)
     CHECK(got[0].payload.empty());
     CHECK(store.connection().connected());  // the sentinel came after it: the stream is in step
   }
@@ -267,9 +272,9 @@ TEST_CASE("broken replies, silence and refused connections are errors, never loa
     FakeServer server("", false);
     auto options = server.options();
     options.command_timeout = std::chrono::milliseconds(300);
-    kvkey_redis::Connector store(options);
+    it::Store store(options);
     const auto t0 = std::chrono::steady_clock::now();
-    CHECK(error_kind_of([&] { store.load(d.rank(0), blocks, size); }) == StoreError::Kind::timeout);
+    CHECK(error_kind_of([&] { it::load(store, d.rank(0), blocks); }) == StoreError::Kind::timeout);
     const auto waited = std::chrono::steady_clock::now() - t0;
     CHECK(waited >= std::chrono::milliseconds(250));  // not before the timeout
     // The call ends (it does not hang); the bound is loose, a loaded machine may be late.
@@ -292,8 +297,8 @@ TEST_CASE("broken replies, silence and refused connections are errors, never loa
     } closer{reserved};
     kvkey_redis::Options o;
     o.port = ntohs(addr.sin_port);
-    kvkey_redis::Connector store(o);
-    CHECK(error_kind_of([&] { store.lookup({&d.rank(0)}, blocks); }) == StoreError::Kind::connect);
+    it::Store store(o);
+    CHECK(error_kind_of([&] { it::lookup(store, {&d.rank(0)}, blocks); }) == StoreError::Kind::connect);
     CHECK(error_kind_of([&] { d.save(store, 0, blocks); }) == StoreError::Kind::connect);
   }
 }

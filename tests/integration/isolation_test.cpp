@@ -15,7 +15,7 @@
 namespace {
 
 using it::Deployment;
-using kvkey_redis::LoadStatus;
+using it::Status;
 
 kvkey::Identity int4_grouped(kvkey::Identity id, std::uint32_t group_size) {
   id.kv.dtype = kvkey::KvDtype::int4;
@@ -59,7 +59,7 @@ std::vector<Deployment> deployments(const std::string& tenant, const std::string
 }  // namespace
 
 TEST_CASE("deployments sharing a server get no hits and accept no loads from each other", "[isolation]") {
-  kvkey_redis::Connector store(it::shared_server());
+  it::Store store(it::shared_server());
   const std::string tenant = it::unique_tenant("iso");
   const std::string other_tenant = it::unique_tenant("iso-b");
   const std::vector<Deployment> deps = deployments(tenant, other_tenant);
@@ -72,15 +72,16 @@ TEST_CASE("deployments sharing a server get no hits and accept no loads from eac
   std::map<std::string, std::vector<kvkey::Digest>> blocks;
   for (const Deployment& d : deps) {
     INFO("deployment " << d.name());
-    const auto before = store.lookup(d.all_ranks(), tokens);
+    const std::size_t before = it::lookup(store, d.all_ranks(), tokens) * d.identity().kv.block_size;
+    const std::vector<kvkey::Digest> hashes = d.rank(0).block_hashes(tokens);
     if (d.name() == "twin") {
-      CHECK(before.prefix.tokens == full);
+      CHECK(before == full);
     } else {
-      cross_hits += before.prefix.tokens;
+      cross_hits += before;
     }
-    if (d.name() != "twin") d.save_all_ranks(store, before.blocks);
-    CHECK(store.lookup(d.all_ranks(), tokens).prefix.tokens == full);
-    blocks[d.name()] = before.blocks;
+    if (d.name() != "twin") d.save_all_ranks(store, hashes);
+    CHECK(it::lookup(store, d.all_ranks(), tokens) * d.identity().kv.block_size == full);
+    blocks[d.name()] = hashes;
   }
   CHECK(cross_hits == 0);
 
@@ -123,10 +124,10 @@ TEST_CASE("deployments sharing a server get no hits and accept no loads from eac
       const kvkey::Digest& block_b = blocks[b.name()][0];
       const std::string key_b = b.rank(0).store_key(block_b);
       it::set_raw(store, key_b, it::get_raw(store, a.rank(0).store_key(block_a)));
-      const auto got = store.load(b.rank(0), {block_b}, b.payload_size(0)).front();
+      const auto got = it::load(store, b.rank(0), {block_b}).front();
       ++forced;
-      accepted += got.status == LoadStatus::loaded;
-      CHECK(got.status == LoadStatus::rejected);
+      accepted += got.status == Status::loaded;
+      CHECK(got.status == Status::rejected);
       CHECK(got.verdict.reason == kvkey::Reason::identity_mismatch);
       for (const auto& key : {std::make_pair(a.name(), b.name()), std::make_pair(b.name(), a.name())}) {
         const auto it = named.find(key);
@@ -151,7 +152,7 @@ TEST_CASE("deployments sharing a server get no hits and accept no loads from eac
 }
 
 TEST_CASE("head replicas share one object per KV head", "[isolation]") {
-  kvkey_redis::Connector store(it::shared_server());
+  it::Store store(it::shared_server());
   const std::string tenant = it::unique_tenant("replica");
   auto id = it::base_identity(tenant);
   id.kv.num_kv_heads = 2;
@@ -161,13 +162,13 @@ TEST_CASE("head replicas share one object per KV head", "[isolation]") {
   const auto blocks = d.rank(0).block_hashes(tokens);
 
   d.save(store, 0, blocks);  // only rank 0 writes
-  CHECK(store.lookup({&d.rank(0), &d.rank(1)}, blocks).prefix.blocks == 4);
-  CHECK(store.lookup(d.all_ranks(), blocks).prefix.blocks == 0);  // head 1 is missing
-  CHECK(d.count_exact_loads(store, 1, blocks) == 4);              // rank 1 reads rank 0's objects
-  for (const auto& got : store.load(d.rank(2), blocks, d.payload_size(2))) CHECK(got.status == LoadStatus::missing);
+  CHECK(it::lookup(store, {&d.rank(0), &d.rank(1)}, blocks) == 4);
+  CHECK(it::lookup(store, d.all_ranks(), blocks) == 0);  // head 1 is missing
+  CHECK(d.count_exact_loads(store, 1, blocks) == 4);     // rank 1 reads rank 0's objects
+  for (const auto& got : it::load(store, d.rank(2), blocks)) CHECK(got.status == Status::missing);
 
   d.save(store, 3, blocks);  // rank 3 writes head 1, for rank 2 too
-  CHECK(store.lookup(d.all_ranks(), blocks).prefix.blocks == 4);
+  CHECK(it::lookup(store, d.all_ranks(), blocks) == 4);
   CHECK(d.count_exact_loads(store, 2, blocks) == 4);
   CHECK(store.keys(kvkey::tenant_key_prefix(tenant)).size() == 2 * 4);  // 2 heads x 4 blocks, not 4 ranks x 4
 }

@@ -18,7 +18,7 @@
 #include "support.hpp"
 
 using it::Deployment;
-using kvkey_redis::LoadStatus;
+using it::Status;
 using Clock = std::chrono::steady_clock;
 
 namespace {
@@ -110,7 +110,7 @@ TEST_CASE("load: concurrent clients across deployments load no wrong block and l
   for (std::size_t t = 0; t < client_threads; ++t) {
     clients.emplace_back([&, t] {
       Tally& tally = tallies[t];
-      kvkey_redis::Connector store(options);
+      it::Store store(options);
       std::mt19937 rng(static_cast<unsigned>(t + 1));
       auto acked = [&](std::size_t d, std::size_t r, std::size_t p) { return tally.saved.count({d, r, p}) != 0; };
       for (std::size_t op = 0; op < ops_per_thread; ++op) {
@@ -122,18 +122,18 @@ TEST_CASE("load: concurrent clients across deployments load no wrong block and l
         try {
           if (kind < 4) {  // lookup
             ++tally.lookups;
-            const auto found = store.lookup(deps[d].all_ranks(), b);
+            const auto found = it::lookup(store, deps[d].all_ranks(), b);
             bool all_saved = true;
             for (std::size_t rr = 0; rr < deps[d].rank_count(); ++rr) all_saved = all_saved && acked(d, rr, p);
-            if (all_saved && found.prefix.blocks != b.size()) ++tally.lost;
+            if (all_saved && found != b.size()) ++tally.lost;
           } else if (kind < 7) {  // load
             ++tally.loads;
-            const auto got = store.load(deps[d].rank(r), b, deps[d].payload_size(r));
+            const auto got = it::load(store, deps[d].rank(r), b);
             for (std::size_t i = 0; i < got.size(); ++i) {
-              if (got[i].status == LoadStatus::loaded) {
+              if (got[i].status == Status::loaded) {
                 ++tally.blocks_loaded;
                 if (got[i].payload != expected[d][r].at(b[i])) ++tally.wrong;
-              } else if (got[i].status == LoadStatus::rejected) {
+              } else if (got[i].status == Status::rejected) {
                 ++tally.rejected;
               } else if (acked(d, r, p)) {
                 ++tally.lost;
@@ -141,12 +141,12 @@ TEST_CASE("load: concurrent clients across deployments load no wrong block and l
             }
           } else {  // save
             ++tally.saves;
-            std::vector<kvkey_redis::BlockPayload> items;
+            std::vector<kvkey::Payload> items;
             for (const auto& block : b) {
               const auto& bytes = expected[d][r].at(block);
-              items.push_back({block, bytes.data(), bytes.size()});
+              items.emplace_back(bytes.data(), bytes.size());
             }
-            store.save(deps[d].rank(r), items);
+            if (it::connector(store, {&deps[d].rank(r)}).save(b, items) != b.size()) ++tally.errors;
             tally.saved.insert({d, r, p});
           }
         } catch (const kvkey_redis::StoreError&) {
@@ -161,11 +161,11 @@ TEST_CASE("load: concurrent clients across deployments load no wrong block and l
   Tally total;
   for (const Tally& t : tallies) total.add(t);
   // Every acknowledged save, from any client, is still there and verifies.
-  kvkey_redis::Connector check(options);
+  it::Store check(options);
   for (const auto& [d, r, p] : total.saved) {
-    const auto got = check.load(deps[d].rank(r), blocks[d][p], deps[d].payload_size(r));
+    const auto got = it::load(check, deps[d].rank(r), blocks[d][p]);
     for (std::size_t i = 0; i < got.size(); ++i) {
-      if (got[i].status != LoadStatus::loaded) {
+      if (got[i].status != Status::loaded) {
         ++total.lost;
       } else if (got[i].payload != expected[d][r].at(blocks[d][p][i])) {
         ++total.wrong;

@@ -26,12 +26,12 @@ kvkey::Identity tp2(const std::string& tenant) {
 
 TEST_CASE("a lookup counts no block whose header fails, on any rank", "[lookup]") {
   namespace L = kvkey::envelope_layout;
-  kvkey_redis::Connector store(it::shared_server());
+  it::Store store(it::shared_server());
   const std::string tenant = it::unique_tenant("lookup");
   const Deployment d("lookup", tp2(tenant));
   const auto blocks = d.rank(0).block_hashes(it::prompt(31, 0, 4));
   d.save_all_ranks(store, blocks);
-  REQUIRE(store.lookup(d.all_ranks(), blocks).prefix.blocks == 4);
+  REQUIRE(it::lookup(store, d.all_ranks(), blocks) == 4);
 
   // Another deployment of the same tenant and model, in fp8: its own object
   // for the same position, stored under this deployment's key.
@@ -68,27 +68,27 @@ TEST_CASE("a lookup counts no block whose header fails, on any rank", "[lookup]"
   for (const Case& c : cases) {
     INFO("under rank 1's key of block 2: " << c.name);
     it::set_raw(store, key, c.value);
-    CHECK(store.lookup_existing(d.all_ranks(), blocks).prefix.blocks == 4);  // the key exists
-    CHECK(store.lookup(d.all_ranks(), blocks).prefix.blocks == 2);
-    CHECK(store.lookup({&d.rank(1)}, blocks).prefix.blocks == 2);
-    CHECK(store.lookup({&d.rank(0)}, blocks).prefix.blocks == 4);  // rank 0's objects are intact
+    CHECK(it::lookup_existing(store, d.all_ranks(), blocks) == 4);  // the key exists
+    CHECK(it::lookup(store, d.all_ranks(), blocks) == 2);
+    CHECK(it::lookup(store, {&d.rank(1)}, blocks) == 2);
+    CHECK(it::lookup(store, {&d.rank(0)}, blocks) == 4);  // rank 0's objects are intact
     // The load rejects it too: the lookup never counts what the load refuses.
-    const auto loaded = store.load(d.rank(1), {blocks[2]}, d.payload_size(1));
-    CHECK(loaded[0].status == kvkey_redis::LoadStatus::rejected);
+    const auto loaded = it::load(store, d.rank(1), {blocks[2]});
+    CHECK(loaded[0].status == it::Status::rejected);
   }
   it::set_raw(store, key, good);
-  CHECK(store.lookup(d.all_ranks(), blocks).prefix.blocks == 4);
+  CHECK(it::lookup(store, d.all_ranks(), blocks) == 4);
   fmt::print("lookup: {} kinds of foreign header under a live key, none counted\n", cases.size());
 }
 
 TEST_CASE("a lookup of the token form verifies too", "[lookup]") {
-  kvkey_redis::Connector store(it::shared_server());
+  it::Store store(it::shared_server());
   const Deployment d("lookup-tokens", it::base_identity(it::unique_tenant("lookup-tokens")));
   const auto tokens = it::prompt(32, 0, 3);
   const auto blocks = d.rank(0).block_hashes(tokens);
   d.save(store, 0, blocks);
-  CHECK(store.lookup(d.all_ranks(), tokens).prefix.blocks == 3);
+  CHECK(it::lookup(store, d.all_ranks(), tokens) == 3);
   it::set_raw(store, d.rank(0).store_key(blocks[0]), "not an envelope");
-  CHECK(store.lookup(d.all_ranks(), tokens).prefix.blocks == 0);
-  CHECK(store.lookup_existing(d.all_ranks(), tokens).prefix.blocks == 3);
+  CHECK(it::lookup(store, d.all_ranks(), tokens) == 0);
+  CHECK(it::lookup_existing(store, d.all_ranks(), tokens) == 3);
 }

@@ -6,7 +6,7 @@
 
 int main(int argc, char* argv[]) {
   // A write to a connection the server closed must become an error, not kill
-  // the process (see redis_connector.hpp).
+  // the process (see redis_connection.hpp).
   std::signal(SIGPIPE, SIG_IGN);
   return Catch::Session().run(argc, argv);
 }

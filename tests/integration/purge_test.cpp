@@ -12,7 +12,7 @@
 using it::Deployment;
 
 TEST_CASE("purging a tenant by prefix removes exactly that tenant's objects", "[purge]") {
-  kvkey_redis::Connector store(it::shared_server());
+  it::Store store(it::shared_server());
   const std::string a = it::unique_tenant("purge-a");
   const std::string b = it::unique_tenant("purge-b");
   const std::string b2 = b + "2";  // b is a string prefix of b2: the '/' after the tenant must keep them apart
@@ -60,7 +60,7 @@ TEST_CASE("purging a tenant by prefix removes exactly that tenant's objects", "[
 }
 
 TEST_CASE("purging an epoch by prefix keeps the other epochs", "[purge]") {
-  kvkey_redis::Connector store(it::shared_server());
+  it::Store store(it::shared_server());
   const std::string tenant = it::unique_tenant("purge-epoch");
   std::vector<Deployment> deps;
   for (std::uint64_t epoch : {1, 10, 11}) {  // "e1/" is a string prefix of neither "e10/" nor "e11/"
@@ -78,7 +78,7 @@ TEST_CASE("purging an epoch by prefix keeps the other epochs", "[purge]") {
 }
 
 TEST_CASE("purge escapes glob characters in the prefix", "[purge]") {
-  kvkey_redis::Connector store(it::shared_server());
+  it::Store store(it::shared_server());
   const std::string base = "kvkey-it/" + it::unique_tenant("glob") + "/";
   // Each pair: a key under the literal prefix, and one that the prefix would
   // match if it were used as an unescaped glob.
@@ -93,5 +93,5 @@ TEST_CASE("purge escapes glob characters in the prefix", "[purge]") {
     CHECK(it::get_raw(store, base + decoy + "1") == "v");
   }
   CHECK(store.purge(base) == cases.size());  // the decoys
-  CHECK_THROWS_AS(store.purge(""), std::invalid_argument);
+  CHECK_THROWS_AS(store.purge(""), kvkey::input_error);
 }

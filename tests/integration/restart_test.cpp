@@ -14,7 +14,7 @@
 #include "support.hpp"
 
 using it::Deployment;
-using kvkey_redis::LoadStatus;
+using it::Status;
 using kvkey_redis::StoreError;
 using Clock = std::chrono::steady_clock;
 
@@ -63,18 +63,18 @@ TEST_CASE("a server killed and restarted mid-run: errors, recovery, no wrong blo
   for (std::size_t t = 0; t < threads; ++t) {
     clients.emplace_back([&, t] {
       std::mt19937 rng(static_cast<unsigned>(t));
-      kvkey_redis::Connector store(server.options());
+      it::Store store(server.options());
       ClientStats& s = stats[t];
       while (!stop) {
         const std::size_t d = rng() % deps.size();
         const auto& b = blocks[d][rng() % blocks[d].size()];
         const std::size_t r = rng() % deps[d].rank_count();
         try {
-          if (store.lookup(deps[d].all_ranks(), b).prefix.blocks < b.size()) deps[d].save(store, r, b);
-          const auto got = store.load(deps[d].rank(r), b, deps[d].payload_size(r));
+          if (it::lookup(store, deps[d].all_ranks(), b) < b.size()) deps[d].save(store, r, b);
+          const auto got = it::load(store, deps[d].rank(r), b);
           for (std::size_t i = 0; i < got.size(); ++i) {
-            if (got[i].status == LoadStatus::rejected) ++s.rejected;
-            if (got[i].status != LoadStatus::loaded) continue;
+            if (got[i].status == Status::rejected) ++s.rejected;
+            if (got[i].status != Status::loaded) continue;
             ++s.loaded;
             if (got[i].payload != deps[d].payload(r, b[i])) ++s.wrong;
           }
@@ -138,17 +138,17 @@ TEST_CASE("a server killed and restarted mid-run: errors, recovery, no wrong blo
   CHECK(loaded > 0);
 
   // Whatever the clients wrote since the restart loads byte for byte.
-  kvkey_redis::Connector check(server.options());
+  it::Store check(server.options());
   std::size_t present = 0;
   std::size_t inexact = 0;
   for (std::size_t d = 0; d < deps.size(); ++d) {
     for (const auto& b : blocks[d]) {
       for (std::size_t r = 0; r < deps[d].rank_count(); ++r) {
-        const auto got = check.load(deps[d].rank(r), b, deps[d].payload_size(r));
+        const auto got = it::load(check, deps[d].rank(r), b);
         for (std::size_t i = 0; i < got.size(); ++i) {
-          if (got[i].status == LoadStatus::missing) continue;
+          if (got[i].status == Status::missing) continue;
           ++present;
-          inexact += got[i].status != LoadStatus::loaded || got[i].payload != deps[d].payload(r, b[i]);
+          inexact += got[i].status != Status::loaded || got[i].payload != deps[d].payload(r, b[i]);
         }
       }
     }
@@ -162,7 +162,7 @@ TEST_CASE("a stalled server gives timeouts, and the client recovers when it resu
   const Deployment d("stall", it::base_identity(it::unique_tenant("stall")));
   const auto blocks = d.rank(0).block_hashes(it::prompt(9, 0, 3));
   const auto timeout = server.options().command_timeout;
-  kvkey_redis::Connector store(server.options());
+  it::Store store(server.options());
   d.save(store, 0, blocks);
 
   server.pause();
@@ -170,10 +170,10 @@ TEST_CASE("a stalled server gives timeouts, and the client recovers when it resu
   StoreError::Kind kind = StoreError::Kind::server;
   bool threw = false;
   try {
-    store.load(d.rank(0), blocks, d.payload_size(0));
+    it::load(store, d.rank(0), blocks);
   } catch (const StoreError& e) {
     threw = true;
-    kind = e.kind();
+    kind = e.redis_kind();
   }
   const auto waited = Clock::now() - t0;
   server.resume();

@@ -126,37 +126,92 @@ std::vector<std::uint8_t> Deployment::payload(std::size_t r, const kvkey::Digest
   return out;
 }
 
-void Deployment::save(kvkey_redis::Connector& store, std::size_t r, const std::vector<kvkey::Digest>& blocks) const {
+void Deployment::save(Store& store, std::size_t r, const std::vector<kvkey::Digest>& blocks,
+                      kvkey::Metrics* metrics) const {
   std::vector<std::vector<std::uint8_t>> bytes;
-  std::vector<kvkey_redis::BlockPayload> items;
+  std::vector<kvkey::Payload> payloads;
   bytes.reserve(blocks.size());
   for (const auto& b : blocks) bytes.push_back(payload(r, b));
-  for (std::size_t i = 0; i < blocks.size(); ++i) items.push_back({blocks[i], bytes[i].data(), bytes[i].size()});
-  store.save(rank(r), items);
+  for (const auto& p : bytes) payloads.emplace_back(p.data(), p.size());
+  const std::size_t stored = connector(store, {&rank(r)}, metrics).save(blocks, payloads);
+  if (stored != blocks.size()) {
+    throw kvkey_redis::StoreError(
+        kvkey_redis::StoreError::Kind::server,
+        "save: the store took " + std::to_string(stored) + " of " + std::to_string(blocks.size()) + " values");
+  }
 }
 
-void Deployment::save_all_ranks(kvkey_redis::Connector& store, const std::vector<kvkey::Digest>& blocks) const {
+void Deployment::save_all_ranks(Store& store, const std::vector<kvkey::Digest>& blocks) const {
   for (std::size_t r = 0; r < rank_count(); ++r) save(store, r, blocks);
 }
 
-std::size_t Deployment::count_exact_loads(kvkey_redis::Connector& store, std::size_t r,
-                                          const std::vector<kvkey::Digest>& blocks) const {
-  const auto loaded = store.load(rank(r), blocks, payload_size(r));
+std::size_t Deployment::count_exact_loads(Store& store, std::size_t r, const std::vector<kvkey::Digest>& blocks) const {
+  const auto loaded = load(store, rank(r), blocks);
   std::size_t n = 0;
   for (std::size_t i = 0; i < blocks.size(); ++i) {
-    n += loaded[i].status == kvkey_redis::LoadStatus::loaded && loaded[i].payload == payload(r, blocks[i]);
+    n += loaded[i].status == Status::loaded && loaded[i].payload == payload(r, blocks[i]);
   }
   return n;
 }
 
+// ---- kvkey::Connector over the store ---------------------------------------------------
+
+kvkey::Connector<> connector(Store& store, const std::vector<const Namespace*>& ranks, kvkey::Metrics* metrics) {
+  std::vector<Namespace> copies;
+  for (const Namespace* ns : ranks) copies.push_back(*ns);
+  kvkey::Connector<>::Options o;
+  o.metrics = metrics;
+  o.raise_errors = true;
+  return kvkey::Connector<>(store, std::move(copies), o);
+}
+
+std::size_t lookup(Store& store, const std::vector<const Namespace*>& ranks, const std::vector<kvkey::Digest>& blocks,
+                   kvkey::Metrics* metrics) {
+  return connector(store, ranks, metrics).lookup(blocks);
+}
+std::size_t lookup(Store& store, const std::vector<const Namespace*>& ranks, const std::vector<std::int32_t>& tokens) {
+  return lookup(store, ranks, ranks.at(0)->block_hashes(tokens));
+}
+std::size_t lookup_existing(Store& store, const std::vector<const Namespace*>& ranks,
+                            const std::vector<kvkey::Digest>& blocks) {
+  return connector(store, ranks).lookup_existing(blocks);
+}
+std::size_t lookup_existing(Store& store, const std::vector<const Namespace*>& ranks,
+                            const std::vector<std::int32_t>& tokens) {
+  return lookup_existing(store, ranks, ranks.at(0)->block_hashes(tokens));
+}
+
+std::vector<Loaded> load(Store& store, const Namespace& ns, const std::vector<kvkey::Digest>& blocks,
+                         kvkey::Metrics* metrics) {
+  const std::vector<kvkey::LoadedView> views = connector(store, {&ns}, metrics).load_views(blocks);
+  std::vector<Loaded> out(views.size());
+  for (std::size_t i = 0; i < views.size(); ++i) {
+    out[i].status = views[i].result.status;
+    out[i].verdict = views[i].result.verdict;
+    if (views[i].result.loaded()) {
+      const auto* p = static_cast<const std::uint8_t*>(views[i].payload.data);
+      out[i].payload.assign(p, p + views[i].payload.size);
+    }
+  }
+  return out;
+}
+
+std::vector<kvkey::LoadResult> load_into(Store& store, const Namespace& ns, const std::vector<kvkey::Digest>& blocks,
+                                         const std::vector<std::uint8_t*>& dests) {
+  const std::size_t size = static_cast<std::size_t>(ns.payload_size().value_or(0));
+  std::vector<kvkey::MutableBuffer> buffers;
+  for (std::uint8_t* d : dests) buffers.push_back({d, size});
+  return connector(store, {&ns}).load_into(blocks, buffers);
+}
+
 // ---- raw access -------------------------------------------------------------------
 
-std::string get_raw(kvkey_redis::Connector& store, const std::string& key) {
+std::string get_raw(Store& store, const std::string& key) {
   const auto r = store.connection().command({"GET", key});
   return r->type == REDIS_REPLY_STRING ? std::string(r->str, r->len) : std::string();
 }
 
-void set_raw(kvkey_redis::Connector& store, const std::string& key, std::string_view value) {
+void set_raw(Store& store, const std::string& key, std::string_view value) {
   store.connection().command({"SET", key, value});
 }
 

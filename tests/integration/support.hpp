@@ -1,11 +1,16 @@
 // SPDX-License-Identifier: Apache-2.0
 // Shared pieces of the Redis integration tests: the server under test,
-// deployments with deterministic KV payloads, and a redis-server the test
-// controls itself (for kill / restart / stop).
+// deployments with deterministic KV payloads, kvkey::Connector over the
+// example's hiredis store (kvkey_redis::RedisStore), and a redis-server the
+// test controls itself (for kill / restart / stop).
 #ifndef KVKEY_TESTS_INTEGRATION_SUPPORT_HPP
 #define KVKEY_TESTS_INTEGRATION_SUPPORT_HPP
 
-#include "redis_connector.hpp"
+#include "redis_store.hpp"
+
+#include <kvkey/connector.hpp>
+#include <kvkey/kvkey.hpp>
+#include <kvkey/metrics.hpp>
 
 #include <sys/types.h>
 
@@ -17,7 +22,40 @@
 
 namespace it {
 
-using kvkey_redis::Namespace;
+using Namespace = kvkey::KeyNamespace<>;
+using Store = kvkey_redis::RedisStore;
+using Status = kvkey::LoadResult::Status;
+
+/// One block's load through kvkey::Connector::load_views, the payload copied.
+struct Loaded {
+  Status status = Status::missing;
+  kvkey::Verdict verdict;             ///< rejected: why
+  std::vector<std::uint8_t> payload;  ///< the verified KV bytes, only when loaded
+};
+
+/// kvkey::Connector over store for ranks (the namespaces of one deployment,
+/// or some of its ranks). Store errors are raised (Options::raise_errors): the
+/// tests catch kvkey_redis::StoreError; metrics: recorded there, or null.
+kvkey::Connector<> connector(Store& store, const std::vector<const Namespace*>& ranks,
+                             kvkey::Metrics* metrics = nullptr);
+
+/// kvkey::Connector::lookup / lookup_existing: leading blocks verified (existing) on every rank.
+std::size_t lookup(Store& store, const std::vector<const Namespace*>& ranks, const std::vector<kvkey::Digest>& blocks,
+                   kvkey::Metrics* metrics = nullptr);
+std::size_t lookup(Store& store, const std::vector<const Namespace*>& ranks, const std::vector<std::int32_t>& tokens);
+std::size_t lookup_existing(Store& store, const std::vector<const Namespace*>& ranks,
+                            const std::vector<kvkey::Digest>& blocks);
+std::size_t lookup_existing(Store& store, const std::vector<const Namespace*>& ranks,
+                            const std::vector<std::int32_t>& tokens);
+
+/// kvkey::Connector::load_views of ns's blocks, each payload copied.
+std::vector<Loaded> load(Store& store, const Namespace& ns, const std::vector<kvkey::Digest>& blocks,
+                         kvkey::Metrics* metrics = nullptr);
+
+/// kvkey::Connector::load_into of ns's blocks into one buffer per block (each
+/// of ns's payload size).
+std::vector<kvkey::LoadResult> load_into(Store& store, const Namespace& ns, const std::vector<kvkey::Digest>& blocks,
+                                         const std::vector<std::uint8_t*>& dests);
 
 /// The shared server the CI stage started: 127.0.0.1 and $KVKEY_REDIS_PORT.
 /// Fails the test (never skips it) when the variable is not set.
@@ -53,13 +91,13 @@ class Deployment {
   std::size_t payload_size(std::size_t r) const;
   std::vector<std::uint8_t> payload(std::size_t r, const kvkey::Digest& block) const;
 
-  /// Saves rank r's payloads for blocks.
-  void save(kvkey_redis::Connector& store, std::size_t r, const std::vector<kvkey::Digest>& blocks) const;
-  void save_all_ranks(kvkey_redis::Connector& store, const std::vector<kvkey::Digest>& blocks) const;
+  /// Saves rank r's payloads for blocks (kvkey::Connector::save; a store error throws).
+  void save(Store& store, std::size_t r, const std::vector<kvkey::Digest>& blocks,
+            kvkey::Metrics* metrics = nullptr) const;
+  void save_all_ranks(Store& store, const std::vector<kvkey::Digest>& blocks) const;
 
   /// How many of blocks rank r loads with exactly its own payload bytes.
-  std::size_t count_exact_loads(kvkey_redis::Connector& store, std::size_t r,
-                                const std::vector<kvkey::Digest>& blocks) const;
+  std::size_t count_exact_loads(Store& store, std::size_t r, const std::vector<kvkey::Digest>& blocks) const;
 
  private:
   std::string name_;
@@ -68,8 +106,8 @@ class Deployment {
 };
 
 /// The raw stored value of key (empty when missing).
-std::string get_raw(kvkey_redis::Connector& store, const std::string& key);
-void set_raw(kvkey_redis::Connector& store, const std::string& key, std::string_view value);
+std::string get_raw(Store& store, const std::string& key);
+void set_raw(Store& store, const std::string& key, std::string_view value);
 
 /// A TCP port on 127.0.0.1 that nothing listens on right now.
 int free_port();

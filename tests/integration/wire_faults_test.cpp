@@ -20,7 +20,7 @@
 #include "support.hpp"
 
 using it::Deployment;
-using kvkey_redis::LoadStatus;
+using it::Status;
 using kvkey_redis::StoreError;
 
 namespace {
@@ -44,7 +44,7 @@ struct Oracle {
   explicit Oracle(const std::string& tag) : d(tag, tp2(it::unique_tenant(tag))) {
     saved = d.rank(0).block_hashes(it::prompt(21, 0, 32));
     unsaved = d.rank(0).block_hashes(it::prompt(22, 0, 16));
-    kvkey_redis::Connector direct(it::shared_server());
+    it::Store direct(it::shared_server());
     d.save_all_ranks(direct, saved);
   }
   bool is_saved(const kvkey::Digest& b) const { return std::find(saved.begin(), saved.end(), b) != saved.end(); }
@@ -83,7 +83,7 @@ Counts run_mode(const Oracle& o, const Mode& mode, std::uint32_t seed) {
   kvkey_redis::Options options = proxy.options();
   options.command_timeout = std::chrono::milliseconds(1000);  // a length flipped upwards waits this long
   options.call_deadline = mode.call_deadline;
-  kvkey_redis::Connector store(options);
+  it::Store store(options);
   std::mt19937 rng(seed);
   Counts c;
   const std::size_t size = o.d.payload_size(0);
@@ -101,22 +101,22 @@ Counts run_mode(const Oracle& o, const Mode& mode, std::uint32_t seed) {
     bool in_step = true;
     try {
       if (op == 0) {
-        const std::size_t got = store.lookup(o.d.all_ranks(), blocks).prefix.blocks;
+        const std::size_t got = it::lookup(store, o.d.all_ranks(), blocks);
         const std::size_t want = o.prefix(blocks);
         c.unsaved_counted += got > want;
         // A header damaged in transit is a miss (fewer blocks), never more.
         in_step = mode.damages_bytes ? got <= want : got == want;
       } else if (op == 1) {
-        const std::size_t got = store.lookup_existing(o.d.all_ranks(), blocks).prefix.blocks;
+        const std::size_t got = it::lookup_existing(store, o.d.all_ranks(), blocks);
         // Existence cannot be verified: a flipped ":0" reads as ":1".
         in_step = mode.damages_bytes || got == o.prefix(blocks);
       } else if (op == 2) {
-        const auto got = store.load(o.d.rank(r), blocks, size);
+        const auto got = it::load(store, o.d.rank(r), blocks);
         for (std::size_t i = 0; i < blocks.size(); ++i) {
           const bool saved = o.is_saved(blocks[i]);
-          if (got[i].status == LoadStatus::loaded) {
+          if (got[i].status == Status::loaded) {
             c.wrong_loads += !saved || got[i].payload != o.d.payload(r, blocks[i]);
-          } else if (got[i].status == LoadStatus::missing) {
+          } else if (got[i].status == Status::missing) {
             // In step, a saved value's reply reads as nil only when damaged (a
             // flipped CR after its length makes hiredis read "$2048?\n..." as nil).
             in_step = in_step && (!saved || mode.damages_bytes);
@@ -131,9 +131,9 @@ Counts run_mode(const Oracle& o, const Mode& mode, std::uint32_t seed) {
         arena.assign(blocks.size() * size, 0xA5);
         std::vector<std::uint8_t*> dests;
         for (std::size_t i = 0; i < blocks.size(); ++i) dests.push_back(arena.data() + i * size);
-        std::vector<kvkey_redis::LoadOutcome> got;
+        std::vector<kvkey::LoadResult> got;
         try {
-          got = store.load_into(o.d.rank(r), blocks, size, dests);
+          got = it::load_into(store, o.d.rank(r), blocks, dests);
         } catch (const StoreError&) {
           // Destinations hold verified bytes of their own block, or nothing.
           for (std::size_t i = 0; i < blocks.size(); ++i) {
@@ -146,11 +146,11 @@ Counts run_mode(const Oracle& o, const Mode& mode, std::uint32_t seed) {
         for (std::size_t i = 0; i < blocks.size(); ++i) {
           const bool saved = o.is_saved(blocks[i]);
           const std::vector<std::uint8_t> dest(dests[i], dests[i] + size);
-          if (got[i].status == LoadStatus::loaded) {
+          if (got[i].status == Status::loaded) {
             c.wrong_loads += !saved || dest != o.d.payload(r, blocks[i]);
           } else {
             c.wrong_loads += dest != std::vector<std::uint8_t>(size, 0xA5);  // untouched
-            if (got[i].status == LoadStatus::missing) {
+            if (got[i].status == Status::missing) {
               in_step = in_step && (!saved || mode.damages_bytes);
             } else if (++c.rejected, !mode.damages_bytes || !saved) {
               in_step = in_step && mode.damages_bytes && got[i].verdict.field == "envelope.size";
@@ -233,30 +233,30 @@ TEST_CASE("a flipped bit in the first GET reply's length leaves no call out of s
   INFO("the payload ends in " << tail);
   const auto first = payload_ending_in(size, tail);
   {
-    kvkey_redis::Connector direct(it::shared_server());
-    direct.save(d.rank(0), {{blocks[0], first.data(), first.size()}});
+    it::Store direct(it::shared_server());
+    REQUIRE(it::connector(direct, {&d.rank(0)}).save({blocks[0]}, {kvkey::Payload(first.data(), first.size())}) == 1);
     d.save(direct, 0, {blocks[1], blocks[2]});
   }
   it::FaultProxy proxy(shared_port(), {"--flip-at", "0:4:0x08"});
-  kvkey_redis::Connector store(proxy.options());
+  it::Store store(proxy.options());
 
   // The damaged call: its block is never loaded, and the call fails.
-  std::vector<kvkey_redis::LoadedBlock> got;
-  CHECK_THROWS_AS(got = store.load(d.rank(0), {blocks[0]}, size), StoreError);
+  std::vector<it::Loaded> got;
+  CHECK_THROWS_AS(got = it::load(store, d.rank(0), {blocks[0]}), StoreError);
   CHECK(got.empty());
   CHECK_FALSE(store.connection().connected());
 
   // The next calls read their own replies.
-  got = store.load(d.rank(0), {blocks[0], never, blocks[1], blocks[2]}, size);
+  got = it::load(store, d.rank(0), {blocks[0], never, blocks[1], blocks[2]});
   REQUIRE(got.size() == 4);
-  CHECK(got[0].status == LoadStatus::loaded);
+  CHECK(got[0].status == Status::loaded);
   CHECK(got[0].payload == first);
-  CHECK(got[1].status == LoadStatus::missing);
-  CHECK(got[2].status == LoadStatus::loaded);
+  CHECK(got[1].status == Status::missing);
+  CHECK(got[2].status == Status::loaded);
   CHECK(got[2].payload == d.payload(0, blocks[1]));
-  CHECK(got[3].status == LoadStatus::loaded);
-  CHECK(store.lookup({&d.rank(0)}, {blocks[0], blocks[1], never, blocks[2]}).prefix.blocks == 2);
-  CHECK(store.lookup({&d.rank(0)}, {never, blocks[0]}).prefix.blocks == 0);
+  CHECK(got[3].status == Status::loaded);
+  CHECK(it::lookup(store, {&d.rank(0)}, {blocks[0], blocks[1], never, blocks[2]}) == 2);
+  CHECK(it::lookup(store, {&d.rank(0)}, {never, blocks[0]}) == 0);
   CHECK(d.count_exact_loads(store, 0, {blocks[1], blocks[2]}) == 2);
 }
 
@@ -266,21 +266,21 @@ TEST_CASE("a trickling server cannot stretch a call past its deadline", "[wire]"
   const Deployment d("trickle", it::base_identity(it::unique_tenant("trickle")));
   const auto blocks = d.rank(0).block_hashes(it::prompt(25, 0, 4));
   {
-    kvkey_redis::Connector direct(it::shared_server());
+    it::Store direct(it::shared_server());
     d.save(direct, 0, blocks);
   }
   it::FaultProxy proxy(shared_port(), {"--trickle", "32:0.02"});
   auto options = proxy.options();
   options.call_deadline = std::chrono::milliseconds(500);
-  kvkey_redis::Connector store(options);
+  it::Store store(options);
   StoreError::Kind kind = StoreError::Kind::server;
   bool threw = false;
   try {
-    store.load(d.rank(0), blocks, d.payload_size(0));
+    it::load(store, d.rank(0), blocks);
   } catch (const StoreError& e) {
     INFO(e.what());
     threw = true;
-    kind = e.kind();
+    kind = e.redis_kind();
   }
   CHECK(threw);
   CHECK(kind == StoreError::Kind::timeout);
@@ -293,14 +293,14 @@ TEST_CASE("a flipped bit in the first GETRANGE reply's length leaves no lookup o
   const auto blocks = d.rank(0).block_hashes(it::prompt(26, 0, 3));
   const auto never = d.rank(0).block_hashes(it::prompt(27, 0, 1)).front();
   {
-    kvkey_redis::Connector direct(it::shared_server());
+    it::Store direct(it::shared_server());
     d.save_all_ranks(direct, blocks);
   }
   it::FaultProxy proxy(shared_port(), {"--flip-at", "0:4:0x04"});
-  kvkey_redis::Connector store(proxy.options());
-  CHECK_THROWS_AS(store.lookup(d.all_ranks(), blocks), StoreError);
+  it::Store store(proxy.options());
+  CHECK_THROWS_AS(it::lookup(store, d.all_ranks(), blocks), StoreError);
   CHECK_FALSE(store.connection().connected());
-  CHECK(store.lookup(d.all_ranks(), blocks).prefix.blocks == 3);
-  CHECK(store.lookup(d.all_ranks(), {blocks[0], never, blocks[1]}).prefix.blocks == 1);
+  CHECK(it::lookup(store, d.all_ranks(), blocks) == 3);
+  CHECK(it::lookup(store, d.all_ranks(), {blocks[0], never, blocks[1]}) == 1);
   CHECK(d.count_exact_loads(store, 1, blocks) == 3);
 }

@@ -108,7 +108,9 @@ TEST_CASE("kv_dtype_from_engine", "[geometry]") {
     CHECK(kvkey::kv_dtype_from_engine(name) == dtype);
   }
   CHECK_THROWS_WITH(kvkey::kv_dtype_from_engine("auto"), Catch::Contains("resolve it first"));
-  CHECK_THROWS_WITH(kvkey::kv_dtype_from_engine("float8_e4m3fnuz"), Catch::Contains("exponent bias"));
+  CHECK(kvkey::kv_dtype_from_engine("float8_e4m3fnuz") == KvDtype::fp8_e4m3fnuz);
+  CHECK(kvkey::kv_dtype_from_engine("torch.float8_e5m2fnuz") == KvDtype::fp8_e5m2fnuz);
+  CHECK(kvkey::kv_dtype_from_engine("fp8_e4m3fnuz") == KvDtype::fp8_e4m3fnuz);
   CHECK_THROWS_WITH(kvkey::kv_dtype_from_engine("fp8_ds_mla"), Catch::Contains("kv.quant"));
   CHECK_THROWS_WITH(kvkey::kv_dtype_from_engine("float64"), Catch::Contains("unknown kv dtype \"float64\"") &&
                                                                 Catch::Contains("bfloat16") &&
@@ -118,4 +120,45 @@ TEST_CASE("kv_dtype_from_engine", "[geometry]") {
   CHECK(kvkey::kv_dtype_from_quant_policy(4) == KvDtype::int4);
   CHECK_THROWS_WITH(kvkey::kv_dtype_from_quant_policy(0), Catch::Contains("model's dtype"));
   CHECK_THROWS_AS(kvkey::kv_dtype_from_quant_policy(2), kvkey::input_error);
+}
+
+TEST_CASE("fp8 is resolved per platform, as vLLM resolves it", "[geometry]") {
+  using kvkey::KvDtype;
+  kvkey::EnginePlatform cuda;
+  kvkey::EnginePlatform mi300;
+  mi300.gpu_arch = "gfx942:sramecc+:xnack-";
+  kvkey::EnginePlatform mi355;
+  mi355.gpu_arch = "gfx950";
+  CHECK_FALSE(cuda.fp8_fnuz());
+  CHECK(mi300.fp8_fnuz());
+  CHECK_FALSE(mi355.fp8_fnuz());
+  CHECK(kvkey::kv_dtype_from_engine("fp8", cuda) == KvDtype::fp8_e4m3);
+  CHECK(kvkey::kv_dtype_from_engine("fp8", mi355) == KvDtype::fp8_e4m3);
+  CHECK(kvkey::kv_dtype_from_engine("fp8", mi300) == KvDtype::fp8_e4m3fnuz);
+  CHECK(kvkey::kv_dtype_from_engine("fp8_e4m3", mi300) == KvDtype::fp8_e4m3fnuz);
+  CHECK(kvkey::kv_dtype_from_engine("float8_e4m3fn", mi300) == KvDtype::fp8_e4m3);  // an explicit torch dtype
+  CHECK(kvkey::kv_dtype_from_engine("bfloat16", mi300) == KvDtype::bf16);
+  // The two deployments' identities differ: their values never verify for each other.
+  kvkey::Identity a =
+      kvkey_test::make_identity("t", "m", kvkey_test::qwen_7b_revision, {KvDtype::fp8_e4m3, 4, 2, 16, 8, "x"});
+  kvkey::Identity b = a;
+  b.kv.dtype = kvkey::kv_dtype_from_engine("fp8", mi300);
+  CHECK(kvkey::first_difference(a, b) == "kv.dtype");
+  CHECK(kvkey::dtype_bits(KvDtype::fp8_e4m3fnuz) == 8);
+}
+
+TEST_CASE("quant_from_quant_policy is lmdeploy's layout", "[geometry]") {
+  using kvkey::KvDtype;
+  const kvkey::Quant q = kvkey::quant_from_quant_policy(8, KvDtype::bf16, 128);
+  CHECK(q.scheme == "per_token_head_asym");
+  CHECK(q.group_size == 128);
+  CHECK(q.scale_dtype == KvDtype::bf16);
+  CHECK(q.zero_point);
+  CHECK(kvkey::quant_from_quant_policy(4, KvDtype::fp16, 64).group_size == 64);
+  CHECK_THROWS_AS(kvkey::quant_from_quant_policy(0, KvDtype::fp16, 64), kvkey::input_error);
+  CHECK_THROWS_AS(kvkey::quant_from_quant_policy(8, KvDtype::int8, 64), kvkey::input_error);
+  CHECK_THROWS_AS(kvkey::quant_from_quant_policy(8, KvDtype::unset, 64), kvkey::input_error);
+  CHECK(kvkey::is_integer_dtype(KvDtype::int4));
+  CHECK(kvkey::is_integer_dtype(KvDtype::uint8));
+  CHECK_FALSE(kvkey::is_integer_dtype(KvDtype::fp8_e4m3));
 }

@@ -97,7 +97,7 @@ TEST_CASE("Every validation rule raises identity_error naming its field", "[iden
       {"revision of 129 bytes", [](Identity& i) { i.model.revision = std::string(129, 'r'); }, "model.revision"},
       // kv.dtype
       {"unset dtype", [](Identity& i) { i.kv.dtype = kvkey::KvDtype::unset; }, "kv.dtype"},
-      {"dtype code 11", [](Identity& i) { i.kv.dtype = static_cast<kvkey::KvDtype>(11); }, "kv.dtype"},
+      {"dtype code 13", [](Identity& i) { i.kv.dtype = static_cast<kvkey::KvDtype>(13); }, "kv.dtype"},
       {"dtype code 255", [](Identity& i) { i.kv.dtype = static_cast<kvkey::KvDtype>(255); }, "kv.dtype"},
       // kv.quant
       {"empty quant scheme", [](Identity& i) { i.kv.quant.scheme.clear(); }, "kv.quant.scheme"},
@@ -270,7 +270,7 @@ TEST_CASE("The single_tenant policy encodes the visible tenant _single", "[ident
 
 TEST_CASE("KvDtype names and codes", "[identity]") {
   using kvkey::KvDtype;
-  CHECK(kvkey::kv_dtype_count == 10);
+  CHECK(kvkey::kv_dtype_count == 12);
   std::set<std::string_view> names;
   for (int code = 1; code <= static_cast<int>(kvkey::kv_dtype_count); ++code) {
     const auto d = static_cast<KvDtype>(code);
@@ -293,11 +293,14 @@ TEST_CASE("KvDtype names and codes", "[identity]") {
   CHECK(static_cast<int>(KvDtype::uint8) == 8);
   CHECK(static_cast<int>(KvDtype::uint4) == 9);
   CHECK(static_cast<int>(KvDtype::fp4_e2m1) == 10);
+  CHECK(static_cast<int>(KvDtype::fp8_e4m3fnuz) == 11);
+  CHECK(static_cast<int>(KvDtype::fp8_e5m2fnuz) == 12);
   CHECK(kvkey::to_string(KvDtype::fp8_e4m3) == "fp8_e4m3");
+  CHECK(kvkey::to_string(KvDtype::fp8_e4m3fnuz) == "fp8_e4m3fnuz");
   CHECK(kvkey::to_string(KvDtype::unset) == "unset");
-  CHECK(kvkey::to_string(static_cast<KvDtype>(11)) == "invalid");
+  CHECK(kvkey::to_string(static_cast<KvDtype>(13)) == "invalid");
   CHECK_FALSE(kvkey::is_valid(KvDtype::unset));
-  CHECK_FALSE(kvkey::is_valid(static_cast<KvDtype>(11)));
+  CHECK_FALSE(kvkey::is_valid(static_cast<KvDtype>(13)));
   for (const char* bad : {"", "unset", "invalid", "FP16", "fp16 ", "float16"}) {
     CAPTURE(bad);
     CHECK_FALSE(kvkey::kv_dtype_from_string(bad).has_value());
@@ -314,7 +317,7 @@ TEST_CASE("all_dtypes lists every valid dtype once, in code order", "[identity]"
   }
   CHECK(std::vector<KvDtype>(all.begin(), all.end()) == valid);
   CHECK(all.front() == KvDtype::fp32);
-  CHECK(all.back() == KvDtype::fp4_e2m1);
+  CHECK(all.back() == KvDtype::fp8_e5m2fnuz);
 }
 
 // ---- shard slices ------------------------------------------------------------------

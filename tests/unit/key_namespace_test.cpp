@@ -8,6 +8,7 @@
 // and the reference would still be caught.
 #include <kvkey/kvkey.hpp>
 
+#include "support/fixtures.hpp"
 #include "support/reference.hpp"
 
 #include <catch2/catch.hpp>
@@ -16,6 +17,7 @@
 #include <cstring>
 #include <limits>
 #include <random>
+#include <set>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -252,4 +254,36 @@ TEST_CASE("KeyNamespace::verify's one-pass check gives verify_envelope's verdict
   CHECK(ns.verify(expected, blocks[1], payload).ok());
   CHECK(ns.verify(expected.data(), 1023, blocks[1], payload).reason == kvkey::Reason::malformed);
   CHECK(ns.verify(nullptr, 1024, blocks[1], payload).reason == kvkey::Reason::malformed);
+}
+
+TEST_CASE("for_rank and all_ranks cover every pipeline stage", "[key_namespace]") {
+  kvkey::Identity id =
+      kvkey_test::make_identity("t", "m", kvkey_test::qwen_7b_revision, {kvkey::KvDtype::fp16, 16, 4, 4, 8, "x"});
+  id.shard.tp_size = 2;
+  id.shard.pp_size = 2;
+  id.shard.pp_rank = 1;  // the namespace of one process; its rank list names every other
+  const kvkey::KeyNamespace<> ns(id);
+  const std::vector<kvkey::KeyNamespace<>> all = ns.all_ranks();
+  REQUIRE(all.size() == 4);
+  std::set<std::string> keys;
+  const kvkey::Digest block = kvkey::fingerprint("block");
+  for (std::uint32_t r = 0; r < 4; ++r) {
+    CAPTURE(r);
+    CHECK(all[r].identity().shard.tp_rank == r % 2);
+    CHECK(all[r].identity().shard.pp_rank == r / 2);
+    CHECK(ns.for_rank(r).store_key(block) == all[r].store_key(block));
+    CHECK(ns.for_rank(r % 2, r / 2).slice() == all[r].slice());
+    keys.insert(all[r].store_key(block));
+  }
+  CHECK(keys.size() == 4);  // every (stage, rank) slice is its own value
+  CHECK(all[2].slice().layer_begin == 2);
+  CHECK_THROWS_AS(ns.for_rank(4), kvkey::identity_error);
+  CHECK_THROWS_AS(ns.for_rank(0, 2), kvkey::identity_error);
+  // pp_size 1: for_rank(r) is the tensor-parallel rank, as before
+  id.shard.pp_size = 1;
+  id.shard.pp_rank = 0;
+  const kvkey::KeyNamespace<> tp_only(id);
+  CHECK(tp_only.all_ranks().size() == 2);
+  CHECK(tp_only.for_rank(1).identity().shard.tp_rank == 1);
+  CHECK_THROWS_AS(tp_only.for_rank(2), kvkey::identity_error);
 }

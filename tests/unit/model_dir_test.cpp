@@ -515,6 +515,54 @@ TEST_CASE("model_dir: apply fills the identity's model and geometry, keeping the
   CHECK(id.kv.num_layers == 61);
 }
 
+TEST_CASE("model_dir: quantized KV needs its quant layout, never a scheme none identity", "[model_dir]") {
+  TempDir t;
+  const fs::path dir = model_dir(t, llama3_8b);
+  kvkey::DeploymentParams p;
+  p.tenant = "t";
+  p.block_size = 64;
+  p.layout = "lmdeploy.v1";
+  p.revision = "r1";
+  for (const kvkey::KvDtype d : {kvkey::KvDtype::int8, kvkey::KvDtype::int4, kvkey::KvDtype::uint8}) {
+    p.kv_dtype = d;
+    CAPTURE(kvkey::to_string(d));
+    try {
+      (void)kvkey::identity_from_model_dir(dir, p);
+      FAIL("an integer kv dtype without a quant layout was accepted");
+    } catch (const kvkey::input_error& e) {
+      CHECK(e.field() == "kv.quant");
+      CHECK_THAT(e.detail(), Catch::Contains("quant layout"));
+    }
+  }
+  // lmdeploy's quant_policy: its layout, with the model's dtype for the scales
+  p.kv_dtype = kvkey::KvDtype::unset;
+  p.quant_policy = 8;
+  CHECK_THROWS_MATCHES(kvkey::identity_from_model_dir(dir, p), kvkey::input_error,
+                       Catch::Predicate<kvkey::input_error>(
+                           [](const kvkey::input_error& e) { return e.field() == "quant_scale_dtype"; }));
+  p.quant_scale_dtype = kvkey::KvDtype::bf16;
+  const kvkey::Identity int8 = kvkey::identity_from_model_dir(dir, p).identity;
+  CHECK(int8.kv.dtype == kvkey::KvDtype::int8);
+  CHECK(int8.kv.quant == kvkey::quant_from_quant_policy(8, kvkey::KvDtype::bf16, 128));
+  p.quant_policy = 4;
+  const kvkey::Identity int4 = kvkey::identity_from_model_dir(dir, p).identity;
+  CHECK(int4.kv.dtype == kvkey::KvDtype::int4);
+  CHECK(int4.kv.quant.group_size == 128);
+  p.kv_dtype = kvkey::KvDtype::int8;  // disagrees with quant_policy 4
+  CHECK_THROWS_AS(kvkey::identity_from_model_dir(dir, p), kvkey::input_error);
+  // an explicit layout
+  p.quant_policy.reset();
+  kvkey::Quant q;
+  q.scheme = "per_token";
+  q.scale_dtype = kvkey::KvDtype::fp16;
+  p.quant = q;
+  CHECK(kvkey::identity_from_model_dir(dir, p).identity.kv.quant == q);
+  // fp16 KV needs none
+  p.quant.reset();
+  p.kv_dtype = kvkey::KvDtype::fp16;
+  CHECK(kvkey::identity_from_model_dir(dir, p).identity.kv.quant.scheme == "none");
+}
+
 TEST_CASE("model_dir: a PEFT adapter's fingerprint covers its weights and its config", "[model_dir]") {
   TempDir t;
   const fs::path d = t.path() / "my-lora";

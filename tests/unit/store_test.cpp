@@ -10,11 +10,13 @@
 
 #include <catch2/catch.hpp>
 
+#include <algorithm>
 #include <cstddef>
 #include <cstdint>
 #include <memory>
 #include <mutex>
 #include <optional>
+#include <set>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -170,6 +172,29 @@ TEST_CASE("check_store: MemoryStore passes every case of the table", "[store]") 
   // one foreign case per salient field of the identity that the base identity can differ in
   for (const std::string& field : kvkey::testing::foreign_fields()) CHECK(r.find("foreign " + field) != nullptr);
   CHECK(r.find("no such case") == nullptr);
+}
+
+TEST_CASE("check_store: the foreign fields come from the identity's field table", "[store]") {
+  const std::vector<std::string>& fields = kvkey::testing::foreign_fields();
+  // every salient field (the adapter as a whole), in encoding order, then the shard's layout before the adapter
+  std::vector<std::string> salient;
+  kvkey::Identity id;
+  kvkey::visit_identity_fields(id, [&](std::string_view path, const auto&) { salient.emplace_back(path); });
+  std::vector<std::string> without_shard;
+  for (const std::string& f : fields) {
+    if (f.rfind("shard.", 0) != 0) without_shard.push_back(f);
+  }
+  CHECK(without_shard == salient);
+  CHECK(std::count(fields.begin(), fields.end(), "shard.tp_size") == 1);
+  CHECK(std::set<std::string>(fields.begin(), fields.end()).size() == fields.size());
+  // each has a foreign writer that differs from the base identity
+  for (const std::string& f : fields) {
+    INFO(f);
+    kvkey::Identity changed = kvkey::testing::detail::identity("t", 2, 0);
+    const kvkey::Identity base = changed;
+    kvkey::testing::detail::change_field(changed, f);
+    if (f != "tenant") CHECK_FALSE(changed == base);
+  }
 }
 
 TEST_CASE("check_store: a case filter runs only the cases named", "[store]") {

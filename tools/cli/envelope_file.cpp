@@ -48,7 +48,7 @@ std::string not_envelope_reason(const HeaderFile& file, const kvkey::Verdict& wh
 std::string read_payload(const std::string& path) { return read_limited(path, max_payload_size, "a payload file"); }
 
 void append_mismatch(std::string& out, const kvkey::EnvelopeContents& theirs, const kvkey::Verdict& v,
-                     const kvkey::KeyNamespace<>& ns, const kvkey::Digest& block, std::uint64_t size,
+                     const kvkey::AnyKeyNamespace& ns, const kvkey::Digest& block, std::uint64_t size,
                      std::size_t width) {
   if (v.reason == kvkey::Reason::identity_mismatch && v.field != "shard") {
     append_row(out, "header has", value_of(field_values(theirs.identity), v.field), width);

@@ -3,6 +3,7 @@
 #ifndef KVKEY_TOOL_ENVELOPE_FILE_HPP
 #define KVKEY_TOOL_ENVELOPE_FILE_HPP
 
+#include <kvkey/any_key_namespace.hpp>
 #include <kvkey/envelope.hpp>
 #include <kvkey/key_namespace.hpp>
 
@@ -34,7 +35,7 @@ std::string read_payload(const std::string& path);
 /// What a reader's verdict v refused, side by side: the header's and the
 /// reader's value of the identity field, slice, block hash, payload size or digest (labels `width` wide).
 void append_mismatch(std::string& out, const kvkey::EnvelopeContents& theirs, const kvkey::Verdict& v,
-                     const kvkey::KeyNamespace<>& ns, const kvkey::Digest& block, std::uint64_t size,
+                     const kvkey::AnyKeyNamespace& ns, const kvkey::Digest& block, std::uint64_t size,
                      std::size_t width = 14);
 
 }  // namespace kvkey_tool

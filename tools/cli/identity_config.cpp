@@ -65,6 +65,26 @@ kvkey::KeyNamespace<> namespace_for(const IdentityConfig& config) {
   }
 }
 
+kvkey::AnyKeyNamespace reader_namespace_for(const IdentityConfig& config, const std::string& secret_file) {
+  if (secret_file.empty()) return kvkey::AnyKeyNamespace(namespace_for(config));
+  const kvkey::TenantSecret secret = kvkey::TenantSecret::from_file(secret_file);
+  try {
+    return kvkey::AnyKeyNamespace(config.identity, secret, config.policy);
+  } catch (const kvkey::identity_error& e) {
+    fail("{}: {}: {}", display_name(config.path), e.field(), e.detail());
+  }
+}
+
+void require_secret_for(const kvkey::EnvelopeContents& header, const std::string& header_path,
+                        const kvkey::AnyKeyNamespace& reader, const char* command) {
+  if (header.namespace_kind != kvkey::NamespaceKind::keyed || reader.keyed()) return;
+  fail(
+      "{}: {} is sealed in a keyed namespace{}: give the deployment's tenant secret with --secret-file FILE "
+      "to check it",
+      command, display_name(header_path),
+      header.secret_id ? " (secret id " + header.secret_id->hex() + ")" : std::string());
+}
+
 kvkey::KeyNamespace<> load_namespace(const std::string& path) { return namespace_for(load_identity_config(path)); }
 
 }  // namespace kvkey_tool

@@ -4,6 +4,8 @@
 #ifndef KVKEY_TOOL_IDENTITY_CONFIG_HPP
 #define KVKEY_TOOL_IDENTITY_CONFIG_HPP
 
+#include <kvkey/any_key_namespace.hpp>
+#include <kvkey/envelope.hpp>
 #include <kvkey/identity.hpp>
 #include <kvkey/key_namespace.hpp>
 
@@ -38,6 +40,18 @@ IdentityConfig load_identity_config(const std::string& path);
 /// The namespace of a loaded configuration. Throws Failure naming the file and
 /// the field when the identity is invalid (kvkey::identity_error).
 kvkey::KeyNamespace<> namespace_for(const IdentityConfig& config);
+
+/// The reader's namespace of a loaded configuration: keyed under the tenant
+/// secret in secret_file (TenantSecret::from_file) when one is given, else
+/// plain. Throws Failure naming the file, as namespace_for.
+kvkey::AnyKeyNamespace reader_namespace_for(const IdentityConfig& config, const std::string& secret_file);
+
+/// Fails, naming the file and the option, when header (the envelope at
+/// header_path) is sealed in a keyed namespace but the reader has no secret
+/// (no --secret-file): a plain reader cannot check it, and calling it a
+/// namespace_kind mismatch would send the user after the wrong problem.
+void require_secret_for(const kvkey::EnvelopeContents& header, const std::string& header_path,
+                        const kvkey::AnyKeyNamespace& reader, const char* command);
 
 /// load_identity_config + namespace_for.
 kvkey::KeyNamespace<> load_namespace(const std::string& path);

@@ -42,6 +42,12 @@ struct InitOptions {
   std::string tenant;
   bool single_tenant = false;
   std::string kv_dtype;
+  std::string gpu_arch;           ///< ROCm gcnArchName: vLLM's "fp8" is fnuz on gfx94x
+  std::string quant_policy;       ///< lmdeploy's 4 / 8: the KV quant layout lmdeploy stores
+  std::string quant_scheme;       ///< an explicit layout: kv.quant.scheme ...
+  std::string quant_group_size;   ///< ... kv.quant.group_size
+  std::string quant_scale_dtype;  ///< ... kv.quant.scale_dtype (with --quant-policy: the model's dtype)
+  bool quant_zero_point = false;  ///< ... kv.quant.zero_point
   std::string block_size;
   std::string layout;
   std::string tp_size = "1";
@@ -142,7 +148,12 @@ std::uint32_t u32_option(const std::string& text, std::string_view what) {
 // The option that sets an identity field, for messages.
 std::string_view option_of(std::string_view field) {
   if (field == "tenant") return "--tenant";
-  if (field == "kv.dtype") return "--kv-dtype";
+  if (field == "kv.dtype" || field == "kv_dtype") return "--kv-dtype";
+  if (field == "kv.quant" || field == "kv.quant.scheme") return "--quant-scheme";
+  if (field == "kv.quant.group_size") return "--quant-group-size";
+  if (field == "kv.quant.scale_dtype" || field == "quant_scale_dtype") return "--quant-scale-dtype";
+  if (field == "kv.quant.zero_point") return "--quant-zero-point";
+  if (field == "quant_policy") return "--quant-policy";
   if (field == "kv.block_size") return "--block-size";
   if (field == "kv.layout") return "--layout";
   if (field == "shard.tp_size") return "--tp-size";
@@ -163,7 +174,32 @@ int run_init(const InitOptions& o, std::string& out) {
     fail("--tenant: required (or --single-tenant, for a store no one else shares)");
   }
   p.tenant = o.tenant;
-  p.kv_dtype = parse_engine_dtype(o.kv_dtype, "--kv-dtype");
+  kvkey::EnginePlatform platform;
+  platform.gpu_arch = o.gpu_arch;
+  p.kv_dtype = parse_engine_dtype(o.kv_dtype, "--kv-dtype", platform);
+  if (!o.quant_policy.empty()) {
+    if (!o.quant_scheme.empty() || !o.quant_group_size.empty() || o.quant_zero_point) {
+      fail(
+          "--quant-policy: gives lmdeploy's whole layout; not with --quant-scheme, --quant-group-size or "
+          "--quant-zero-point");
+    }
+    p.quant_policy = u32_option(o.quant_policy, "--quant-policy");
+  } else if (!o.quant_scheme.empty()) {
+    kvkey::Quant q;
+    q.scheme = o.quant_scheme;
+    if (!o.quant_group_size.empty()) q.group_size = u32_option(o.quant_group_size, "--quant-group-size");
+    if (!o.quant_scale_dtype.empty()) q.scale_dtype = parse_engine_dtype(o.quant_scale_dtype, "--quant-scale-dtype");
+    q.zero_point = o.quant_zero_point;
+    p.quant = q;
+  } else if (!o.quant_group_size.empty() || o.quant_zero_point) {
+    fail("--quant-group-size, --quant-zero-point: need --quant-scheme");
+  }
+  if (!o.quant_scale_dtype.empty() && o.quant_scheme.empty() && o.quant_policy.empty()) {
+    fail("--quant-scale-dtype: needs --quant-scheme or --quant-policy");
+  }
+  if (!o.quant_policy.empty() && !o.quant_scale_dtype.empty()) {
+    p.quant_scale_dtype = parse_engine_dtype(o.quant_scale_dtype, "--quant-scale-dtype");
+  }
   p.block_size = u32_option(o.block_size, "--block-size");
   p.layout = o.layout;
   p.shard.tp_size = u32_option(o.tp_size, "--tp-size");
@@ -184,6 +220,15 @@ int run_init(const InitOptions& o, std::string& out) {
     p.progress = [&bar](std::uint64_t done, std::uint64_t total) { bar(done, total); };
     made = kvkey::identity_from_model_dir(o.model, p);
   } catch (const kvkey::identity_error& e) {
+    fail("{} ({}): {}", option_of(e.field()), e.field(), e.detail());
+  } catch (const kvkey::input_error& e) {
+    if (e.field().empty()) fail("{}", e.message());
+    if (e.field() == "kv.quant") {
+      fail(
+          "--kv-dtype {}: {} (--quant-scheme S --quant-group-size N --quant-scale-dtype D [--quant-zero-point], "
+          "or --quant-policy 4|8 --quant-scale-dtype D)",
+          o.kv_dtype, e.detail());
+    }
     fail("{} ({}): {}", option_of(e.field()), e.field(), e.detail());
   } catch (const kvkey::error& e) {
     fail("{}", e.message());
@@ -232,6 +277,16 @@ std::vector<Command> add_init_command(CLI::App& app) {
                   "KV element type: kvkey's name (fp16, bf16, fp8_e4m3, ...) or an engine's (bfloat16, "
                   "torch.float16, fp8, ...)")
       ->required();
+  cmd->add_option("--gpu-arch", o.gpu_arch,
+                  "the GPU's ROCm gcnArchName where the engine runs on ROCm (e.g. gfx942): vLLM's fp8 is "
+                  "fp8_e4m3fnuz on gfx94x, fp8_e4m3 elsewhere");
+  cmd->add_option("--quant-policy", o.quant_policy,
+                  "lmdeploy's quant_policy 4 or 8 (--kv-dtype int4 / int8): its layout, a scale and a zero point "
+                  "per token and KV head in the model's dtype (--quant-scale-dtype)");
+  cmd->add_option("--quant-scheme", o.quant_scheme, "kv.quant.scheme of quantized KV (int8, int4, ...)");
+  cmd->add_option("--quant-group-size", o.quant_group_size, "kv.quant.group_size: elements per scale");
+  cmd->add_option("--quant-scale-dtype", o.quant_scale_dtype, "kv.quant.scale_dtype: the scales' dtype");
+  cmd->add_flag("--quant-zero-point", o.quant_zero_point, "kv.quant.zero_point: the scales have zero points");
   cmd->add_option("--block-size", o.block_size, "tokens per block")->required();
   cmd->add_option("--layout", o.layout, "the engine's byte layout of one stored object")->required();
   cmd->add_option("--tp-size", o.tp_size, "tensor-parallel size (default 1)");

@@ -67,9 +67,10 @@ kvkey::KvDtype parse_dtype(const std::string& name, std::string_view where) {
   fail("{}: unknown dtype {} (known: {})", where, quote(name), kvkey::known_dtype_names());
 }
 
-kvkey::KvDtype parse_engine_dtype(const std::string& name, std::string_view where) {
+kvkey::KvDtype parse_engine_dtype(const std::string& name, std::string_view where,
+                                  const kvkey::EnginePlatform& platform) {
   try {
-    return kvkey::kv_dtype_from_engine(name);
+    return kvkey::kv_dtype_from_engine(name, platform);
   } catch (const kvkey::input_error& e) {
     fail("{}: {}", where, e.detail());
   }

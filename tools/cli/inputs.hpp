@@ -5,6 +5,7 @@
 #define KVKEY_TOOL_INPUTS_HPP
 
 #include <kvkey/digest.hpp>
+#include <kvkey/geometry.hpp>
 #include <kvkey/identity.hpp>
 
 #include <nlohmann/json.hpp>
@@ -70,7 +71,8 @@ kvkey::Digest parse_digest(std::string_view hex, std::string_view what);
 /// dtype NAME (known: ...)" otherwise ("unset" is no type).
 kvkey::KvDtype parse_dtype(const std::string& name, std::string_view where);
 // A dtype as kvkey or an engine names it (kvkey::kv_dtype_from_engine: "bfloat16", "fp8", ...).
-kvkey::KvDtype parse_engine_dtype(const std::string& name, std::string_view where);
+kvkey::KvDtype parse_engine_dtype(const std::string& name, std::string_view where,
+                                  const kvkey::EnginePlatform& platform = {});
 
 /// Decimal digits only (no sign, no spaces) with a value <= max; nullopt otherwise.
 std::optional<std::uint64_t> parse_unsigned(std::string_view text, std::uint64_t max);

@@ -1,7 +1,9 @@
 // SPDX-License-Identifier: Apache-2.0
-// `kvkey inspect FILE [--identity CONFIG [--key KEY]]`: decode an envelope or a
-// whole stored value (the producer's identity, slice, block hash, payload size
-// and digest) and, with a reader's identity, say whether the value verifies.
+// `kvkey inspect FILE [--identity CONFIG [--key KEY] [--secret-file F]]`: decode
+// an envelope or a whole stored value (the producer's identity, slice, block
+// hash, payload size and digest) and, with a reader's identity (and a keyed
+// deployment's tenant secret), say whether the value verifies.
+#include <kvkey/any_key_namespace.hpp>
 #include <kvkey/envelope.hpp>
 #include <kvkey/errors.hpp>
 #include <kvkey/fmt.hpp>
@@ -77,8 +79,9 @@ void append_producer_namespace(std::string& out, const kvkey::EnvelopeContents& 
 
 struct InspectOptions {
   std::string file;
-  std::string identity;  ///< a reader's identity file: say whether the value verifies
-  std::string key;       ///< the key the value was read under (checked against the identity)
+  std::string identity;     ///< a reader's identity file: say whether the value verifies
+  std::string key;          ///< the key the value was read under (checked against the identity)
+  std::string secret_file;  ///< a keyed deployment's tenant secret (with identity)
 };
 
 // A file holding a header, or a whole stored value (header, then payload), as
@@ -130,9 +133,10 @@ int append_reader_check(std::string& out, const InspectOptions& o, const ValueFi
                         const kvkey::EnvelopeContents& c) {
   IdentityConfig config = load_identity_config(o.identity);
   if (!value.payload) config.policy.payload = kvkey::PayloadCheck::size_only;
-  const kvkey::KeyNamespace<> ns = namespace_for(config);
+  const kvkey::AnyKeyNamespace ns = reader_namespace_for(config, o.secret_file);
+  require_secret_for(c, o.file, ns, "inspect");
   const std::vector<std::uint8_t>& h = value.header.bytes;
-  print(out, "reader ({}):\n", display_name(o.identity));
+  print(out, "reader ({}{}):\n", display_name(o.identity), ns.keyed() ? ", keyed" : "");
   const std::string expected = ns.store_key(c.block_hash);
   if (!o.key.empty()) {
     append_row(out, "given key",
@@ -168,6 +172,7 @@ int append_reader_check(std::string& out, const InspectOptions& o, const ValueFi
 int run_inspect(const InspectOptions& o, std::string& out) {
   if (o.file == "-" && o.identity == "-") fail("FILE and --identity cannot both be stdin");
   if (!o.key.empty() && o.identity.empty()) fail("--key: needs --identity (the reader whose key it is)");
+  if (!o.secret_file.empty() && o.identity.empty()) fail("--secret-file: needs --identity (the reader it keys)");
   const ValueFile value = read_value_file(o.file);
   const HeaderFile& file = value.header;
   const std::string& header_path = o.file;
@@ -222,6 +227,8 @@ std::vector<Command> add_inspect_command(CLI::App& app) {
   cmd->add_option("--identity", o->identity,
                   "a reader's identity file (JSON or TOML): say whether the value verifies, and on which field");
   cmd->add_option("--key", o->key, "the key the value was read under (with --identity: checked to be the reader's)");
+  cmd->add_option("--secret-file", o->secret_file,
+                  "with --identity: a keyed deployment's tenant secret (hex or raw bytes, mode 0600)");
   return {{cmd, [o](std::string& out) { return run_inspect(*o, out); }}};
 }
 

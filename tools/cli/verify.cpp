@@ -1,6 +1,8 @@
 // SPDX-License-Identifier: Apache-2.0
 // `kvkey verify CONFIG HEADER_FILE --block H --payload FILE`: check an
-// envelope against a configuration, as a reader would.
+// envelope against a configuration, as a reader would (a keyed deployment's
+// reader with --secret-file: its tenant secret).
+#include <kvkey/any_key_namespace.hpp>
 #include <kvkey/envelope.hpp>
 #include <kvkey/fmt.hpp>
 #include <kvkey/key_namespace.hpp>
@@ -27,19 +29,22 @@ namespace {
 struct VerifyOptions {
   std::string config;
   std::string header;
-  std::string block;    ///< 64 hex
-  std::string size;     ///< payload size in bytes, decimal (size-only check), or
-  std::string payload;  ///< the payload file (checks the digest)
+  std::string block;        ///< 64 hex
+  std::string size;         ///< payload size in bytes, decimal (size-only check), or
+  std::string payload;      ///< the payload file (checks the digest)
+  std::string secret_file;  ///< a keyed deployment's tenant secret
 };
 
 int run_verify(const VerifyOptions& o, std::string& out) {
   IdentityConfig config = load_identity_config(o.config);
   // --size checks everything but the bytes: an explicit opt-out of the digest check.
   if (o.payload.empty()) config.policy.payload = kvkey::PayloadCheck::size_only;
-  const kvkey::KeyNamespace<> ns = namespace_for(config);
+  const kvkey::AnyKeyNamespace ns = reader_namespace_for(config, o.secret_file);
   if (o.config == "-" && o.header == "-") fail("CONFIG and HEADER_FILE cannot both be stdin");
   const HeaderFile file = read_header(o.header);
   const std::vector<std::uint8_t>& h = file.bytes;
+  const kvkey::ParsedEnvelope parsed = kvkey::parse_envelope(h.data(), h.size());
+  if (parsed.contents) require_secret_for(*parsed.contents, o.header, ns, "verify");
   const kvkey::Digest block = parse_digest(o.block, "--block");
   std::uint64_t size = 0;
   kvkey::Verdict v;
@@ -59,7 +64,6 @@ int run_verify(const VerifyOptions& o, std::string& out) {
           o.payload.empty() ? " (size only: the payload bytes were not checked)" : " and the payload's digest");
     return exit_ok;
   }
-  const kvkey::ParsedEnvelope parsed = kvkey::parse_envelope(h.data(), h.size());
   if (!parsed.contents) {
     append_row(out, "header", fmt::format("not a kvkey envelope: {}", not_envelope_reason(file, parsed.verdict)), 14);
   } else {
@@ -83,6 +87,8 @@ std::vector<Command> add_verify_command(CLI::App& app) {
                                "size-only check without the bytes: the payload size the reader "
                                "expects (the digest is not checked)")
                    ->excludes(payload);
+  cmd->add_option("--secret-file", o->secret_file,
+                  "a keyed deployment's tenant secret (hex or raw bytes, mode 0600): the reader is keyed under it");
   cmd->callback([payload, size] {
     if (payload->count() + size->count() == 0) throw CLI::ValidationError("give --payload FILE (or --size N)");
   });

@@ -662,6 +662,63 @@ class PayloadTest(ToolTest):
         self.assertEqual(row(out, "secret id"), keyed["secret_id"])
         self.assertEqual(keyed["envelopes"][0][224:240], keyed["secret_id"])
 
+    def test_keyed_headers_verify_with_the_secret(self):
+        keyed = self.vectors()["keyed"]
+        case = next(c for c in self.vectors()["cases"] if c["name"] == keyed["case"])
+        config = self.config_of(case)
+        secret = self.tmp_path("tenant.secret")
+        with open(secret, "w") as f:
+            f.write(keyed["secret_hex"] + "\n")
+        os.chmod(secret, 0o600)
+        rotated = self.tmp_path("rotated.secret")
+        with open(rotated, "w") as f:
+            f.write(keyed["rotated"]["secret_hex"] + "\n")
+        os.chmod(rotated, 0o600)
+        header = self.tmp_path("k.bin")
+        with open(header, "wb") as f:
+            f.write(bytes.fromhex(keyed["envelopes"][1]))
+        payload = bytes((j + 31 * 1) % 251 for j in range(case["payload_size"]))  # block 1
+        with open(self.tmp_path("kv.bin"), "wb") as f:
+            f.write(payload)
+        block = keyed["blocks"][1]
+
+        rc, out, err = run("verify", config, header, "--block", block, "--payload", self.tmp_path("kv.bin"),
+                           "--secret-file", secret)
+        self.assertEqual((rc, err, out.splitlines()[0]), (0, "", "verdict: ok"), out)
+        # Size only: a keyed reader's check of everything but the tag, never a namespace_kind mismatch.
+        rc, out, _ = run("verify", config, header, "--block", block, "--size", str(case["payload_size"]),
+                         "--secret-file", secret)
+        self.assertNotIn("namespace_kind", out)
+        # Without the secret the header cannot be checked: an error naming the option, not a rejection.
+        self.assert_error(["verify", config, header, "--block", block, "--payload", self.tmp_path("kv.bin")],
+                          r"keyed namespace \(secret id %s\)" % keyed["secret_id"], r"--secret-file")
+        # Another secret (a rotated one) is another namespace: rejected, never accepted.
+        rc, out, _ = run("verify", config, header, "--block", block, "--payload", self.tmp_path("kv.bin"),
+                         "--secret-file", rotated)
+        self.assertEqual(rc, 1, out)
+        self.assertNotIn("accepted", out)
+        damaged = bytearray(payload)
+        damaged[7] ^= 0x01
+        with open(self.tmp_path("bad.bin"), "wb") as f:
+            f.write(damaged)
+        rc, out, _ = run("verify", config, header, "--block", block, "--payload", self.tmp_path("bad.bin"),
+                         "--secret-file", secret)
+        self.assertEqual((rc, out.splitlines()[0]), (1, "verdict: payload_mismatch (payload)"))
+
+        value = self.tmp_path("value.bin")
+        with open(value, "wb") as f:
+            f.write(bytes.fromhex(keyed["envelopes"][1]) + payload)
+        rc, out, err = run("inspect", value, "--identity", config, "--secret-file", secret, "--key", keyed["keys"][1])
+        self.assertEqual((rc, err), (0, ""), out)
+        self.assertEqual(row(out, "verdict"), "ok")
+        self.assertEqual(row(out, "given key"), "the reader's key for the header's block")
+        self.assertIn("verifies: identity, slice, block hash, payload size and the payload's digest", out)
+        self.assert_error(["inspect", value, "--identity", config], r"inspect: .* keyed namespace", r"--secret-file")
+        self.assert_error(["inspect", value, "--secret-file", secret], r"--secret-file: needs --identity")
+        rc, out, _ = run("inspect", value, "--identity", config, "--secret-file", rotated)
+        self.assertEqual(rc, 1, out)
+        self.assertIn("does not verify", out)
+
 
 class VerifyTest(ToolTest):
     def setUp(self):
@@ -1179,7 +1236,7 @@ class ErrorsTest(ToolTest):
             "unknown-top-key.json": r"unknown-top-key\.json: colour: unknown key \(the top level takes: tenant, "
                                     r"policy, model, kv, shard, adapter\)$",
             "unknown-dtype.json": r"unknown-dtype\.json: kv\.dtype: unknown dtype \"fp17\" \(known: fp32, fp16, "
-                                  r"bf16, .*fp4_e2m1\)$",
+                                  r"bf16, .*fp4_e2m1, fp8_e4m3fnuz, fp8_e5m2fnuz\)$",
             "bad-geometry.json": r"bad-geometry\.json: shard\.tp_size: 3 is not a multiple of kv\.num_kv_heads 2",
             "bad-hex.json": r"bad-hex\.json: model\.weights_fingerprint: hex digest must be 64 hex characters, "
                             r"got 63 characters$",

@@ -213,15 +213,41 @@ class InitTest(unittest.TestCase):
         """Every name kv_dtype_from_engine accepts, with the same refusals."""
         for name, dtype in [("fp8", "fp8_e4m3"), ("bfloat16", "bf16"), ("torch.bfloat16", "bf16"), ("half", "fp16"),
                             ("float16", "fp16"), ("torch.float8_e5m2", "fp8_e5m2"), ("float8_e4m3fn", "fp8_e4m3"),
-                            ("float32", "fp32"), ("bf16", "bf16"), ("int8", "int8")]:
+                            ("float32", "fp32"), ("bf16", "bf16"), ("float8_e4m3fnuz", "fp8_e4m3fnuz")]:
             made = self.init("--model", self.repo, *BASE_ARGS[:2], "--kv-dtype", name, *BASE_ARGS[4:])
             self.assertEqual(made["kv"]["dtype"], dtype, name)
         for name, pattern in [("auto", r"kv dtype \"auto\" means the model's dtype: resolve it first"),
-                              ("float8_e4m3fnuz", r"kv dtype \"float8_e4m3fnuz\" \(fnuz\) has another exponent bias"),
                               ("fp8_inc", r"kv dtype \"fp8_inc\" stores scales inside the cache"),
                               ("FP8", r"unknown kv dtype \"FP8\"")]:
             self.assert_error(["init", "--model", self.repo, *BASE_ARGS[:2], "--kv-dtype", name, *BASE_ARGS[4:]],
                               "--kv-dtype: " + pattern)
+
+    def test_fp8_follows_the_platform(self):
+        args = ["--model", self.repo, *BASE_ARGS[:2], "--kv-dtype", "fp8", *BASE_ARGS[4:]]
+        self.assertEqual(self.init(*args)["kv"]["dtype"], "fp8_e4m3")
+        self.assertEqual(self.init(*args, "--gpu-arch", "gfx942:sramecc+:xnack-")["kv"]["dtype"], "fp8_e4m3fnuz")
+        self.assertEqual(self.init(*args, "--gpu-arch", "gfx950")["kv"]["dtype"], "fp8_e4m3")
+
+    def test_quantized_kv_takes_its_layout_or_is_refused(self):
+        def args(dtype, *extra):
+            return ["--model", self.repo, *BASE_ARGS[:2], "--kv-dtype", dtype, *BASE_ARGS[4:], *extra]
+
+        for dtype in ("int8", "int4"):
+            self.assert_error(["init", *args(dtype)], r"--kv-dtype %s: .*quant layout.*--quant-policy" % dtype)
+        self.assert_error(["init", *args("int8", "--quant-policy", "8")], r"--quant-scale-dtype .*model's dtype")
+        self.assert_error(["init", *args("int8", "--quant-policy", "4", "--quant-scale-dtype", "bf16")],
+                          r"--kv-dtype .*quant_policy 4 stores int4")
+        for dtype, policy in (("int8", "8"), ("int4", "4")):
+            made = self.init(*args(dtype, "--quant-policy", policy, "--quant-scale-dtype", "bfloat16"))
+            q = made["kv"]["quant"]
+            self.assertEqual((made["kv"]["dtype"], q["scheme"], q["scale_dtype"], q["zero_point"]),
+                             (dtype, "per_token_head_asym", "bf16", True))
+            self.assertEqual(q["group_size"], made["kv"]["head_dim"])
+        made = self.init(*args("int8", "--quant-scheme", "per_token", "--quant-group-size", "32",
+                               "--quant-scale-dtype", "fp16"))
+        self.assertEqual(made["kv"]["quant"]["scheme"], "per_token")
+        self.assertEqual(made["kv"]["quant"]["group_size"], 32)
+        self.assert_error(["init", *args("int8", "--quant-group-size", "32")], r"--quant-group-size.*: need --quant-scheme")
 
     def test_single_tenant(self):
         made = self.init("--model", self.repo, "--single-tenant", *BASE_ARGS[2:])

@@ -37,7 +37,7 @@ import time
 import weakref
 from typing import Any, Dict, Iterator, List, Optional, Sequence, Tuple
 
-from . import Replies, StoreError, _KeyErrors
+from .protocol import Replies, StoreError, _KeyErrors
 
 __all__ = ["CODES", "MooncakeStore", "code_kind", "regex_escape", "spawn_holder"]
 
@@ -229,8 +229,8 @@ class MooncakeStore(_KeyErrors):
             from mooncake.store import MooncakeDistributedStore  # type: ignore
         except ImportError as e:
             raise ImportError("MooncakeStore.connect needs Mooncake's Python package (mooncake.store): "
-                              "build it with scripts/mooncake.sh build and put MOONCAKE_PYTHONPATH from "
-                              f"'scripts/mooncake.sh env' on PYTHONPATH ({e})") from e
+                              "pip install mooncake-transfer-engine-non-cuda (kvkey's pinned version: "
+                              f"scripts/mooncake.sh install, into ~/.cache/kvkey/venv) ({e})") from e
         client = MooncakeDistributedStore()
         rc = client.setup(local_hostname, metadata_server, global_segment_size, local_buffer_size, protocol,
                           rdma_devices, master_server_addr)

@@ -52,7 +52,8 @@ cmake --build "$bench" -j"$jobs" --target kvkey_redis_lookup_bench
 # kvkey.stores.aio.RedisStore (test_aio.py) and the engine-shaped example of
 # docs/python.md (examples/python/engine_tp2.py, test_engine_example.py). They use the
 # installed module (stage 30-python) or, failing that, one built here.
-py=/usr/bin/python3
+# shellcheck source=scripts/ci/lib/python.sh
+. "$root/scripts/ci/lib/python.sh"
 extra="$("$root/scripts/ci/python-module.sh" "$root/build/redis-python")"
 if [ -n "$extra" ]; then export PYTHONPATH="$extra${PYTHONPATH:+:$PYTHONPATH}"; fi
 (cd "$root/python/tests" && "$py" -m pytest -q -s -p no:cacheprovider -k "not cluster" \

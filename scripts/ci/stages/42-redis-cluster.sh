@@ -11,7 +11,8 @@
 set -euo pipefail
 root="${KVKEY_ROOT:-$(cd "$(dirname "$0")/../../.." && pwd)}"
 jobs="${KVKEY_JOBS:-$(nproc)}"
-py=/usr/bin/python3
+# shellcheck source=scripts/ci/lib/python.sh
+. "$root/scripts/ci/lib/python.sh"
 example="$root/examples/python/redis_cluster"
 
 extra="$("$root/scripts/ci/python-module.sh" "$root/build/cluster")"

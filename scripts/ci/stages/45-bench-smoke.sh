@@ -21,11 +21,15 @@ if bad:
 print("bench smoke: %d cases ran" % len(doc["benchmarks"]))
 PY
 /usr/bin/python3 "$KVKEY_ROOT/bench/peers/peers.py" --check
-# The binding's benchmark, briefly: the module 30-python built, else the installed one.
-pymod="$KVKEY_ROOT/build/python/python"
-if [ -d "$pymod/kvkey" ]; then export PYTHONPATH="$pymod"; fi
-/usr/bin/python3 "$KVKEY_ROOT/bench/python_bench.py" --quick --out "$out/python_bench.json" >/dev/null
+# The binding's benchmark, briefly, on the module 30-python installed in the venv
+# (or one built here when it is missing).
+root="$KVKEY_ROOT"
+# shellcheck source=scripts/ci/lib/python.sh
+. "$root/scripts/ci/lib/python.sh"
+extra="$("$root/scripts/ci/python-module.sh" "$root/build/bench-python")"
+if [ -n "$extra" ]; then export PYTHONPATH="$extra${PYTHONPATH:+:$PYTHONPATH}"; fi
+"$py" "$KVKEY_ROOT/bench/python_bench.py" --quick --out "$out/python_bench.json" >/dev/null
 # The compiled connector against the pure-Python baseline, briefly (it keeps running).
-/usr/bin/python3 "$KVKEY_ROOT/bench/python_connector_bench.py" --blocks 50 --rounds 1 >/dev/null
-/usr/bin/python3 "$KVKEY_ROOT/bench/report.py" "$out" >/dev/null
+"$py" "$KVKEY_ROOT/bench/python_connector_bench.py" --blocks 50 --rounds 1 >/dev/null
+"$py" "$KVKEY_ROOT/bench/report.py" "$out" >/dev/null
 echo "bench smoke: report generated"

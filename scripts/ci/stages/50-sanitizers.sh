@@ -1,35 +1,20 @@
 #!/usr/bin/env bash
-# Sanitizers (docs/security.md, "Fuzzing and sanitizers"):
-#  1. the unit tests and the examples built with clang++-14
-#     -fsanitize=address,undefined -fno-sanitize-recover=all, run through CTest;
-#  2. the concurrency test (one const KeyNamespace, Sha256 and HmacSha256,
+# Sanitizers (docs/security.md, "Fuzzing and sanitizers"); the C++ suite under
+# AddressSanitizer and UBSan is stage 20-clang's build. Here:
+#  1. the concurrency test (one const KeyNamespace, Sha256 and HmacSha256,
 #     shared by 8 threads) built with -fsanitize=thread and run;
-#  3. the Python module built with -fsanitize=address,undefined and its pytest
-#     suite run by /usr/bin/python3 with the ASan runtime preloaded (less the
-#     tests that need a Redis server, which stages 40 and 42 run).
-# Any sanitizer report fails the stage. Only the targets the sanitizers need are
-# built (no header checks, no package tests).
+#  2. the Python module built by CMake (-DKVKEY_BUILD_PYTHON=ON) with
+#     -fsanitize=address,undefined and its pytest suite run by the project venv's
+#     python with the ASan runtime preloaded (less the tests that need a Redis
+#     server or a Mooncake master, which stages 40, 42 and 44 run).
+# Any sanitizer report fails the stage. Only the targets the sanitizers need are built.
 set -euo pipefail
 root="${KVKEY_ROOT:?run through scripts/test.sh}"
 jobs="${KVKEY_JOBS:-2}"
 if [ "$jobs" -gt 2 ]; then jobs=2; fi
-
-# ---- 1. AddressSanitizer + UndefinedBehaviorSanitizer ------------------------
-asan="$root/build/asan"
 san_flags="-fsanitize=address,undefined -fno-sanitize-recover=all -fno-omit-frame-pointer"
-cmake -S "$root" -B "$asan" -G "Unix Makefiles" -DCMAKE_BUILD_TYPE=Debug \
-  -DCMAKE_CXX_COMPILER=clang++-14 \
-  -DCMAKE_CXX_FLAGS="$san_flags -O1 -g" \
-  -DCMAKE_EXE_LINKER_FLAGS="-fsanitize=address,undefined" \
-  -DKVKEY_WARNINGS_AS_ERRORS=ON -DKVKEY_INSTALL=OFF -DKVKEY_BUILD_TOOLS=OFF >/dev/null
-export ASAN_OPTIONS="detect_leaks=1:abort_on_error=1:strict_string_checks=1:detect_stack_use_after_return=1:check_initialization_order=1"
-export UBSAN_OPTIONS="print_stacktrace=1:halt_on_error=1"
-cmake --build "$asan" -j"$jobs" --target kvkey_tests
-# Every example target (whatever examples/ defines), not the header checks.
-make -C "$asan/examples" -j"$jobs" --no-print-directory
-ctest --test-dir "$asan" --output-on-failure -j"$jobs" --timeout 600 -L 'unit|example'
 
-# ---- 2. ThreadSanitizer on the shared-namespace test ---------------------------
+# ---- 1. ThreadSanitizer on the shared-namespace test ---------------------------
 # OpenSSL's libcrypto is not TSan-instrumented: TSan sees its locks (pthread
 # interceptors) but not its memory accesses, so it cannot report races inside
 # it, and none were reported in kvkey's calls into it. No suppressions are used;
@@ -46,11 +31,13 @@ wait $!
 TSAN_OPTIONS="halt_on_error=1:second_deadlock_stack=1" \
   "$tsan/kvkey_concurrency_test" "[concurrency]" --warn NoTests
 
-# ---- 3. The Python binding under AddressSanitizer + UBSan -----------------------
+# ---- 2. The Python binding under AddressSanitizer + UBSan -----------------------
 # The interpreter is not instrumented: the ASan runtime is preloaded so that the
 # module's instrumented code (and every malloc/free, the interpreter's included)
 # is checked; a use-after-free through a binding object aborts the test run.
 # CPython keeps memory until exit by design, so leak detection is off.
+# shellcheck source=scripts/ci/lib/python.sh
+. "$root/scripts/ci/lib/python.sh"
 pyasan="$root/build/asan-python"
 cmake -S "$root" -B "$pyasan" -G "Unix Makefiles" -DCMAKE_BUILD_TYPE=Debug \
   -DCMAKE_CXX_COMPILER=clang++-14 \
@@ -67,4 +54,4 @@ fi
 (cd / && LD_PRELOAD="$asan_runtime" \
   ASAN_OPTIONS="detect_leaks=0:abort_on_error=1:strict_string_checks=1:detect_stack_use_after_return=1" \
   PYTHONPATH="$pyasan/python" KVKEY_EXPECT_MODULE_DIR="$pyasan/python/kvkey" PYTHONDONTWRITEBYTECODE=1 \
-  /usr/bin/python3 -m pytest -q -p no:cacheprovider -m "not redis and not redis_cluster and not mooncake" "$root/python/tests")
+  "$py" -m pytest -q -p no:cacheprovider -m "not redis and not redis_cluster and not mooncake" "$root/python/tests")

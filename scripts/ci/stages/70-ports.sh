@@ -7,8 +7,8 @@
 # then `kvkey conformance` over the C++, Python, Go and Rust testees with the
 # committed vectors and 2,000 random cases from a fresh seed. Uses the
 # preinstalled Go and Rust toolchains and builds what it runs (the tool in
-# build/gcc and the Python module in build/python, as stages 10 and 30 do), so
-# it also runs alone: scripts/test.sh ports.
+# build/gcc, as stage 10 does; the Python module when the venv has none), so it
+# also runs alone: scripts/test.sh ports.
 set -euo pipefail
 root="$KVKEY_ROOT"
 jobs="${KVKEY_JOBS:-2}"
@@ -37,16 +37,16 @@ for component in clippy rustfmt; do
 done
 echo "70-ports: $(go version); $(cargo --version); $(cargo clippy --version)"
 
-# 2. The tool (the runner and the C++ testee) and the Python module, in the
-#    build directories stages 10 and 30 configure with the same options (so
-#    after them this is a no-op).
+# 2. The tool (the runner and the C++ testee), in the build directory stage 10
+#    configures with the same options (so after it this is a no-op), and the
+#    Python module: the one stage 30 installed in the project venv, else one
+#    built here.
 cmake -S "$root" -B "$root/build/gcc" -DCMAKE_BUILD_TYPE=RelWithDebInfo -DCMAKE_C_COMPILER=gcc \
   -DCMAKE_CXX_COMPILER=g++ -DKVKEY_WARNINGS_AS_ERRORS=ON >/dev/null
 cmake --build "$root/build/gcc" --target kvkey_tool -j"$jobs"
-cmake -S "$root" -B "$root/build/python" -DCMAKE_BUILD_TYPE=RelWithDebInfo -DKVKEY_WARNINGS_AS_ERRORS=ON \
-  -DKVKEY_BUILD_PYTHON=ON -DPython_EXECUTABLE=/usr/bin/python3 -DCMAKE_INTERPROCEDURAL_OPTIMIZATION=OFF \
-  -DKVKEY_BUILD_EXAMPLES=OFF -DKVKEY_BUILD_TOOLS=OFF >/dev/null
-cmake --build "$root/build/python" --target kvkey_python -j"$jobs"
+# shellcheck source=scripts/ci/lib/python.sh
+. "$root/scripts/ci/lib/python.sh"
+pyextra="$("$root/scripts/ci/python-module.sh" "$root/build/ports-python")"
 kvkey="$root/build/gcc/tools/kvkey"
 
 # 3. Go: vet, formatting, tests (which read tests/vectors/).
@@ -173,7 +173,7 @@ seed="${KVKEY_CONFORMANCE_SEED:-$(od -An -N8 -tu8 /dev/urandom | tr -d ' ')}"
 echo "70-ports: conformance seed $seed ($cases random cases per testee)"
 status=0
 for testee in "$kvkey conformance-testee" \
-              "env PYTHONPATH=$root/build/python/python /usr/bin/python3 tools/conformance/testee.py" \
+              "env PYTHONPATH=$pyextra $py tools/conformance/testee.py" \
               "go run ./ports/go/cmd/kvkey-testee" \
               "cargo run --quiet --locked --manifest-path ports/rust/Cargo.toml --bin kvkey-testee"; do
   "$kvkey" conformance --testee "$testee" --vectors tests/vectors/format-v3.json --cases "$cases" --seed "$seed" \

@@ -8,7 +8,8 @@
 # injected (scripts/ci/prometheus_check.py). Stops everything it started.
 set -euo pipefail
 root="${KVKEY_ROOT:-$(cd "$(dirname "$0")/../../.." && pwd)}"
-py=/usr/bin/python3
+# shellcheck source=scripts/ci/lib/python.sh
+. "$root/scripts/ci/lib/python.sh"
 
 promtool check rules "$root/docs/alerts/kvkey.rules.yml"
 (cd "$root/docs/alerts" && promtool test rules kvkey.rules.test.yml)

@@ -1,28 +1,31 @@
 // SPDX-License-Identifier: Apache-2.0
-// kvkey_redis::RedisStore: the hiredis connection of this example as a
-// kvkey::Store, so kvkey::Connector (kvkey/connector.hpp) is the connector over
-// Redis: every batch is one pipeline (GETRANGE + STRLEN for headers, GET, SET,
-// EXISTS), ended by the ECHO sentinel of Connection ("Staying in step" in
-// redis_connector.hpp), bounded by Options::call_deadline.
+// kvkey_redis::RedisStore: the hiredis connection of this example
+// (redis_connection.hpp) as a kvkey::Store, so kvkey::Connector
+// (kvkey/connector.hpp) is the connector over Redis: every batch is one
+// pipeline (GETRANGE + STRLEN for headers, GET, SET, EXISTS), ended by the
+// ECHO sentinel of Connection ("Staying in step" in redis_connection.hpp),
+// bounded by Options::call_deadline.
 //
 //   kvkey_redis::RedisStore store({.host = "127.0.0.1", .port = 6379});
 //   kvkey::Connector<> conn(store, {ns.for_rank(0), ns.for_rank(1)});
 //
-// A call that fails throws kvkey::store_error (kind: connection for connect
-// and io, timeout, protocol, server) and drops the connection. A key whose
+// A call that fails throws StoreError, a kvkey::store_error (kind: connection
+// for connect and io, timeout, protocol, server), and drops the connection. A key whose
 // reply has the wrong type (a list under a kvkey key, say) fails alone: it is
 // a miss for that block, counted as a protocol error, and the rest of the
 // batch is served. One hiredis connection, behind a mutex: a store shared by
 // threads serialises their calls (give each thread its own for parallelism).
-#ifndef KVKEY_EXAMPLES_REDIS_KVKEY_STORE_HPP
-#define KVKEY_EXAMPLES_REDIS_KVKEY_STORE_HPP
+#ifndef KVKEY_EXAMPLES_REDIS_STORE_HPP
+#define KVKEY_EXAMPLES_REDIS_STORE_HPP
 
 #include <kvkey/errors.hpp>
 #include <kvkey/store.hpp>
 #include <kvkey/text.hpp>
 
+#include <algorithm>
 #include <cstddef>
 #include <cstdint>
+#include <cstring>
 #include <mutex>
 #include <set>
 #include <optional>
@@ -30,7 +33,7 @@
 #include <string_view>
 #include <vector>
 
-#include "redis_connector.hpp"
+#include "redis_connection.hpp"
 
 namespace kvkey_redis {
 
@@ -75,24 +78,32 @@ class RedisStore : public kvkey::Store {
       return out;
     });
   }
+  // Values are taken where hiredis read them (Connection::StringTap): hiredis'
+  // own copy into a reply object is skipped, so each value is copied once.
   std::vector<kvkey::StoreValue> read_many(const std::vector<std::string>& keys) override {
-    std::vector<Connection::Command> commands;
-    commands.reserve(keys.size());
-    for (const std::string& k : keys) commands.push_back({"GET", k});
-    return run([&] {
-      const std::vector<Reply> replies = batch(commands);
-      std::vector<kvkey::StoreValue> out(keys.size());
-      for (std::size_t i = 0; i < keys.size(); ++i) {
-        const redisReply& r = *replies[i];
-        if (r.type == REDIS_REPLY_STRING) {
-          out[i] = kvkey::StoreValue::owned(kvkey::Bytes(r.str, r.str + r.len));
-        } else if (r.type != REDIS_REPLY_NIL) {
-          out[i] = kvkey::StoreValue::failed(kind(r));
-        }
-      }
-      return out;
+    return get_values(keys, [](kvkey::StoreValue& v, std::size_t, const char* data, std::size_t len) {
+      const auto* p = reinterpret_cast<const std::uint8_t*>(data);
+      v = kvkey::StoreValue::owned(kvkey::Bytes(p, p + len));
+      return true;
     });
   }
+  /// Reads each value straight from hiredis' read buffer into into[i] (one
+  /// copy), for kvkey::Connector::load_into; a value larger than into[i]
+  /// reports its whole size with only into[i].size bytes written (the
+  /// connector never serves it).
+  std::vector<kvkey::StoreValue> read_into(const std::vector<std::string>& keys,
+                                           const std::vector<kvkey::MutableBuffer>& into) override {
+    if (into.size() != keys.size()) return read_many(keys);
+    return get_values(keys, [&into](kvkey::StoreValue& v, std::size_t i, const char* data, std::size_t len) {
+      if (into[i].data == nullptr) return false;  // no staging for this key: hiredis keeps it
+      if (len != 0) std::memcpy(into[i].data, data, std::min(len, into[i].size));
+      v.present = true;
+      v.data = static_cast<const std::uint8_t*>(into[i].data);
+      v.size = len;
+      return true;
+    });
+  }
+  bool reads_into() const noexcept override { return true; }
   std::vector<kvkey::StoreValue> probe_many(const std::vector<std::string>& keys) override {
     std::vector<Connection::Command> commands;
     commands.reserve(keys.size());
@@ -167,6 +178,34 @@ class RedisStore : public kvkey::Store {
   std::vector<Reply> batch(const std::vector<Connection::Command>& commands) {
     return conn_.pipeline(commands, {}, Connection::ErrorReplies::keep);
   }
+  // One pipeline of GET; take(value, i, bytes, len) takes a string reply's
+  // bytes from hiredis' read buffer (true) or leaves them in the reply.
+  template <class Take>
+  std::vector<kvkey::StoreValue> get_values(const std::vector<std::string>& keys, Take&& take) {
+    std::vector<Connection::Command> commands;
+    commands.reserve(keys.size());
+    for (const std::string& k : keys) commands.push_back({"GET", k});
+    return run([&] {
+      std::vector<kvkey::StoreValue> out(keys.size());
+      std::vector<bool> taken(keys.size(), false);
+      const Connection::StringTap tap = [&](std::size_t i, const char* data, std::size_t len) {
+        if (i >= out.size() || !take(out[i], i, data, len)) return false;
+        taken[i] = true;
+        return true;
+      };
+      const std::vector<Reply> replies = conn_.pipeline(commands, tap, Connection::ErrorReplies::keep);
+      for (std::size_t i = 0; i < keys.size(); ++i) {
+        if (taken[i]) continue;
+        const redisReply& r = *replies[i];
+        if (r.type == REDIS_REPLY_STRING) {
+          out[i] = kvkey::StoreValue::owned(kvkey::Bytes(r.str, r.str + r.len));
+        } else if (r.type != REDIS_REPLY_NIL) {
+          out[i] = kvkey::StoreValue::failed(kind(r));
+        }
+      }
+      return out;
+    });
+  }
   // The store-error kind of a reply that is not what its command answers.
   static const char* kind(const redisReply& r) { return r.type == REDIS_REPLY_ERROR ? "server" : "protocol"; }
 
@@ -194,15 +233,11 @@ class RedisStore : public kvkey::Store {
     } while (cursor != "0");
   }
 
-  // Runs one call; the example's StoreError becomes a kvkey::store_error of its metrics kind.
+  // Runs one call under the connection's lock (a StoreError is a kvkey::store_error already).
   template <class F>
   auto run(F&& f) -> decltype(f()) {
     const std::lock_guard<std::mutex> lock(mu_);
-    try {
-      return f();
-    } catch (const StoreError& e) {
-      throw kvkey::store_error(metrics_kind(e.kind()), e.what());
-    }
+    return f();
   }
   static std::optional<kvkey::Bytes> bytes(const std::vector<kvkey::StoreValue>& v) {
     if (v.empty() || !v[0].present) return std::nullopt;
@@ -215,4 +250,4 @@ class RedisStore : public kvkey::Store {
 
 }  // namespace kvkey_redis
 
-#endif  // KVKEY_EXAMPLES_REDIS_KVKEY_STORE_HPP
+#endif  // KVKEY_EXAMPLES_REDIS_STORE_HPP

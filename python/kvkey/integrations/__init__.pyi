@@ -1,0 +1,3 @@
+from . import lmdeploy as lmdeploy
+
+__all__ = ["lmdeploy"]
