@@ -88,6 +88,10 @@ class AnyKeyNamespace {
   [[nodiscard]] AnyKeyNamespace for_rank(std::uint32_t tp_rank) const {
     return visit([&](const auto& n) { return AnyKeyNamespace(n.for_rank(tp_rank)); });
   }
+  /// A keyed namespace built with Policy::confidential (KeyNamespace::confidential).
+  [[nodiscard]] bool confidential() const noexcept {
+    return visit([](const auto& n) { return n.confidential(); });
+  }
   [[nodiscard]] IntegrityMode integrity_mode() const noexcept {
     return visit([](const auto& n) { return n.integrity_mode(); });
   }
@@ -143,6 +147,9 @@ class AnyKeyNamespace {
   }
   [[nodiscard]] OpenedValue open_value(const std::uint8_t* value, std::size_t size, const Digest& block_hash) const {
     return visit([&](const auto& n) { return n.open_value(value, size, block_hash); });
+  }
+  [[nodiscard]] OpenedValue open_in_place(std::uint8_t* value, std::size_t size, const Digest& block_hash) const {
+    return visit([&](const auto& n) { return n.open_in_place(value, size, block_hash); });
   }
   [[nodiscard]] std::optional<std::uint64_t> payload_size() const noexcept {
     return visit([](const auto& n) { return n.payload_size(); });

@@ -43,7 +43,8 @@ bool rejected_with_known_reason(const kvkey::Verdict& v) {
     case Reason::block_mismatch:
     case Reason::size_mismatch:
     case Reason::payload_mismatch: return true;
-    case Reason::ok: return false;
+    case Reason::ok:
+    case Reason::not_granted: return false;  // a shared scope's grant, never an envelope's verdict
   }
   return false;
 }
