@@ -202,9 +202,9 @@ TEST_CASE("confidential: every rejection is a named miss and leaves no plaintext
     };
     const Flip flips[] = {
         {L::block_hash + 3, Reason::block_mismatch, "block_hash"},
-        {L::identity + 20, Reason::identity_mismatch, ""},    // field: whichever identity field the byte is in
-        {L::nonce, Reason::payload_mismatch, "payload"},      // the key selector
-        {L::nonce + 9, Reason::payload_mismatch, "payload"},  // the GCM nonce
+        {L::identity + 14, Reason::identity_mismatch, "tenant"},  // the tenant's first byte
+        {L::nonce, Reason::payload_mismatch, "payload"},          // the key selector
+        {L::nonce + 9, Reason::payload_mismatch, "payload"},      // the GCM nonce
         {L::payload_digest + 15, Reason::payload_mismatch, "payload"},
         {kvkey::envelope_size, Reason::payload_mismatch, "payload"},
         {kvkey::envelope_size + 2047, Reason::payload_mismatch, "payload"},
