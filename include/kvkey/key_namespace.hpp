@@ -315,7 +315,7 @@ class KeyNamespace {
   IntegrityMode integrity_mode() const noexcept { return scheme().mode; }
   /// True for a keyed namespace built with Policy::confidential: its payloads
   /// are stored as AES-256-GCM ciphertext (docs/format.md, "Mode aes256_gcm").
-  bool confidential() const noexcept { return kdf_.has_value(); }
+  bool confidential() const noexcept { return namespace_kind == NamespaceKind::keyed && policy_.confidential; }
 
   /// Size-only header (IntegrityMode::none) for callers that cannot see the
   /// bytes (GPU-direct transfers). Only in a plain namespace under
