@@ -98,6 +98,10 @@ class AnyKeyNamespace {
       return out;
     });
   }
+  /// A keyed namespace built with Policy::confidential (KeyNamespace::confidential).
+  [[nodiscard]] bool confidential() const noexcept {
+    return visit([](const auto& n) { return n.confidential(); });
+  }
   [[nodiscard]] IntegrityMode integrity_mode() const noexcept {
     return visit([](const auto& n) { return n.integrity_mode(); });
   }
@@ -153,6 +157,9 @@ class AnyKeyNamespace {
   }
   [[nodiscard]] OpenedValue open_value(const std::uint8_t* value, std::size_t size, const Digest& block_hash) const {
     return visit([&](const auto& n) { return n.open_value(value, size, block_hash); });
+  }
+  [[nodiscard]] OpenedValue open_in_place(std::uint8_t* value, std::size_t size, const Digest& block_hash) const {
+    return visit([&](const auto& n) { return n.open_in_place(value, size, block_hash); });
   }
   [[nodiscard]] std::optional<std::uint64_t> payload_size() const noexcept {
     return visit([](const auto& n) { return n.payload_size(); });

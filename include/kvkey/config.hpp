@@ -26,7 +26,7 @@ KVKEY_BEGIN_NAMESPACE
 
 /// The version of the byte formats in docs/format.md (identity encoding, chain,
 /// store key, envelope). Any change to those bytes bumps it.
-inline constexpr std::uint16_t format_version = 3;
+inline constexpr std::uint16_t format_version = 4;
 
 KVKEY_END_NAMESPACE
 

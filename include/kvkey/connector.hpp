@@ -670,6 +670,7 @@ class Connector {
       }
       return o;
     }
+    if (ns.confidential()) return open_confidential(ns, v, into, block, expect);
     o = ns.open_value(v.data, v.size, block);
     if (o.ok() && expect && o.payload.size != *expect) {
       o.verdict = ns.verify(v.data, envelope_size, block, *expect);
@@ -678,6 +679,29 @@ class Connector {
     }
     return o;
   }
+
+  // A confidential value: its size checked before anything is decrypted;
+  // decrypted in place when it lies in memory read into for the connector
+  // (staging or the caller's slot: a rejected one is left as read), else into
+  // new memory (OpenedValue::plaintext).
+  static OpenedValue open_confidential(const Namespace& ns, const StoreValue& v, const MutableBuffer& into,
+                                       const Digest& block, std::optional<std::uint64_t> expect) {
+    OpenedValue o;
+    if (expect && v.size >= envelope_size && v.size - envelope_size != *expect) {
+      o.verdict = ns.verify(v.data, envelope_size, block, *expect);
+      if (o.verdict.reason == Reason::payload_mismatch) o.verdict = {Reason::size_mismatch, "payload_size"};
+      return o;
+    }
+    if (staged(v, into)) {
+      auto* base = static_cast<std::uint8_t*>(into.data);
+      return ns.open_in_place(base + (v.data - base), v.size, block);
+    }
+    return ns.open_value(v.data, v.size, block);
+  }
+  struct PlaintextOwner : StoreValue::Owner {
+    explicit PlaintextOwner(std::shared_ptr<const Bytes> b) : bytes(std::move(b)) {}
+    std::shared_ptr<const Bytes> bytes;
+  };
 
   // Serves the values one read returned for blocks: a key's error recorded,
   // each present value opened (verified) in into[i] (no staging when into is
@@ -699,7 +723,11 @@ class Connector {
         continue;
       }
       out[i].payload = o.payload;
-      out[i].owner = std::move(v.owner);
+      if (o.plaintext) {
+        out[i].owner = std::make_shared<const PlaintextOwner>(std::move(o.plaintext));
+      } else {
+        out[i].owner = std::move(v.owner);
+      }
       out[i].result = {LoadResult::Status::loaded, std::move(o.verdict), o.payload.size};
     }
   }

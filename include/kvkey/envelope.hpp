@@ -52,7 +52,7 @@ inline constexpr std::size_t slice = 56;           // 4 x u32le
 inline constexpr std::size_t namespace_kind = 72;  // u8, NamespaceKind
 inline constexpr std::size_t integrity_mode = 73;  // u8, IntegrityMode
 inline constexpr std::size_t reserved = 74;        // 6 zero bytes
-inline constexpr std::size_t nonce = 80;           // 16 bytes, poly1305 mode only
+inline constexpr std::size_t nonce = 80;           // 16 bytes, poly1305 and aes256_gcm modes only
 inline constexpr std::size_t payload_digest = 96;  // 16 bytes: digest or tag, zero in mode none
 inline constexpr std::size_t secret_id = 112;      // 8 bytes: keyed namespaces' secret id, zero in plain ones
 inline constexpr std::size_t identity = 120;       // identity_len bytes, then zeros
@@ -67,9 +67,10 @@ enum class NamespaceKind : std::uint8_t {
 /// How the payload (the KV bytes behind a header) is protected. Codes are part
 /// of the byte format; names (to_string) are stable.
 enum class IntegrityMode : std::uint8_t {
-  none = 0,      ///< size only: sealed without the bytes (PayloadCheck::size_only)
-  xxh3_128 = 1,  ///< plain namespaces: XXH3-128 of the payload
-  poly1305 = 2,  ///< keyed namespaces: Poly1305 tag under a one-time key (docs/security.md)
+  none = 0,        ///< size only: sealed without the bytes (PayloadCheck::size_only)
+  xxh3_128 = 1,    ///< plain namespaces: XXH3-128 of the payload
+  poly1305 = 2,    ///< keyed namespaces: Poly1305 tag under a one-time key (docs/security.md)
+  aes256_gcm = 3,  ///< confidential (keyed) namespaces: the payload is AES-256-GCM ciphertext, the tag its GCM tag
 };
 
 constexpr std::string_view to_string(NamespaceKind k) noexcept {
@@ -80,6 +81,7 @@ constexpr std::string_view to_string(IntegrityMode m) noexcept {
     case IntegrityMode::none: return "none";
     case IntegrityMode::xxh3_128: return "xxh3_128";
     case IntegrityMode::poly1305: return "poly1305";
+    case IntegrityMode::aes256_gcm: return "aes256_gcm";
   }
   return "invalid";
 }
@@ -131,6 +133,7 @@ enum class Reason : std::uint8_t {
   block_mismatch,       ///< same identity and secret, another block
   size_mismatch,        ///< the payload size differs from what the reader expects
   payload_mismatch,     ///< the payload bytes do not match the header's digest/tag, or cannot be checked
+  not_granted,          ///< a shared scope this tenant may not read (field "scope.readers"); the store was not asked
 };
 
 [[nodiscard]] constexpr std::string_view to_string(Reason r) noexcept {
@@ -142,6 +145,7 @@ enum class Reason : std::uint8_t {
     case Reason::block_mismatch: return "block_mismatch";
     case Reason::size_mismatch: return "size_mismatch";
     case Reason::payload_mismatch: return "payload_mismatch";
+    case Reason::not_granted: return "not_granted";
   }
   return "invalid";
 }
@@ -171,8 +175,8 @@ struct EnvelopeContents {
   std::uint64_t payload_size = 0;
   NamespaceKind namespace_kind = NamespaceKind::plain;
   IntegrityMode integrity = IntegrityMode::none;
-  std::array<std::uint8_t, 16> nonce{};  ///< poly1305 mode only; zero otherwise
-  PayloadDigest payload_digest{};        ///< XXH3-128 digest or Poly1305 tag; zero in mode none
+  std::array<std::uint8_t, 16> nonce{};  ///< poly1305 and aes256_gcm modes only; zero otherwise
+  PayloadDigest payload_digest{};        ///< XXH3-128 digest, Poly1305 or GCM tag; zero in mode none
   std::optional<SecretId> secret_id;     ///< the sealing secret's id; keyed envelopes only
 };
 
@@ -239,7 +243,14 @@ inline bool equal_ct(const std::uint8_t* a, const std::uint8_t* b, std::size_t n
 constexpr bool integrity_allowed(NamespaceKind kind, std::uint8_t mode) noexcept {
   return mode == static_cast<std::uint8_t>(IntegrityMode::none) ||
          (kind == NamespaceKind::plain && mode == static_cast<std::uint8_t>(IntegrityMode::xxh3_128)) ||
-         (kind == NamespaceKind::keyed && mode == static_cast<std::uint8_t>(IntegrityMode::poly1305));
+         (kind == NamespaceKind::keyed && (mode == static_cast<std::uint8_t>(IntegrityMode::poly1305) ||
+                                           mode == static_cast<std::uint8_t>(IntegrityMode::aes256_gcm)));
+}
+
+/// True when a header of this mode carries a random nonce.
+constexpr bool has_nonce(std::uint8_t mode) noexcept {
+  return mode == static_cast<std::uint8_t>(IntegrityMode::poly1305) ||
+         mode == static_cast<std::uint8_t>(IntegrityMode::aes256_gcm);
 }
 
 /// The parser's first stage, shared with verify's constant-time accept path:
@@ -290,7 +301,7 @@ inline Verdict envelope_preamble(const std::uint8_t* header, std::size_t len) {
   if (!detail::integrity_allowed(static_cast<NamespaceKind>(kind), mode)) {
     return fail(Reason::malformed, "envelope.integrity_mode");
   }
-  if (mode != static_cast<std::uint8_t>(IntegrityMode::poly1305) && !detail::all_zero(header + L::nonce, 16)) {
+  if (!detail::has_nonce(mode) && !detail::all_zero(header + L::nonce, 16)) {
     return fail(Reason::malformed, "envelope.nonce");
   }
   if (mode == static_cast<std::uint8_t>(IntegrityMode::none) && !detail::all_zero(header + L::payload_digest, 16)) {

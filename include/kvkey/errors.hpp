@@ -86,6 +86,15 @@ class io_error : public error {
   io_error(std::string_view field, std::string_view what) : error("kvkey.io_error", field, what) {}
 };
 
+/// A shared scope refused a call (docs/format.md, section 12): a tenant that
+/// is not one of the scope's publishers saved blocks in it (field()
+/// "scope.publishers"), or a scope was declared inconsistently. Nothing of the
+/// call was written.
+class scope_error : public error {
+ public:
+  scope_error(std::string_view field, std::string_view what) : error("kvkey.scope_error", field, what) {}
+};
+
 /// OpenSSL reported a failure (out of memory, provider not available).
 class crypto_error : public error {
  public:

@@ -306,7 +306,7 @@ class HmacSha256 {
   /// Absorbs the secret. An empty (moved-from) secret is an identity_error
   /// ("tenant_secret").
   HmacSha256(const TenantSecret& secret)  // NOLINT(google-explicit-constructor): implicit by design
-      : core_(checked(secret).data(), secret.size()) {}
+      : core_(checked(secret).data(), secret.size()), confidential_(confidential_prk(secret)) {}
 
   void update(const void* data, std::size_t size) noexcept { core_.update(data, size); }
 
@@ -332,11 +332,25 @@ class HmacSha256 {
   }
 
  private:
+  friend struct detail::ConfidentialAccess;
+
   static const TenantSecret& checked(const TenantSecret& secret) {
     if (secret.empty()) throw identity_error("tenant_secret", "is empty (it was moved from)");
     return secret;
   }
+  // HKDF-Extract(salt "kvkey v4 confidential", IKM = the secret) (RFC 5869),
+  // keyed into an HMAC core: HKDF-Expand of the confidential key is then one
+  // MAC of that core (docs/format.md, "Mode aes256_gcm"). The PRK is wiped.
+  static detail::HmacSha256Core confidential_prk(const TenantSecret& secret) {
+    detail::HmacSha256Core extract(detail::confidential_salt.data(), detail::confidential_salt.size());
+    extract.update(secret.data(), secret.size());
+    Digest prk = extract.result();
+    detail::HmacSha256Core expand(prk.data(), prk.size());
+    OPENSSL_cleanse(prk.data(), prk.size());
+    return expand;
+  }
   detail::HmacSha256Core core_;
+  detail::HmacSha256Core confidential_;  // HMAC keyed with the confidential PRK
 };
 
 /// The public id of a tenant secret (docs/format.md, "Secret id"): the first 8

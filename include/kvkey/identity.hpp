@@ -187,6 +187,7 @@ struct Slice {
 enum class TenantPolicy : std::uint8_t {
   required,       ///< default: the identity names its tenant
   single_tenant,  ///< the store is not shared: tenant must be empty and is encoded as `single_tenant_name`
+  shared_scope,   ///< a shared scope's namespace (kvkey/scope.hpp): tenant is `_scope.<name>`
 };
 
 /// What a namespace demands of the payload (the KV bytes behind a header).
@@ -205,6 +206,9 @@ enum class PayloadCheck : std::uint8_t {
 struct Policy {
   TenantPolicy tenant = TenantPolicy::required;
   PayloadCheck payload = PayloadCheck::required;
+  /// A keyed namespace that stores its payloads encrypted (AES-256-GCM,
+  /// docs/format.md "Mode aes256_gcm"). A plain namespace refuses it.
+  bool confidential = false;
 };
 
 /// The policy for a store that is not shared between tenants, chosen by name:
@@ -214,6 +218,10 @@ inline constexpr Policy single_tenant{TenantPolicy::single_tenant};
 /// The fixed, visible tenant a single-tenant namespace encodes. It starts with
 /// '_', which a real tenant cannot, so it never collides with one.
 inline constexpr std::string_view single_tenant_name = "_single";
+
+/// What a shared scope's tenant starts with (docs/format.md, section 12): a
+/// scope named N has tenant "_scope.N", which no tenant can be.
+inline constexpr std::string_view scope_tenant_prefix = "_scope.";
 
 /// Limits on the identity's strings (bytes). They bound the envelope size.
 namespace limits {
@@ -664,8 +672,15 @@ void check_members(const P& part, bool skip_tenant) {
     }
     id.tenant = std::string(single_tenant_name);
   }
+  if (policy.tenant == TenantPolicy::shared_scope) {
+    const std::string_view t = id.tenant;
+    if (t.substr(0, scope_tenant_prefix.size()) != scope_tenant_prefix) {
+      throw identity_error("tenant", "must be \"_scope.<name>\" in a shared scope's namespace");
+    }
+    detail::check_tenant(t.substr(scope_tenant_prefix.size()), limits::tenant - scope_tenant_prefix.size());
+  }
   // Every member by its kind (the field table), then the rules that join members.
-  detail::check_members(id, policy.tenant == TenantPolicy::single_tenant);
+  detail::check_members(id, policy.tenant != TenantPolicy::required);
   const Quant& q = id.kv.quant;
   if (q.scheme == "none") {
     if (q.group_size != 0) throw identity_error("kv.quant.group_size", "must be 0 when kv.quant.scheme is \"none\"");

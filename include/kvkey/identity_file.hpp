@@ -155,6 +155,7 @@ class IdentityReader {
   void read(const BasicJson& j) {
     std::vector<std::string> keys = part_keys<Identity>(rules_);
     keys.insert(keys.begin() + 1, "policy");
+    keys.insert(keys.begin() + 2, "confidential");
     const std::string top = rules_ == IdentityJson::file ? "identity_file" : "identity";
     check_object(j, "", top, keys);
     if (const BasicJson* p = find(j, "policy")) {
@@ -165,6 +166,10 @@ class IdentityReader {
       } else if (name != "required") {
         throw input_error("policy", "unknown policy " + json_value_text(*p) + " (known: required, single_tenant)");
       }
+    }
+    if (const BasicJson* c = find(j, "confidential")) {  // format v4: payloads stored encrypted (keyed namespaces)
+      if (!c->is_boolean()) throw input_error("confidential", "expected true or false, got " + json_value_text(*c));
+      out_.policy.confidential = c->template get<bool>();
     }
     read_part(j, "", out_.identity);
   }
@@ -401,10 +406,12 @@ nlohmann::ordered_json identity_member_json(const T& v) {
 /// left out; under the single_tenant policy "policy" first (and no empty tenant).
 [[nodiscard]] inline nlohmann::ordered_json identity_file_json(const Identity& id, const Policy& policy = {}) {
   const nlohmann::ordered_json j = detail::identity_member_json(id);
-  if (policy.tenant != TenantPolicy::single_tenant) return j;
-  nlohmann::ordered_json out = {{"policy", "single_tenant"}};
+  if (policy.tenant != TenantPolicy::single_tenant && !policy.confidential) return j;
+  nlohmann::ordered_json out = nlohmann::ordered_json::object();
+  if (policy.tenant == TenantPolicy::single_tenant) out["policy"] = "single_tenant";
+  if (policy.confidential) out["confidential"] = true;
   for (const auto& [key, value] : j.items()) {
-    if (key != "tenant" || value != "") out[key] = value;
+    if (key != "tenant" || value != "" || policy.tenant != TenantPolicy::single_tenant) out[key] = value;
   }
   return out;
 }

@@ -9,11 +9,16 @@
 #ifndef KVKEY_KEY_NAMESPACE_HPP
 #define KVKEY_KEY_NAMESPACE_HPP
 
+#include <openssl/crypto.h>
+#include <openssl/rand.h>
+
+#include <array>
 #include <cstddef>
 #include <cstdint>
 #include <cstring>
 #include <algorithm>
 #include <limits>
+#include <memory>
 #include <optional>
 #include <string>
 #include <string_view>
@@ -52,30 +57,42 @@ struct ChainAccess {
 };
 }  // namespace detail
 
-/// The first bytes of every store key: the key format's tag. Format v3 writes
-/// "kvk3/"; format v2 wrote "kvk1/", so the keys of the two never collide and an
-/// operator purges v2 leftovers by that prefix (docs/operations.md).
-inline constexpr std::string_view store_key_tag = "kvk3/";
+/// The first bytes of every store key: the key format's tag. Format v4 writes
+/// "kvk4/"; format v3 wrote "kvk3/" and v2 "kvk1/", so the keys of different
+/// formats never collide and an operator purges the leftovers of an older one
+/// by its prefix (docs/operations.md, "Upgrading the format").
+inline constexpr std::string_view store_key_tag = "kvk4/";
+
+/// The store-key tag of format v3, which v4 never writes: "kvk3/*" selects
+/// every v3 key (docs/operations.md, "Upgrading the format").
+inline constexpr std::string_view previous_store_key_tag = "kvk3/";
 
 /// Longest store key kvkey produces.
 inline constexpr std::size_t max_store_key_size = 256;
 
-/// "kvk3/<tenant>/": every key of one tenant starts with it (list or purge a
-/// tenant by prefix). Throws identity_error if the tenant is not valid.
+/// "kvk4/<tenant>/": every key of one tenant starts with it (list or purge a
+/// tenant by prefix; a shared scope's tenant is "_scope.<name>"). Throws
+/// identity_error if the tenant is not valid.
 [[nodiscard]] inline std::string tenant_key_prefix(std::string_view tenant) {
-  if (tenant != single_tenant_name) detail::check_tenant(tenant);
+  if (tenant.substr(0, scope_tenant_prefix.size()) == scope_tenant_prefix) {
+    detail::check_tenant(tenant.substr(scope_tenant_prefix.size()), limits::tenant - scope_tenant_prefix.size());
+  } else if (tenant != single_tenant_name) {
+    detail::check_tenant(tenant);
+  }
   std::string p(store_key_tag);
   p.append(tenant).push_back('/');
   return p;
 }
 
-/// "kvk3/<tenant>/k<16 hex of secret_id>/": every key sealed under one tenant
-/// secret starts with it, and no other key does (purge a retired secret's
-/// values by prefix; docs/operations.md, "Rotating a tenant secret"). Throws
+/// "kvk4/<tenant>/k<16 hex of secret_id>/" ("c<16 hex>" when confidential):
+/// every key a keyed (or confidential) namespace seals under one tenant secret
+/// starts with it, and no other key does (purge a retired secret's values by
+/// the two prefixes; docs/operations.md, "Rotating a tenant secret"). Throws
 /// identity_error if the tenant is not valid.
-[[nodiscard]] inline std::string secret_key_prefix(std::string_view tenant, const SecretId& secret_id) {
+[[nodiscard]] inline std::string secret_key_prefix(std::string_view tenant, const SecretId& secret_id,
+                                                   bool confidential = false) {
   std::string p = tenant_key_prefix(tenant);
-  p.push_back('k');
+  p.push_back(confidential ? 'c' : 'k');
   p.append(secret_id.hex()).push_back('/');
   return p;
 }
@@ -96,8 +113,12 @@ struct [[nodiscard]] OpenedValue {
   /// than envelope_size is malformed, "envelope.size").
   Verdict verdict;
   /// The verified payload: a view into the value (valid as long as the value's
-  /// bytes are), {nullptr, 0} unless ok.
+  /// bytes are), {nullptr, 0} unless ok. A confidential namespace's
+  /// open_value: a view into `plaintext`.
   ConstBuffer payload;
+  /// Confidential namespaces' open_value(const ...): the decrypted payload
+  /// (set only when ok), which `payload` views. Null otherwise.
+  std::shared_ptr<const Bytes> plaintext;
 
   bool ok() const noexcept { return verdict.ok(); }
 };
@@ -231,7 +252,7 @@ class KeyNamespace {
     return chain_.hash_message(m, sizeof m);
   }
 
-  /// "kvk3/<tenant>/<p | k<secret id>>/<model>/e<epoch>/<64 hex of object_hash>":
+  /// "kvk4/<tenant>/<p | k<secret id> | c<secret id>>/<model>/e<epoch>/<64 hex of object_hash>":
   /// printable ASCII, at most max_store_key_size bytes.
   [[nodiscard]] std::string store_key(const Digest& block_hash) const {
     std::string key;
@@ -242,18 +263,19 @@ class KeyNamespace {
     return key;
   }
 
-  /// "kvk3/<tenant>/<p | k<secret id>>/<model>/e<epoch>/": the prefix of every
+  /// "kvk4/<tenant>/<p | k<secret id> | c<secret id>>/<model>/e<epoch>/": the prefix of every
   /// key of this namespace's epoch (all ranks, all adapters and formats of that
   /// model name, under this secret).
   const std::string& key_prefix() const noexcept { return key_prefix_; }
-  /// "kvk3/<tenant>/": the prefix of every key of this tenant, plain or keyed
+  /// "kvk4/<tenant>/": the prefix of every key of this tenant, plain or keyed
   /// under any secret.
   [[nodiscard]] std::string tenant_prefix() const { return tenant_key_prefix(id_.tenant); }
-  /// Keyed: "kvk3/<tenant>/k<secret id>/", the prefix of every key sealed under
-  /// this namespace's tenant secret (any model, epoch or rank). Plain:
-  /// "kvk3/<tenant>/p/", the prefix of every plain key of the tenant.
+  /// Keyed: "kvk4/<tenant>/k<secret id>/" ("c<secret id>" when confidential),
+  /// the prefix of every key sealed under this namespace's tenant secret (any
+  /// model, epoch or rank). Plain: "kvk4/<tenant>/p/", the prefix of every
+  /// plain key of the tenant.
   [[nodiscard]] std::string secret_prefix() const {
-    if (secret_id_) return secret_key_prefix(id_.tenant, *secret_id_);
+    if (secret_id_) return secret_key_prefix(id_.tenant, *secret_id_, confidential());
     return tenant_prefix() + "p/";
   }
   /// The tenant secret's public id (docs/format.md, "Secret id"); nullopt in a
@@ -264,8 +286,10 @@ class KeyNamespace {
 
   /// The header to store with this rank's object for block_hash, whose KV bytes
   /// are payload: it records their size and digest (keyed: a Poly1305 tag under
-  /// a fresh random nonce). No heap allocation.
+  /// a fresh random nonce). No heap allocation. A confidential namespace
+  /// stores ciphertext, not these bytes: input_error (use seal_value).
   [[nodiscard]] Envelope seal(const Digest& block_hash, Payload payload) const {
+    refuse_header_only("seal(block_hash, payload)");
     PayloadSealer s(header_for(block_hash, 0), scheme(), false);
     for (const ConstBuffer& b : payload) s.update(b.data, b.size);
     return s.finish();
@@ -277,7 +301,11 @@ class KeyNamespace {
   /// header_len); whatever the bytes, the outcome is a Verdict, never a
   /// kvkey::error (std::bad_alloc can escape only while naming the reason for a
   /// rejected header). No heap allocation when it accepts.
+  /// In a confidential namespace the payload is the ciphertext: it is
+  /// authenticated (decrypted piecewise into wiped scratch memory, never
+  /// returned); open_value and open_in_place return the plaintext.
   Verdict verify(const std::uint8_t* header, std::size_t header_len, const Digest& block_hash, Payload payload) const {
+    if (confidential()) return confidential_verify(header, header_len, block_hash, payload);
     PayloadVerifier v(header, header_len, header_for(block_hash, 0), id_, scheme(), false);
     for (const ConstBuffer& b : payload) v.update(b.data, b.size);
     return v.finish();
@@ -287,19 +315,26 @@ class KeyNamespace {
   }
 
   /// Streaming forms for bytes that arrive in pieces (update, then finish).
+  /// A confidential namespace has none (input_error): the bytes are
+  /// encrypted, so use seal_value / open_value / open_in_place.
   [[nodiscard]] PayloadSealer sealer(const Digest& block_hash) const {
+    refuse_header_only("sealer()");
     return PayloadSealer(header_for(block_hash, 0), scheme(), true);
   }
   [[nodiscard]] PayloadVerifier verifier(const std::uint8_t* header, std::size_t header_len,
                                          const Digest& block_hash) const {
+    refuse_header_only("verifier()");
     return PayloadVerifier(header, header_len, header_for(block_hash, 0), id_, scheme(), true);
   }
 
   /// plain, or keyed when Hash declares `keyed` (HmacSha256).
   static constexpr NamespaceKind namespace_kind =
       detail::is_keyed_hash<Hash>::value ? NamespaceKind::keyed : NamespaceKind::plain;
-  /// What seal(block_hash, Payload) stores: xxh3_128 (plain) or poly1305 (keyed).
+  /// What seal_value stores: xxh3_128 (plain), poly1305 (keyed) or aes256_gcm (confidential).
   IntegrityMode integrity_mode() const noexcept { return scheme().mode; }
+  /// True for a keyed namespace built with Policy::confidential: its payloads
+  /// are stored as AES-256-GCM ciphertext (docs/format.md, "Mode aes256_gcm").
+  bool confidential() const noexcept { return namespace_kind == NamespaceKind::keyed && policy_.confidential; }
 
   /// Size-only header (IntegrityMode::none) for callers that cannot see the
   /// bytes (GPU-direct transfers). Only in a plain namespace under
@@ -367,6 +402,7 @@ class KeyNamespace {
       throw input_error("seal_value: the buffer holds " + std::to_string(out == nullptr ? 0 : capacity) +
                         " bytes, the value needs " + std::to_string(envelope_size) + " + " + std::to_string(n));
     }
+    if (confidential()) return confidential_seal(block_hash, payload, out);
     constexpr std::size_t piece = std::size_t{1} << 16;  // copy, then hash the copy while it is in cache
     PayloadSealer s(header_for(block_hash, 0), scheme(), false);
     std::uint8_t* dst = out + envelope_size;
@@ -397,12 +433,42 @@ class KeyNamespace {
       return out;
     }
     const std::uint8_t* payload = value + envelope_size;
-    out.verdict = verify(value, envelope_size, block_hash, Payload(payload, size - envelope_size));
-    if (out.verdict.ok()) out.payload = {payload, size - envelope_size};
+    const std::size_t n = size - envelope_size;
+    if (confidential()) {  // decrypted into new memory, kept only when it authenticates
+      auto plain = std::make_shared<Bytes>(n);
+      out.verdict = confidential_open(value, payload, n, plain->data(), block_hash);
+      if (out.verdict.ok()) {
+        out.payload = {plain->data(), n};
+        out.plaintext = std::move(plain);
+      }
+      return out;
+    }
+    out.verdict = verify(value, envelope_size, block_hash, Payload(payload, n));
+    if (out.verdict.ok()) out.payload = {payload, n};
     return out;
   }
   OpenedValue open_value(const Bytes& value, const Digest& block_hash) const {
     return open_value(value.data(), value.size(), block_hash);
+  }
+
+  /// open_value on a value the caller may change (the zero-copy path,
+  /// Connector::load_into with Slots): in a confidential namespace the payload
+  /// is decrypted in place, and the view is value + envelope_size. The header
+  /// is checked before any byte is decrypted; a payload whose tag does not
+  /// verify is encrypted back (AES-GCM's keystream is its own inverse), so a
+  /// rejected value holds exactly the bytes it held before the call and no
+  /// unauthenticated plaintext is left in it. Other namespaces: open_value.
+  OpenedValue open_in_place(std::uint8_t* value, std::size_t size, const Digest& block_hash) const {
+    if (!confidential()) return open_value(value, size, block_hash);
+    OpenedValue out;
+    if (value == nullptr || size < envelope_size) {
+      out.verdict = {Reason::malformed, "envelope.size"};
+      return out;
+    }
+    std::uint8_t* payload = value + envelope_size;
+    out.verdict = confidential_open(value, payload, size - envelope_size, payload, block_hash);
+    if (out.verdict.ok()) out.payload = {payload, size - envelope_size};
+    return out;
   }
 
   // ---- geometry (kvkey/geometry.hpp) ----------------------------------------------
@@ -472,7 +538,110 @@ class KeyNamespace {
       std::memcpy(m + 1, chain_.root().data(), Digest::size_bytes);
       const Digest k = chain_.hash_message(m, sizeof m);
       std::memcpy(payload_key_.bytes.data(), k.data(), k.size());
+      if (policy_.confidential) kdf_.emplace(detail::ConfidentialAccess::kdf(chain_.hasher()));
+    } else if (policy_.confidential) {
+      throw identity_error("confidential",
+                           "a confidential namespace encrypts under a key derived from the tenant secret: build a "
+                           "keyed namespace (KeyNamespace<HmacSha256> with a TenantSecret)");
     }
+  }
+
+  void refuse_header_only(const char* call) const {
+    if (confidential()) {
+      throw input_error(std::string(call) +
+                        " seals or checks a header beside bytes it cannot change, and a confidential namespace "
+                        "stores its payloads encrypted: use seal_value, and open_value or open_in_place");
+    }
+  }
+
+  // ---- confidential namespaces (docs/format.md, "Mode aes256_gcm") ----
+
+  // The header of a confidential value checked for block and an n-byte
+  // payload (everything but the tag, in constant time when it matches); aad
+  // receives it with the tag zero.
+  Verdict confidential_header(const std::uint8_t* header, std::size_t len, const Digest& block, std::uint64_t n,
+                              Envelope& aad) const {
+    namespace L = envelope_layout;
+    Verdict v = verify_except_payload(header, len, header_for(block, n));
+    if (!v.ok()) return v;
+    if (header[L::integrity_mode] != static_cast<std::uint8_t>(IntegrityMode::aes256_gcm)) {
+      return {Reason::payload_mismatch, "envelope.integrity_mode"};
+    }
+    std::memcpy(aad.data(), header, envelope_size);
+    std::memset(aad.data() + L::payload_digest, 0, 16);
+    return v;
+  }
+
+  std::size_t confidential_seal(const Digest& block, Payload payload, std::uint8_t* out) const {
+    namespace L = envelope_layout;
+    Envelope h = header_for(block, payload.size());
+    h[L::integrity_mode] = static_cast<std::uint8_t>(IntegrityMode::aes256_gcm);
+    if (RAND_bytes(h.data() + L::nonce, 16) != 1) throw crypto_error("RAND_bytes failed: no nonce for the payload");
+    detail::GcmKey key;
+    detail::confidential_key(*kdf_, root(), h.data() + L::nonce, key);
+    {
+      detail::GcmPass pass(true, key, h.data() + L::nonce + 4, h);
+      std::uint8_t* dst = out + envelope_size;
+      for (const ConstBuffer& b : payload) {
+        if (b.size == 0) continue;
+        pass.update(static_cast<const std::uint8_t*>(b.data), b.size, dst);  // in place when dst == b.data
+        dst += b.size;
+      }
+      pass.seal(h.data() + L::payload_digest);
+    }
+    std::memcpy(out, h.data(), envelope_size);
+    return envelope_size + static_cast<std::size_t>(payload.size());
+  }
+
+  // Decrypts src[0, n) into dst[0, n) (dst == src: in place) when header is
+  // this namespace's for block and the tag authenticates; otherwise leaves no
+  // plaintext behind: dst is wiped, or, in place, encrypted back.
+  Verdict confidential_open(const std::uint8_t* header, const std::uint8_t* src, std::size_t n, std::uint8_t* dst,
+                            const Digest& block) const {
+    namespace L = envelope_layout;
+    Envelope aad;
+    Verdict v = confidential_header(header, envelope_size, block, n, aad);
+    if (!v.ok()) return v;
+    detail::GcmKey key;
+    detail::confidential_key(*kdf_, root(), aad.data() + L::nonce, key);
+    const std::uint8_t* iv = aad.data() + L::nonce + 4;
+    bool ok = false;
+    {
+      detail::GcmPass pass(false, key, iv, aad);
+      pass.update(src, n, dst);
+      ok = pass.open(header + L::payload_digest);
+    }
+    if (ok) return v;
+    if (dst == src) {
+      detail::GcmPass back(true, key, iv, aad);
+      back.update(dst, n, dst);
+    } else {
+      OPENSSL_cleanse(dst, n);
+    }
+    return {Reason::payload_mismatch, "payload"};
+  }
+
+  Verdict confidential_verify(const std::uint8_t* header, std::size_t len, const Digest& block, Payload payload) const {
+    namespace L = envelope_layout;
+    Envelope aad;
+    Verdict v = confidential_header(header, len, block, payload.size(), aad);
+    if (!v.ok()) return v;
+    detail::GcmKey key;
+    detail::confidential_key(*kdf_, root(), aad.data() + L::nonce, key);
+    thread_local std::array<std::uint8_t, detail::gcm_scratch_size> scratch;
+    bool ok = false;
+    {
+      detail::GcmPass pass(false, key, aad.data() + L::nonce + 4, aad);
+      for (const ConstBuffer& b : payload) {
+        const auto* p = static_cast<const std::uint8_t*>(b.data);
+        for (std::size_t off = 0; off < b.size; off += scratch.size()) {
+          pass.update(p + off, std::min(scratch.size(), b.size - off), scratch.data());
+        }
+      }
+      OPENSSL_cleanse(scratch.data(), scratch.size());
+      ok = pass.open(header + L::payload_digest);
+    }
+    return ok ? v : Verdict{Reason::payload_mismatch, "payload"};
   }
 
   // Verifies header against `expected` (this namespace's envelope for the
@@ -483,9 +652,11 @@ class KeyNamespace {
     namespace L = envelope_layout;
     const bool sized = header != nullptr && header_len == envelope_size;
     const std::uint8_t mode = sized ? header[L::integrity_mode] : 0;
-    if (sized && detail::integrity_allowed(namespace_kind, mode)) {
+    // Only the modes this namespace writes (none aside): a keyed header read
+    // by a confidential reader, or the reverse, is named by its mode.
+    if (sized && (mode == 0 || mode == static_cast<std::uint8_t>(scheme().mode))) {
       expected[L::integrity_mode] = mode;
-      if (mode == static_cast<std::uint8_t>(IntegrityMode::poly1305)) {
+      if (detail::has_nonce(mode)) {
         std::memcpy(&expected[L::nonce], header + L::nonce, 16);
       }
       if (mode != 0) std::memcpy(&expected[L::payload_digest], header + L::payload_digest, 16);
@@ -499,8 +670,9 @@ class KeyNamespace {
     return e;
   }
   detail::PayloadScheme scheme() const noexcept {
-    return {namespace_kind == NamespaceKind::keyed ? IntegrityMode::poly1305 : IntegrityMode::xxh3_128, &payload_key_,
-            policy_.payload};
+    return {namespace_kind == NamespaceKind::keyed ? (kdf_ ? IntegrityMode::aes256_gcm : IntegrityMode::poly1305)
+                                                   : IntegrityMode::xxh3_128,
+            &payload_key_, policy_.payload};
   }
 
   Identity id_;
@@ -511,7 +683,8 @@ class KeyNamespace {
   std::optional<SecretId> secret_id_;  // keyed namespaces only
   std::string key_prefix_;
   Envelope envelope_;
-  detail::PayloadKey payload_key_;  // keyed namespaces only
+  detail::PayloadKey payload_key_;             // keyed namespaces only
+  std::optional<detail::HmacSha256Core> kdf_;  // confidential namespaces: HKDF-Expand's HMAC under the PRK
 };
 
 KVKEY_END_NAMESPACE

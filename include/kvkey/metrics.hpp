@@ -34,9 +34,9 @@ KVKEY_BEGIN_NAMESPACE
 
 /// Every rejection reason, in Reason order (Reason::ok excluded): the values of
 /// the `reason` label.
-inline constexpr std::array<Reason, 6> rejection_reasons = {Reason::malformed,         Reason::unsupported_version,
-                                                            Reason::identity_mismatch, Reason::block_mismatch,
-                                                            Reason::size_mismatch,     Reason::payload_mismatch};
+inline constexpr std::array<Reason, 7> rejection_reasons = {
+    Reason::malformed,     Reason::unsupported_version, Reason::identity_mismatch, Reason::block_mismatch,
+    Reason::size_mismatch, Reason::payload_mismatch,    Reason::not_granted};
 
 /// The values of the `field` label of kvkey_rejected_blocks_total: every
 /// identity field (identity_field_names()), the fields a Verdict names outside
@@ -49,7 +49,7 @@ inline constexpr std::array<Reason, 6> rejection_reasons = {Reason::malformed,  
     for (std::string_view f :
          {"shard", "block_hash", "payload_size", "payload", "value.size", "envelope.size", "envelope.magic",
           "envelope.format_version", "envelope.identity", "envelope.padding", "envelope.namespace_kind",
-          "envelope.integrity_mode", "envelope.nonce", "envelope.payload_digest", "other"}) {
+          "envelope.integrity_mode", "envelope.nonce", "envelope.payload_digest", "scope.readers", "other"}) {
       out.push_back(f);
     }
     return out;

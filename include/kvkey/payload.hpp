@@ -30,6 +30,7 @@
 #define KVKEY_XXH3_128_UPDATE(s, p, n) XXH3_128bits_update(s, p, n)
 #endif
 
+#include <algorithm>
 #include <array>
 #include <cstddef>
 #include <cstdint>
@@ -37,10 +38,12 @@
 #include <limits>
 #include <stdexcept>
 #include <string>
+#include <string_view>
 #include <type_traits>
 #include <utility>
 
 #include "kvkey/buffer.hpp"
+#include "kvkey/detail/hmac_sha256.hpp"
 #include "kvkey/config.hpp"
 #include "kvkey/digest.hpp"
 #include "kvkey/envelope.hpp"
@@ -103,6 +106,14 @@ struct is_keyed_hash : std::false_type {};
 template <class Hash>
 struct is_keyed_hash<Hash, std::void_t<decltype(Hash::keyed)>> : std::bool_constant<Hash::keyed> {};
 
+/// The confidential key source of a keyed hasher (HmacSha256), for KeyNamespace.
+struct ConfidentialAccess {
+  template <class H>
+  static const HmacSha256Core& kdf(const H& h) noexcept {
+    return h.confidential_;
+  }
+};
+
 inline PayloadDigest canonical(XXH128_hash_t h) noexcept {
   XXH128_canonical_t c;
   XXH128_canonicalFromHash(&c, h);
@@ -132,6 +143,12 @@ inline const EVP_CIPHER* chacha20_cipher() {
   return cipher;
 }
 
+inline const EVP_CIPHER* aes256_gcm_cipher() {
+  static EVP_CIPHER* const cipher = EVP_CIPHER_fetch(nullptr, "AES-256-GCM", nullptr);
+  if (cipher == nullptr) throw crypto_error("EVP_CIPHER_fetch(AES-256-GCM) failed: no provider offers AES-256-GCM");
+  return cipher;
+}
+
 inline EVP_MAC_CTX* new_poly1305_ctx() {
   EVP_MAC_CTX* ctx = EVP_MAC_CTX_new(poly1305_mac());
   if (ctx == nullptr) throw crypto_error("EVP_MAC_CTX_new(POLY1305) failed");
@@ -144,12 +161,14 @@ inline EVP_MAC_CTX* new_poly1305_ctx() {
 struct ThreadCrypto {
   EVP_CIPHER_CTX* chacha = nullptr;
   EVP_MAC_CTX* poly = nullptr;
+  EVP_CIPHER_CTX* gcm = nullptr;
   ThreadCrypto() = default;
   ThreadCrypto(const ThreadCrypto&) = delete;
   ThreadCrypto& operator=(const ThreadCrypto&) = delete;
   ~ThreadCrypto() {
     EVP_CIPHER_CTX_free(chacha);
     EVP_MAC_CTX_free(poly);
+    EVP_CIPHER_CTX_free(gcm);
   }
 };
 inline ThreadCrypto& thread_crypto() {
@@ -176,6 +195,101 @@ inline void one_time_key(const PayloadKey& key, const std::uint8_t* nonce, std::
   EVP_EncryptInit_ex2(t.chacha, nullptr, zeros, zeros, nullptr);
   if (!ok) throw crypto_error("ChaCha20 one-time key derivation failed");
 }
+
+// ---- confidential namespaces: AES-256-GCM (docs/format.md, "Mode aes256_gcm") ----
+
+/// A 32-byte AES key that wipes itself.
+struct GcmKey {
+  std::uint8_t bytes[32] = {};
+  GcmKey() = default;
+  GcmKey(const GcmKey&) = delete;
+  GcmKey& operator=(const GcmKey&) = delete;
+  ~GcmKey() { OPENSSL_cleanse(bytes, sizeof bytes); }
+};
+
+/// K_c = HKDF-Expand(PRK, 'C' || root || selector, 32) = HMAC(PRK, info || 0x01),
+/// with kdf the HMAC core keyed by the PRK (HmacSha256's confidential key).
+inline void confidential_key(const HmacSha256Core& kdf, const Digest& root, const std::uint8_t* selector,
+                             GcmKey& out) noexcept {
+  std::uint8_t info[1 + Digest::size_bytes + 4 + 1];
+  info[0] = domain_confidential;
+  std::memcpy(info + 1, root.data(), Digest::size_bytes);
+  std::memcpy(info + 1 + Digest::size_bytes, selector, 4);
+  info[sizeof info - 1] = 0x01;  // HKDF's first output block
+  HmacSha256Core h = kdf;
+  h.update(info, sizeof info);
+  Digest k = h.result();
+  std::memcpy(out.bytes, k.data(), sizeof out.bytes);
+  OPENSSL_cleanse(k.data(), k.size());
+}
+
+/// One AES-256-GCM pass in the thread's cipher context. The context holds the
+/// key schedule only between start() and the destructor, which wipes it.
+class GcmPass {
+ public:
+  /// encrypt: true to encrypt; iv: 12 bytes; aad: the header with its tag zero.
+  GcmPass(bool encrypt, const GcmKey& key, const std::uint8_t* iv, const Envelope& aad) : encrypt_(encrypt) {
+    ThreadCrypto& t = thread_crypto();
+    if (t.gcm == nullptr) {
+      t.gcm = EVP_CIPHER_CTX_new();
+      if (t.gcm == nullptr) throw crypto_error("EVP_CIPHER_CTX_new failed");
+    }
+    ctx_ = t.gcm;
+    const int rc = encrypt ? EVP_EncryptInit_ex2(ctx_, aes256_gcm_cipher(), key.bytes, iv, nullptr)
+                           : EVP_DecryptInit_ex2(ctx_, aes256_gcm_cipher(), key.bytes, iv, nullptr);
+    if (rc != 1) throw crypto_error("AES-256-GCM init failed");
+    int len = 0;
+    if ((encrypt ? EVP_EncryptUpdate(ctx_, nullptr, &len, aad.data(), static_cast<int>(aad.size()))
+                 : EVP_DecryptUpdate(ctx_, nullptr, &len, aad.data(), static_cast<int>(aad.size()))) != 1) {
+      throw crypto_error("AES-256-GCM associated data failed");
+    }
+  }
+  GcmPass(const GcmPass&) = delete;
+  GcmPass& operator=(const GcmPass&) = delete;
+  ~GcmPass() {
+    // Leave no key schedule behind in the thread's context.
+    static constexpr std::uint8_t zeros[32] = {};
+    EVP_CipherInit_ex2(ctx_, nullptr, zeros, zeros, -1, nullptr);
+  }
+
+  /// out[0, n) = the transform of in[0, n); out == in is allowed, other overlaps are not.
+  void update(const std::uint8_t* in, std::size_t n, std::uint8_t* out) {
+    constexpr std::size_t piece = std::size_t{1} << 30;  // EVP counts in int
+    for (std::size_t off = 0; off < n; off += piece) {
+      const int len = static_cast<int>(std::min(piece, n - off));
+      int done = 0;
+      if ((encrypt_ ? EVP_EncryptUpdate(ctx_, out + off, &done, in + off, len)
+                    : EVP_DecryptUpdate(ctx_, out + off, &done, in + off, len)) != 1 ||
+          done != len) {
+        throw crypto_error("AES-256-GCM update failed");
+      }
+    }
+  }
+  /// Encrypting: writes the tag.
+  void seal(std::uint8_t* tag) {
+    int len = 0;
+    if (EVP_EncryptFinal_ex(ctx_, nullptr, &len) != 1 ||
+        EVP_CIPHER_CTX_ctrl(ctx_, EVP_CTRL_GCM_GET_TAG, 16, tag) != 1) {
+      throw crypto_error("AES-256-GCM final failed");
+    }
+  }
+  /// Decrypting: true when tag authenticates the header and everything decrypted.
+  bool open(const std::uint8_t* tag) {
+    std::uint8_t t[16];
+    std::memcpy(t, tag, sizeof t);
+    if (EVP_CIPHER_CTX_ctrl(ctx_, EVP_CTRL_GCM_SET_TAG, 16, t) != 1) throw crypto_error("AES-256-GCM set tag failed");
+    int len = 0;
+    return EVP_DecryptFinal_ex(ctx_, nullptr, &len) == 1;
+  }
+
+ private:
+  EVP_CIPHER_CTX* ctx_ = nullptr;
+  bool encrypt_;
+};
+
+/// Bytes of plaintext the thread may hold while authenticating without a
+/// destination (verify): decrypted piecewise and wiped.
+inline constexpr std::size_t gcm_scratch_size = std::size_t{1} << 16;
 
 /// Streaming digest (XXH3-128) or tag (Poly1305) of a payload. Holds no heap
 /// memory of its own; a keyed one borrows a Poly1305 context.

@@ -475,8 +475,14 @@ inline Bytes bytes_of(const ConstBuffer& b) {
 /// One case: its store, the bytes each key may load as, and the checks.
 class Case {
  public:
-  Case(const CaseSpec& spec, Store& store, const MakeConnector& make, std::string tenant, bool zero_copy = false)
-      : spec_(spec), store_(store), make_(make), tenant_(std::move(tenant)), zero_copy_(zero_copy) {
+  Case(const CaseSpec& spec, Store& store, const MakeConnector& make, std::string tenant, bool zero_copy = false,
+       bool confidential = false)
+      : spec_(spec),
+        store_(store),
+        make_(make),
+        tenant_(std::move(tenant)),
+        zero_copy_(zero_copy),
+        confidential_(confidential) {
     result.name = spec.name;
   }
   /// Saves and load_into go through the zero-copy path (Slots).
@@ -495,8 +501,10 @@ class Case {
       if (!field.empty()) change_field(id, field);
       if (secret_seed.empty()) {
         d.ranks.emplace_back(id);
-      } else {
-        d.ranks.emplace_back(id, secret_of(tenant_ + secret_seed));
+      } else {  // the confidential passes: every keyed deployment stores ciphertext (format v4)
+        Policy policy;
+        policy.confidential = confidential_;
+        d.ranks.emplace_back(id, secret_of(tenant_ + secret_seed), policy);
       }
     }
     return d;
@@ -695,6 +703,7 @@ class Case {
   const MakeConnector& make_;
   std::string tenant_;
   bool zero_copy_ = false;
+  bool confidential_ = false;
   std::map<std::string, std::set<Bytes>> allowed_;
 };
 
@@ -996,9 +1005,16 @@ Report check_store(MakeStore&& make_store, const CheckOptions& options = {}) {
     auto store = make_store();
     CaseResult result;
     result.name = spec.name;
-    for (const bool zero_copy : {false, true}) {
-      detail::Case c(spec, *store, options.make_connector,
-                     "kvkey-check-" + run + "-" + std::to_string(i) + (zero_copy ? "z" : ""), zero_copy);
+    // Each case twice (save and load_into, then the zero-copy path); a case
+    // with a keyed reader twice more with every keyed deployment confidential.
+    for (const int pass : {0, 1, 2, 3}) {
+      const bool zero_copy = (pass & 1) != 0;
+      const bool confidential = pass >= 2;
+      if (confidential && !spec.keyed) continue;
+      detail::Case c(
+          spec, *store, options.make_connector,
+          "kvkey-check-" + run + "-" + std::to_string(i) + (zero_copy ? "z" : "") + (confidential ? "c" : ""),
+          zero_copy, confidential);
       try {
         switch (spec.scenario) {
           case Scenario::baseline: detail::baseline(c); break;
@@ -1013,7 +1029,8 @@ Report check_store(MakeStore&& make_store, const CheckOptions& options = {}) {
       } catch (...) {
         c.error("exception of an unknown type");
       }
-      detail::Case::add(result, c.result, zero_copy ? "zero-copy: " : "");
+      detail::Case::add(result, c.result,
+                        std::string(confidential ? "confidential: " : "") + (zero_copy ? "zero-copy: " : ""));
     }
     report.cases.push_back(std::move(result));
   }

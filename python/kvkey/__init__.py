@@ -21,6 +21,7 @@ from ._kvkey import (  # noqa: F401  (re-exports)
     OpenedValue,
     Quant,
     ReusablePrefix,
+    ScopeError,
     Shard,
     Slice,
     TenantSecret,
@@ -39,10 +40,12 @@ from ._kvkey import (  # noqa: F401  (re-exports)
     reusable_prefix,
     secret_id,
     secret_key_prefix,
+    previous_store_key_tag,
     single_tenant_name,
     store_key_tag,
     u64_projection,
 )
+from .scope import SharedScope, scoped_block_hashes  # noqa: F401
 from . import compat  # noqa: F401
 from . import stores  # noqa: F401
 from .connector import Connector, Slots  # noqa: F401
@@ -67,6 +70,8 @@ __all__ = [
     "OpenedValue",
     "Quant",
     "ReusablePrefix",
+    "ScopeError",
+    "SharedScope",
     "Shard",
     "Slice",
     "TenantSecret",
@@ -82,7 +87,9 @@ __all__ = [
     "kv_dtype_from_engine",
     "kv_dtype_from_string",
     "metrics_field_names",
+    "previous_store_key_tag",
     "reusable_prefix",
+    "scoped_block_hashes",
     "secret_id",
     "secret_key_prefix",
     "single_tenant_name",

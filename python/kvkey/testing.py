@@ -143,9 +143,11 @@ class _Deployment:
     another deployment's, rank's, block's or version's bytes never match."""
 
     def __init__(self, tenant: str, changes: Optional[Dict[str, Any]] = None,
-                 secret: Optional[kv.TenantSecret] = None, ranks: int = TP) -> None:
+                 secret: Optional[kv.TenantSecret] = None, ranks: int = TP, confidential: bool = False) -> None:
         changes = dict(changes or {})
-        self.ranks = [kv.KeyNamespace(_identity(tenant, r, changes), secret=secret) for r in range(ranks)]
+        confidential = confidential and secret is not None  # the confidential passes: keyed deployments only
+        self.ranks = [kv.KeyNamespace(_identity(tenant, r, changes), secret=secret, confidential=confidential)
+                      for r in range(ranks)]
 
     def with_epoch(self, epoch: int) -> "_Deployment":
         """The same deployment under another weights epoch (``ns.with_epoch``)."""
@@ -173,10 +175,11 @@ class _Case:
     the checks."""
 
     def __init__(self, name: str, make_store: Callable[[], Store], make_connector: _MakeConnector,
-                 tenant: str, zero_copy: bool = False) -> None:
+                 tenant: str, zero_copy: bool = False, confidential: bool = False) -> None:
         self.result = CaseResult(name)
         self.store = make_store()
         self.zero_copy = zero_copy  # saves and load_into through kvkey.Slots
+        self.confidential = confidential  # every keyed deployment confidential (format v4)
         self._make_connector = make_connector
         self.tenant = tenant
         self.tenants: Set[str] = set()
@@ -185,7 +188,7 @@ class _Case:
 
     def deployment(self, suffix: str = "", changes: Optional[Dict[str, Any]] = None,
                    secret: Optional[kv.TenantSecret] = None, ranks: int = TP) -> _Deployment:
-        d = _Deployment(self.tenant + suffix, changes, secret, ranks)
+        d = _Deployment(self.tenant + suffix, changes, secret, ranks, self.confidential)
         self.tenants.add(d.tenant_prefix())
         return d
 
@@ -783,16 +786,20 @@ def _check(make_store: Callable[[], Any], connect: _MakeConnector, cases: Option
         "stale_writer": lambda **_: _stale_writer,
         "concurrent_writers": lambda **_: _concurrent_writers,
     }
-    plan: List[Tuple[str, Callable[[_Case], None]]] = [
-        (name, scenarios[scenario](keyed=keyed, damage=damage, arg=arg, field=field))
+    plan: List[Tuple[str, Callable[[_Case], None], bool]] = [
+        (name, scenarios[scenario](keyed=keyed, damage=damage, arg=arg, field=field), keyed)
         for name, scenario, damage, arg, field, keyed in CASES]
     results = []
-    for i, (name, body) in enumerate(plan):
+    for i, (name, body, keyed) in enumerate(plan):
         if cases is not None and not any(s in name for s in cases):
             continue
         result = CaseResult(name)
-        for zero_copy in (False, True):  # every case twice: buffers, then the zero-copy path (Slots)
-            case = _Case(name, make_store, connect, f"kvkey-check-{run}-{i}{'z' if zero_copy else ''}", zero_copy)
+        # Every case twice (buffers, then the zero-copy path, Slots); a case with a
+        # keyed reader twice more with every keyed deployment confidential.
+        passes = [(z, c) for c in (False, True) for z in (False, True) if keyed or not c]
+        for zero_copy, confidential in passes:
+            tag = ("z" if zero_copy else "") + ("c" if confidential else "")
+            case = _Case(name, make_store, connect, f"kvkey-check-{run}-{i}{tag}", zero_copy, confidential)
             try:
                 body(case)
             except Exception as e:  # noqa: BLE001 - reported, never raised
@@ -801,7 +808,7 @@ def _check(make_store: Callable[[], Any], connect: _MakeConnector, cases: Option
                 case.cleanup()
             except Exception as e:  # noqa: BLE001
                 case.result.errors.append(f"cleanup: {type(e).__name__}: {e}")
-            _add(result, case.result, "zero-copy: " if zero_copy else "")
+            _add(result, case.result, ("confidential: " if confidential else "") + ("zero-copy: " if zero_copy else ""))
         results.append(result)
     return Report(results)
 

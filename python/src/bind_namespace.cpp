@@ -10,6 +10,7 @@
 
 #include <kvkey/any_key_namespace.hpp>
 #include <kvkey/kvkey.hpp>
+#include <kvkey/scope.hpp>
 
 #include <algorithm>
 #include <cstdint>
@@ -204,6 +205,13 @@ void bind_namespace(py::module_& m) {
                ")";
       });
 
+  m.def(
+      "_scope_not_granted",
+      [] {
+        return PyVerdict{{kvkey::Reason::not_granted, "scope.readers"}};
+      },
+      "The miss of a shared scope read by a tenant it does not grant (kvkey.SharedScope.check_read).");
+
   py::class_<kvkey::ReusablePrefix>(m, "ReusablePrefix", "How much of a request's prefix the store can serve.")
       .def_readonly("blocks", &kvkey::ReusablePrefix::blocks)
       .def_readonly("tokens", &kvkey::ReusablePrefix::tokens)
@@ -259,15 +267,25 @@ void bind_namespace(py::module_& m) {
   m.attr("_POLICY_UNSET") = unset;
   py::class_<Namespace>(m, "KeyNamespace", "Keys, block hashes and envelopes of one deployment's rank.")
       .def(py::init([unset](const py::object& id, const py::object& single, const py::object& secret,
-                            const py::object& payload_check) {
+                            const py::object& payload_check, const py::object& confidential,
+                            const py::object& scope) {
              const PyIdentity& given = to_instance<PyIdentity>(id, "identity");
-             const kvkey::Identity identity = given.value();
+             kvkey::Identity identity = given.value();
              // The identity file's policy (Identity.from_json / from_file) unless the caller says otherwise.
              const kvkey::Policy from_file = given.file_policy.value_or(kvkey::Policy{});
              kvkey::Policy policy;
              policy.tenant = single.is(unset)                   ? from_file.tenant
                              : to_bool(single, "single_tenant") ? kvkey::TenantPolicy::single_tenant
                                                                 : kvkey::Policy{}.tenant;
+             policy.confidential =
+                 confidential.is(unset) ? from_file.confidential : to_bool(confidential, "confidential");
+             if (!scope.is_none()) {  // a shared scope's namespace: tenant "_scope.<name>" (docs/format.md, section 12)
+               if (policy.tenant == kvkey::TenantPolicy::single_tenant) {
+                 throw_input_error("a shared scope's namespace is not single_tenant: give scope or single_tenant");
+               }
+               identity.tenant = kvkey::scope_tenant(to_text(scope, "scope"));
+               policy.tenant = kvkey::TenantPolicy::shared_scope;
+             }
              policy.payload = from_file.payload;
              if (!payload_check.is(unset)) {
                const std::string check = to_text(payload_check, "payload_check");
@@ -283,15 +301,37 @@ void bind_namespace(py::module_& m) {
              return Namespace(identity, to_instance<kvkey::TenantSecret>(secret, "secret"), policy);
            }),
            py::arg("identity"), py::kw_only(), py::arg("single_tenant") = unset, py::arg("secret") = py::none(),
-           py::arg("payload_check") = unset,
+           py::arg("payload_check") = unset, py::arg("confidential") = unset, py::arg("scope") = py::none(),
            "Validates the identity (IdentityError names the bad field). single_tenant=True: a store no one else "
            "shares; the tenant must then be empty. secret: a kvkey.TenantSecret keys every hash with "
            "HMAC-SHA-256 and authenticates payloads with Poly1305, as the C++ KeyNamespace<HmacSha256> "
-           "(docs/security.md). payload_check='size_only': explicit opt-out of payload digests for callers that "
-           "cannot see the bytes (then seal/verify take a payload size). Left out, single_tenant and "
-           "payload_check are the identity file's policy for an identity read by Identity.from_json / from_file, "
-           "else False and 'required'.")
+           "(docs/security.md). confidential=True (with a secret): payloads are stored encrypted with "
+           "AES-256-GCM (seal_value / open_value; docs/format.md, \"Mode aes256_gcm\"). scope='name': the "
+           "namespace of shared scope 'name' (tenant '_scope.name'; kvkey.SharedScope declares who may use it). "
+           "payload_check='size_only': explicit opt-out of payload digests for callers that "
+           "cannot see the bytes (then seal/verify take a payload size). Left out, single_tenant, confidential "
+           "and payload_check are the identity file's policy for an identity read by Identity.from_json / "
+           "from_file, else False, False and 'required'.")
       .def_property_readonly("keyed", &Namespace::keyed, "True when built with a TenantSecret")
+      .def_property_readonly("confidential", &Namespace::confidential,
+                             "True when built with confidential=True: payloads are stored as AES-256-GCM ciphertext")
+      .def_property_readonly(
+          "scope",
+          [](const Namespace& ns) -> py::object {
+            if (ns.policy().tenant != kvkey::TenantPolicy::shared_scope) return py::none();
+            return py::str(ns.identity().tenant.substr(kvkey::scope_tenant_prefix.size()));
+          },
+          "The shared scope's name for a scope's namespace, else None")
+      .def(
+          "scope_transition",
+          [](const Namespace& ns, const py::object& last, const py::object& salt) {
+            const kvkey::Digest d = to_digest(last, "last_scope_block");
+            const std::string s = salt.is_none() ? std::string() : to_text(salt, "salt");
+            return to_bytes(ns.visit([&](const auto& n) { return kvkey::scope_transition(n, d, s); }));
+          },
+          py::arg("last_scope_block"), py::kw_only(), py::arg("salt") = py::none(),
+          "The parent of this tenant's first private block after a shared scope's prefix: H('T' || first parent "
+          "|| last_scope_block) (docs/format.md, \"Scope transition\"). kvkey.scoped_block_hashes uses it.")
       .def_property_readonly(
           "payload_check",
           [](const Namespace& ns) {
@@ -338,8 +378,8 @@ void bind_namespace(py::module_& m) {
       .def_property_readonly("key_prefix", &Namespace::key_prefix)
       .def_property_readonly("tenant_prefix", &Namespace::tenant_prefix)
       .def_property_readonly("secret_prefix", &Namespace::secret_prefix,
-                             "keyed: 'kvk3/<tenant>/k<secret id>/', every key under this tenant secret; plain: "
-                             "'kvk3/<tenant>/p/', every plain key of the tenant")
+                             "keyed: 'kvk4/<tenant>/k<secret id>/' ('c<secret id>' when confidential), every key "
+                             "under this tenant secret; plain: 'kvk4/<tenant>/p/', every plain key of the tenant")
       .def_property_readonly(
           "secret_id",
           [](const Namespace& ns) -> py::object {
@@ -395,7 +435,7 @@ void bind_namespace(py::module_& m) {
       .def(
           "store_key",
           [](const Namespace& ns, const py::object& h) { return ns.store_key(to_digest(h, "block_hash")); },
-          py::arg("block_hash"), "\"kvk3/<tenant>/<p | k<secret id>>/<model>/e<epoch>/<64 hex>\"")
+          py::arg("block_hash"), "\"kvk4/<tenant>/<p | k<secret id> | c<secret id>>/<model>/e<epoch>/<64 hex>\"")
       .def(
           "seal",
           [](const Namespace& ns, const py::object& h, const py::object& payload) {
@@ -513,7 +553,8 @@ void bind_namespace(py::module_& m) {
       .def("__repr__", [](const Namespace& ns) {
         return "KeyNamespace(" + identity_repr(ns.identity()) +
                ", single_tenant=" + bool_repr(ns.policy().tenant == kvkey::TenantPolicy::single_tenant) +
-               (ns.keyed() ? ", secret=TenantSecret(<hidden>)" : "") + ", key_prefix=" + quoted(ns.key_prefix()) + ")";
+               (ns.keyed() ? ", secret=TenantSecret(<hidden>)" : "") +
+               (ns.confidential() ? ", confidential=True" : "") + ", key_prefix=" + quoted(ns.key_prefix()) + ")";
       });
 }
 

@@ -55,6 +55,11 @@ kvkey::KvDtype engine_dtype(const py::handle& obj, const std::string& field, con
 PyOpenedValue opened_value(const HeldValue& value, py::object verdict, const kvkey::OpenedValue& opened) {
   PyOpenedValue out{std::move(verdict), py::none()};
   if (!opened.ok()) return out;
+  if (opened.plaintext) {  // a confidential value: the decrypted payload, never the stored bytes
+    const kvkey::Bytes& p = *opened.plaintext;
+    out.payload = py::memoryview(py::bytes(reinterpret_cast<const char*>(p.data()), p.size())).attr("toreadonly")();
+    return out;
+  }
   const auto begin =
       static_cast<Py_ssize_t>(static_cast<const std::uint8_t*>(opened.payload.data) - value.bytes.data());
   const auto end = begin + static_cast<Py_ssize_t>(opened.payload.size);

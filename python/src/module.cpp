@@ -26,7 +26,7 @@ namespace {
 // ---- exceptions ------------------------------------------------------------------
 
 struct Exceptions {
-  py::object error, identity_error, input_error, io_error, crypto_error;
+  py::object error, identity_error, input_error, io_error, crypto_error, scope_error;
 };
 
 Exceptions& exceptions() {
@@ -69,11 +69,14 @@ PYBIND11_MODULE(_kvkey, m) {
   ex.input_error = make("InputError", py::make_tuple(ex.error), "A call argument is invalid.");
   ex.io_error = make("IoError", py::make_tuple(ex.error, os_error), "A file could not be read (also an OSError).");
   ex.crypto_error = make("CryptoError", py::make_tuple(ex.error), "OpenSSL reported a failure.");
+  ex.scope_error = make("ScopeError", py::make_tuple(ex.error),
+                        "A shared scope refused a call: .field 'scope.publishers' for a tenant that may not publish.");
   // The class attributes hold for exceptions raised from Python too (the connector kit's).
   ex.identity_error.attr("id") = "kvkey.identity_error";
   ex.input_error.attr("id") = "kvkey.input_error";
   ex.io_error.attr("id") = "kvkey.io_error";
   ex.crypto_error.attr("id") = "kvkey.crypto_error";
+  ex.scope_error.attr("id") = "kvkey.scope_error";
 
   // The Python class follows the error's id(); every kvkey exception carries .id and .field.
   py::register_exception_translator([](std::exception_ptr p) {
@@ -87,6 +90,7 @@ PYBIND11_MODULE(_kvkey, m) {
           {"kvkey.input_error", &e.input_error},
           {"kvkey.io_error", &e.io_error},
           {"kvkey.crypto_error", &e.crypto_error},
+          {"kvkey.scope_error", &e.scope_error},
       };
       const py::object* cls = &e.error;
       for (const auto& [id, c] : classes) {
@@ -159,15 +163,17 @@ PYBIND11_MODULE(_kvkey, m) {
       "(docs/format.md, 'Secret id'). Keyed store keys carry it after 'k'.");
   m.def(
       "secret_key_prefix",
-      [](const py::object& tenant, const py::object& secret_id) {
+      [](const py::object& tenant, const py::object& secret_id, const py::object& confidential) {
         const std::string hex = to_text(secret_id, "secret_id");
         const auto id = kvkey::SecretId::try_from_hex(hex);
         if (!id) throw kvkey::input_error("secret_id", "must be 16 hex digits (kvkey.secret_id(secret))");
-        return kvkey::secret_key_prefix(to_text(tenant, "tenant"), *id);
+        return kvkey::secret_key_prefix(to_text(tenant, "tenant"), *id, to_bool(confidential, "confidential"));
       },
-      py::arg("tenant"), py::arg("secret_id"),
-      "'kvk3/<tenant>/k<secret_id>/': the prefix of every key sealed under one tenant secret (purge a retired "
-      "secret's values with it; docs/operations.md, 'Rotating a tenant secret').");
+      py::arg("tenant"), py::arg("secret_id"), py::kw_only(), py::arg("confidential") = false,
+      "'kvk4/<tenant>/k<secret_id>/' ('c<secret_id>' with confidential=True): the prefix of every key sealed under "
+      "one tenant secret (purge a retired secret's values with both; docs/operations.md, 'Rotating a tenant "
+      "secret').");
+  m.attr("previous_store_key_tag") = std::string(kvkey::previous_store_key_tag);
 
   m.def(
       "glob_escape",

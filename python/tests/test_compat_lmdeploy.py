@@ -131,7 +131,7 @@ def test_parse_key():
     k = lm.parse_key(same)
     assert (k.cache_prefix, k.model_name, k.ambiguous) == ("tenantA", "M", True)
     for bad in ["", "M@tp_rank:0@group:0@" + h.hex().upper(), "M@tp_rank:01@group:0@" + h.hex(),
-                "@tp_rank:0@group:0@" + h.hex(), "kvk3/team-a/p/M/e0/" + h.hex()]:
+                "@tp_rank:0@group:0@" + h.hex(), "kvk4/team-a/p/M/e0/" + h.hex()]:
         assert lm.parse_key(bad) is None
         assert not lm.is_legacy_key(bad)
 

@@ -99,7 +99,7 @@ def test_salt_and_extras(ns):
 def test_store_key_accepts_any_32_bytes(ns):
     h = ns.block_hashes(PROBE_PROMPT)[2]
     key = ns.store_key(h)
-    assert key.startswith("kvk3/team-a/p/Qwen2.5-0.5B-Instruct/e0/")
+    assert key.startswith("kvk4/team-a/p/Qwen2.5-0.5B-Instruct/e0/")
     assert key.startswith(ns.key_prefix) and key.startswith(ns.tenant_prefix)
     assert len(key) == len(ns.key_prefix) + 64
     assert ns.store_key(bytearray(h)) == key
@@ -180,7 +180,7 @@ def test_single_tenant_policy():
     assert "single_tenant" in str(e.value)
     ns = kvkey.KeyNamespace(i, single_tenant=True)
     assert ns.single_tenant
-    assert ns.key_prefix.startswith("kvk3/_single/p/")
+    assert ns.key_prefix.startswith("kvk4/_single/p/")
     with pytest.raises(kvkey.IdentityError, match="must be empty with single_tenant=True"):
         kvkey.KeyNamespace(make_identity(), single_tenant=True)
 

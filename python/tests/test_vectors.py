@@ -1,5 +1,5 @@
-"""tests/vectors/format-v3.json through the binding: identities, roots, block hashes,
-keys, envelopes with their payload digests (format version 3: XXH3-128 of payload ||
+"""tests/vectors/format-v4.json through the binding: identities, roots, block hashes,
+keys, envelopes with their payload digests (format version 4: XXH3-128 of payload ||
 header'), the keyed secret id, the splice that must be refused, and the digests against
 libxxhash called directly (ctypes), not through kvkey."""
 
@@ -13,7 +13,7 @@ import pytest
 
 import kvkey
 
-VECTORS = os.path.join(os.path.dirname(__file__), "..", "..", "tests", "vectors", "format-v3.json")
+VECTORS = os.path.join(os.path.dirname(__file__), "..", "..", "tests", "vectors", "format-v4.json")
 
 
 def load_vectors():
@@ -64,7 +64,7 @@ def payload(case, block):
 @pytest.mark.parametrize("case", load_vectors()["cases"], ids=lambda c: c["name"])
 def test_plain_cases(case):
     doc = load_vectors()
-    assert doc["format_version"] == kvkey.format_version == 3
+    assert doc["format_version"] == kvkey.format_version == 4
     ns = kvkey.KeyNamespace(identity_of(case["identity"], case["shard"]),
                             single_tenant=case["tenant_policy"] == "single_tenant")
     assert ns.encoding.hex() == case["encoding"]
@@ -101,7 +101,7 @@ def test_keyed_secret_id_and_keys():
     import hashlib
     import hmac
     assert hmac.new(bytes.fromhex(k["secret_hex"]), b"I", hashlib.sha256).digest()[:8].hex() == k["secret_id"]
-    assert ns.secret_prefix == k["secret_prefix"] == "kvk3/%s/k%s/" % (case["identity"]["tenant"], k["secret_id"])
+    assert ns.secret_prefix == k["secret_prefix"] == "kvk4/%s/k%s/" % (case["identity"]["tenant"], k["secret_id"])
     assert kvkey.secret_key_prefix(case["identity"]["tenant"], k["secret_id"]) == k["secret_prefix"]
     assert ns.key_prefix == k["key_prefix"]
     blocks = ns.block_hashes(doc["tokens"]["values"])

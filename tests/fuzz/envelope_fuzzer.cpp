@@ -96,6 +96,7 @@ void check(const kvkey::KeyNamespace<Hash>& ns, const std::uint8_t* header, std:
       require(v.field == (contents->integrity == kvkey::IntegrityMode::none ? "envelope.integrity_mode" : "payload"),
               "payload_mismatch names the missing digest or the payload");
       break;
+    case kvkey::Reason::not_granted: kvkey_fuzz::fail("an envelope is never not_granted (a scope's grant is)");
     case kvkey::Reason::malformed:
     case kvkey::Reason::unsupported_version: kvkey_fuzz::fail("a decodable header is never malformed");
   }

@@ -8,7 +8,9 @@
 
 #include <kvkey/kvkey.hpp>
 
+#include <openssl/core_names.h>
 #include <openssl/evp.h>
+#include <openssl/kdf.h>
 #include <xxhash.h>
 // The reference hashes payloads with libxxhash's portable XXH3_128bits, not
 // the runtime-dispatched entry point kvkey uses.
@@ -78,7 +80,7 @@ inline void dtype(ByteVec& m, kvkey::KvDtype d) { u8(m, static_cast<std::uint8_t
 inline ByteVec identity_encoding(const kvkey::Identity& id) {
   ByteVec m;
   raw(m, "kvkey.id", 8);
-  u16le(m, 3);
+  u16le(m, 4);
   str(m, id.tenant);
   str(m, id.model.name);
   str(m, id.model.revision);
@@ -184,7 +186,7 @@ inline std::string model_segment(const std::string& name) {
 /// `ns_segment` is "p" (plain) or "k" followed by the secret id's 16 hex digits (keyed).
 inline std::string store_key(const std::string& tenant, const std::string& ns_segment, const std::string& model_name,
                              std::uint64_t epoch, const ByteVec& object_hash) {
-  return "kvk3/" + tenant + "/" + ns_segment + "/" + model_segment(model_name) + "/e" + std::to_string(epoch) + "/" +
+  return "kvk4/" + tenant + "/" + ns_segment + "/" + model_segment(model_name) + "/e" + std::to_string(epoch) + "/" +
          to_hex(object_hash);
 }
 
@@ -212,7 +214,7 @@ inline ByteVec envelope(const ByteVec& identity_encoding, const ByteVec& block_h
                         const kvkey::Slice& s, const Integrity& in) {
   ByteVec m;
   raw(m, "KVKEYENV", 8);
-  u16le(m, 3);
+  u16le(m, 4);
   u16le(m, 1024);
   u32le(m, static_cast<std::uint32_t>(identity_encoding.size()));
   raw(m, block_hash);
@@ -281,6 +283,51 @@ inline ByteVec keyed_tag(const ByteVec& secret, const ByteVec& root, const ByteV
     throw std::runtime_error("EVP_Q_mac(POLY1305) failed");
   }
   return tag;
+}
+
+/// A confidential value's key (format v4): HKDF-SHA-256 with OpenSSL's EVP_KDF,
+/// IKM the secret, salt "kvkey v4 confidential", info 'C' || root || selector.
+inline ByteVec confidential_key(const ByteVec& secret, const ByteVec& root, const std::uint8_t* selector) {
+  ByteVec info{'C'};
+  raw(info, root);
+  raw(info, selector, 4);
+  std::string salt = "kvkey v4 confidential";
+  char digest[] = "SHA256";
+  ByteVec ikm = secret;
+  OSSL_PARAM params[] = {OSSL_PARAM_construct_utf8_string(OSSL_KDF_PARAM_DIGEST, digest, 0),
+                         OSSL_PARAM_construct_octet_string(OSSL_KDF_PARAM_KEY, ikm.data(), ikm.size()),
+                         OSSL_PARAM_construct_octet_string(OSSL_KDF_PARAM_SALT, salt.data(), salt.size()),
+                         OSSL_PARAM_construct_octet_string(OSSL_KDF_PARAM_INFO, info.data(), info.size()),
+                         OSSL_PARAM_construct_end()};
+  EVP_KDF* kdf = EVP_KDF_fetch(nullptr, "HKDF", nullptr);
+  EVP_KDF_CTX* ctx = kdf != nullptr ? EVP_KDF_CTX_new(kdf) : nullptr;
+  ByteVec key(32);
+  const bool ok = ctx != nullptr && EVP_KDF_derive(ctx, key.data(), key.size(), params) == 1;
+  EVP_KDF_CTX_free(ctx);
+  EVP_KDF_free(kdf);
+  if (!ok) throw std::runtime_error("EVP_KDF_derive(HKDF) failed");
+  return key;
+}
+
+/// Opens a confidential value (envelope || ciphertext) by docs/format.md with
+/// OpenSSL's AES-256-GCM: the plaintext, or nullopt when the tag fails.
+inline std::optional<ByteVec> confidential_open(const ByteVec& secret, const ByteVec& root, const ByteVec& value) {
+  if (value.size() < 1024) return std::nullopt;
+  const ByteVec key = confidential_key(secret, root, value.data() + 80);
+  ByteVec aad(value.begin(), value.begin() + 1024);
+  std::fill(aad.begin() + 96, aad.begin() + 112, std::uint8_t{0});
+  ByteVec tag(value.begin() + 96, value.begin() + 112);
+  ByteVec out(value.size() - 1024);
+  EVP_CIPHER_CTX* c = EVP_CIPHER_CTX_new();
+  int len = 0;
+  bool ok = c != nullptr && EVP_DecryptInit_ex2(c, EVP_aes_256_gcm(), key.data(), value.data() + 84, nullptr) == 1 &&
+            EVP_DecryptUpdate(c, nullptr, &len, aad.data(), static_cast<int>(aad.size())) == 1 &&
+            EVP_DecryptUpdate(c, out.data(), &len, value.data() + 1024, static_cast<int>(out.size())) == 1 &&
+            EVP_CIPHER_CTX_ctrl(c, EVP_CTRL_GCM_SET_TAG, 16, tag.data()) == 1;
+  ok = ok && EVP_DecryptFinal_ex(c, nullptr, &len) == 1;
+  EVP_CIPHER_CTX_free(c);
+  if (!ok) return std::nullopt;
+  return out;
 }
 
 /// A tenant secret's public id: the first 8 bytes of HMAC-SHA-256(secret, 'I').

@@ -358,7 +358,7 @@ TEST_CASE("compat.lmdeploy: parse_key splits keys and rejects everything else", 
              std::string("M@tp_rank:0@group:0@") + hex + "0",               // 65 hex
              std::string("M@rank:0@group:0@") + hex,                        // wrong tag
              std::string("M@tp_rank:0@group:0@") + hex + "\n",              // trailing byte
-             std::string("kvk3/team-a/p/Qwen2.5-0.5B-Instruct/e0/") + hex,  // a kvkey key
+             std::string("kvk4/team-a/p/Qwen2.5-0.5B-Instruct/e0/") + hex,  // a kvkey key
              std::string(""),
          }) {
       INFO(bad);

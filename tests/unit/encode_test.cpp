@@ -76,7 +76,7 @@ TEST_CASE("encode_identity follows the specification byte for byte", "[encode]")
   const auto enc = kvkey::encode_identity(base_identity());
   REQUIRE(enc.size() > 16);
   CHECK(std::string(enc.begin(), enc.begin() + 8) == "kvkey.id");
-  CHECK(enc[8] == 3);  // format_version, u16le
+  CHECK(enc[8] == 4);  // format_version, u16le
   CHECK(enc[9] == 0);
   CHECK(enc[10] == 6);  // len("team-a"), u32le
   CHECK(enc[11] == 0);
@@ -303,9 +303,12 @@ TEST_CASE("decode_identity rejects malformed input", "[encode]") {
     ByteVec v2 = enc;  // nor version 2 (format v3 changed the envelope and the keys)
     v2[8] = 2;
     CHECK_FALSE(decode(v2).has_value());
-    ByteVec v4 = enc;
-    v4[8] = 4;
-    CHECK_FALSE(decode(v4).has_value());
+    ByteVec v3 = enc;  // nor version 3 (format v4 changed the keys, the envelope's modes and the chain)
+    v3[8] = 3;
+    CHECK_FALSE(decode(v3).has_value());
+    ByteVec v5 = enc;
+    v5[8] = 5;
+    CHECK_FALSE(decode(v5).has_value());
     ByteVec v0 = enc;
     v0[8] = 0;
     CHECK_FALSE(decode(v0).has_value());

@@ -43,7 +43,8 @@ bool rejected_with_known_reason(const kvkey::Verdict& v) {
     case Reason::block_mismatch:
     case Reason::size_mismatch:
     case Reason::payload_mismatch: return true;
-    case Reason::ok: return false;
+    case Reason::ok:
+    case Reason::not_granted: return false;  // a shared scope's grant, never an envelope's verdict
   }
   return false;
 }
@@ -129,7 +130,7 @@ TEST_CASE("verify: damaged headers are malformed or unsupported and never ok", "
     }
   }
   SECTION("format version changed") {
-    for (std::uint16_t version : {0, 1, 2, 4, 0x0300, 0xffff}) {  // 1, 2: nothing reads them any more
+    for (std::uint16_t version : {0, 1, 2, 3, 5, 0x0400, 0xffff}) {  // 1 to 3: nothing reads them any more
       CAPTURE(version);
       Envelope e = f.header;
       e[L::version] = static_cast<std::uint8_t>(version);
@@ -262,7 +263,7 @@ TEST_CASE("decode_envelope round-trips the contents", "[envelope]") {
   const Fixture f(id);
   const auto c = kvkey::decode_envelope(f.header.data(), f.header.size());
   REQUIRE(c.has_value());
-  CHECK(c->version == 3);
+  CHECK(c->version == 4);
   CHECK(kvkey_test::same_salient_fields(c->identity, id));
   CHECK(c->slice == kvkey::Slice{3, 4, 14, 28});
   CHECK(c->block_hash == f.block);

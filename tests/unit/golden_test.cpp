@@ -1,6 +1,7 @@
-// Golden vectors: the committed bytes of tests/vectors/format-v3.json, the one
+// Golden vectors: the committed bytes of tests/vectors/format-v4.json, the one
 // source of the vectors, pin the identity encoding, root, chain, object hashes,
-// store keys and envelopes of format version 3. Any change to those bytes fails
+// store keys and envelopes of format version 4 (confidential values and a
+// shared scope's transition included). Any change to those bytes fails
 // here, visibly in review.
 //
 // The file was generated once by kvkey (the hidden test case
@@ -11,6 +12,8 @@
 // For the minimal case the identity encoding and the first block message are
 // also spelled out below as annotated literal bytes.
 #include "support/reference.hpp"
+
+#include "kvkey/scope.hpp"
 
 #include <catch2/catch.hpp>
 #include <nlohmann/json.hpp>
@@ -170,7 +173,7 @@ Entries with_reference(const GoldenCase& c) {
   return e;
 }
 
-// The committed entries of a case, from tests/vectors/format-v3.json (defined below).
+// The committed entries of a case, from tests/vectors/format-v4.json (defined below).
 Entries golden_entries(const GoldenCase& c);
 
 void compare(const Entries& got, const Entries& want) {
@@ -228,7 +231,7 @@ TEST_CASE("Golden vectors: committed envelopes still verify and decode", "[golde
       CHECK(contents->payload_size == c.payload_size);
       CHECK(contents->integrity == kvkey::IntegrityMode::xxh3_128);
       CHECK(!contents->secret_id.has_value());
-      // Format v3: the digest covers the header too, so it is not the payload's own XXH3-128.
+      // Since format v3: the digest covers the header too, so it is not the payload's own XXH3-128.
       CHECK(to_hex(contents->payload_digest) == to_hex(kvkey_test::ref::plain_digest(payload, header)));
       CHECK(contents->payload_digest != kvkey::xxh3_128_digest(kvkey::Payload(payload.data(), payload.size())));
     }
@@ -241,7 +244,7 @@ TEST_CASE("Golden vectors: the minimal case spelled out byte by byte", "[golden]
   // docs/format.md, "Identity encoding", for the minimal identity.
   const std::string encoding_hex = std::string() +
                                    "6b766b65792e6964"  // "kvkey.id"
-                                   "0300"              // format version 3, u16le
+                                   "0400"              // format version 4, u16le
                                    "02000000"
                                    "7430"  // tenant: len 2, "t0"
                                    "01000000"
@@ -295,12 +298,12 @@ TEST_CASE("Golden vectors: the minimal case spelled out byte by byte", "[golden]
                                                                              "00000000"
                                                                              "01000000"));
   CHECK(ns.object_hash(blocks[0]).hex() == to_hex(object0));
-  CHECK(ns.store_key(blocks[0]) == "kvk3/t0/p/m/e0/" + to_hex(object0));
+  CHECK(ns.store_key(blocks[0]) == "kvk4/t0/p/m/e0/" + to_hex(object0));
 
   // Envelope of block 0: fixed part, then the encoding at 120, zeros to 1024.
   CHECK(encoding_hex.size() == 2 * 75);
   std::string envelope_hex = "4b564b4559454e56";  // "KVKEYENV"
-  envelope_hex += "0300";                         // version 3, u16le
+  envelope_hex += "0400";                         // version 4, u16le
   envelope_hex += "0004";                         // size 1024, u16le
   envelope_hex += "4b000000";                     // identity length 75, u32le
   envelope_hex += to_hex(block0);                 // block hash
@@ -329,7 +332,7 @@ TEST_CASE("Golden vectors: the minimal case spelled out byte by byte", "[golden]
   CHECK(to_hex(ns.seal(blocks[0], kvkey::Payload(payload0.data(), payload0.size()))) == envelope_hex);
 }
 
-// ---- tests/vectors/format-v3.json: the vectors, machine-readable --------------------
+// ---- tests/vectors/format-v4.json: the vectors, machine-readable --------------------
 //
 // Identities, roots, block hashes, object hashes, keys, payload digests and
 // envelopes of the golden cases, a keyed namespace's (tenant secret included)
@@ -340,7 +343,7 @@ namespace {
 
 using nlohmann::json;
 
-std::string vectors_path() { return std::string(KVKEY_TEST_VECTORS_DIR) + "/format-v3.json"; }
+std::string vectors_path() { return std::string(KVKEY_TEST_VECTORS_DIR) + "/format-v4.json"; }
 
 // The identity's fields under their visit_identity_fields paths.
 json identity_json(const kvkey::Identity& id) {
@@ -429,6 +432,21 @@ Splice make_splice(const kvkey::KeyNamespace<>& ns, const std::vector<kvkey::Dig
   return sp;
 }
 
+// Format v4's confidential case: the minimal identity, keyed under
+// keyed_secret and confidential.
+kvkey::Policy confidential_policy(kvkey::Policy p) {
+  p.confidential = true;
+  return p;
+}
+
+// Format v4's shared scope case: scope "sys" (plain) over the minimal
+// identity, its first 64 tokens (block 0) shared; tenants t0 and t1 (plain).
+constexpr std::size_t scope_tokens = 64;
+kvkey::Identity with_tenant(kvkey::Identity id, const std::string& t) {
+  id.tenant = t;
+  return id;
+}
+
 json read_vectors() {
   std::ifstream file(vectors_path());
   REQUIRE(file.good());
@@ -437,7 +455,7 @@ json read_vectors() {
 
 }  // namespace
 
-TEST_CASE("Generate tests/vectors/format-v3.json", "[.golden-generate]") {
+TEST_CASE("Generate tests/vectors/format-v4.json", "[.golden-generate]") {
   json doc;
   doc["format_version"] = kvkey::format_version;
   doc["spec"] = "docs/format.md";
@@ -512,6 +530,112 @@ TEST_CASE("Generate tests/vectors/format-v3.json", "[.golden-generate]") {
         {"header_hex", to_hex(sp.header)},
         {"verdict", {{"ok", false}, {"reason", std::string(kvkey::to_string(v.reason))}, {"field", v.field}}}};
   }
+  {  // Confidential values: random nonces, so recorded whole, with one rejected of each kind.
+    const GoldenCase c = golden_cases().at(0);
+    const kvkey::KeyNamespace<kvkey::HmacSha256> ns(c.id, kvkey::TenantSecret(keyed_secret),
+                                                    confidential_policy(c.policy));
+    const auto blocks = ns.block_hashes(golden_tokens());
+    json k;
+    k["case"] = c.name;
+    k["namespace"] = "confidential";
+    k["secret_hex"] = to_hex(reinterpret_cast<const std::uint8_t*>(keyed_secret.data()), keyed_secret.size());
+    k["hkdf"] = {{"salt", "kvkey v4 confidential"}, {"info", "'C' || root || nonce[0..4]"}, {"length", 32}};
+    k["root"] = ns.root().hex();
+    k["secret_prefix"] = ns.secret_prefix();
+    k["key_prefix"] = ns.key_prefix();
+    for (std::size_t i = 0; i < blocks.size(); ++i) {
+      const ByteVec p = golden_payload(i, c.payload_size);
+      const kvkey::Bytes v = ns.seal_value(blocks[i], kvkey::Payload(p.data(), p.size()));
+      const ByteVec value(v.begin(), v.end());
+      k["blocks"].push_back(blocks[i].hex());
+      k["keys"].push_back(ns.store_key(blocks[i]));
+      k["values"].push_back(to_hex(value));
+      k["derived_keys"].push_back(to_hex(kvkey_test::ref::confidential_key(
+          ByteVec(keyed_secret.begin(), keyed_secret.end()), ByteVec(ns.root().data(), ns.root().data() + 32),
+          value.data() + kvkey::envelope_layout::nonce)));
+    }
+    // Rejected: value 0 with one byte flipped in each part, and read under the rotated secret.
+    const ByteVec v0 = kvkey_test::bytes_from_hex(k["values"][0].get<std::string>());
+    const std::pair<const char*, std::size_t> flips[] = {{"header (block hash)", 16},
+                                                         {"nonce (key selector)", 80},
+                                                         {"nonce (GCM nonce)", 90},
+                                                         {"tag", 100},
+                                                         {"ciphertext", 1024 + 17}};
+    for (const auto& [what, at] : flips) {
+      ByteVec bad = v0;
+      bad[at] ^= 0x01;
+      const kvkey::OpenedValue o = ns.open_value(bad.data(), bad.size(), blocks[0]);
+      REQUIRE(!o.ok());
+      k["rejected"].push_back(
+          {{"what", std::string("value 0 with a flipped byte in the ") + what},
+           {"offset", at},
+           {"read_as_block", 0},
+           {"value_hex", to_hex(bad)},
+           {"verdict", {{"reason", std::string(kvkey::to_string(o.verdict.reason))}, {"field", o.verdict.field}}}});
+    }
+    {
+      const kvkey::KeyNamespace<kvkey::HmacSha256> rotated(c.id, kvkey::TenantSecret(other_secret),
+                                                           confidential_policy(c.policy));
+      const kvkey::OpenedValue o = rotated.open_value(v0.data(), v0.size(), blocks[0]);
+      REQUIRE(!o.ok());
+      k["rejected"].push_back(
+          {{"what", "value 0 read by the tenant's namespace under the rotated secret (secret_hex of \"keyed\")"},
+           {"read_as_block", 0},
+           {"reader_secret_hex",
+            to_hex(reinterpret_cast<const std::uint8_t*>(other_secret.data()), other_secret.size())},
+           {"value_hex", to_hex(v0)},
+           {"verdict", {{"reason", std::string(kvkey::to_string(o.verdict.reason))}, {"field", o.verdict.field}}}});
+    }
+    doc["confidential"] = k;
+  }
+  {  // A shared scope's transition: tenants t0 and t1 after the same scope block.
+    const GoldenCase c = golden_cases().at(0);
+    const kvkey::SharedScope<> scope("sys", c.id, kvkey::ScopeGrants{{"t1"}, {"t0"}}, c.policy);
+    json s;
+    s["case"] = c.name;
+    s["scope"] = {{"name", "sys"},
+                  {"tenant", scope.ns().identity().tenant},
+                  {"namespace", "plain"},
+                  {"readers", {"t1"}},
+                  {"publishers", {"t0"}},
+                  {"encoding", to_hex(scope.ns().encoding())},
+                  {"root", scope.ns().root().hex()},
+                  {"key_prefix", scope.ns().key_prefix()}};
+    s["scope_tokens"] = scope_tokens;
+    s["transition_rule"] = "parent_k = H_t('T' || p_t || hash_{k-1}), p_t the tenant's root (no salt)";
+    for (const std::string t : {"t0", "t1"}) {
+      const kvkey::KeyNamespace<> tenant(with_tenant(c.id, t), c.policy);
+      const auto blocks = kvkey::scoped_block_hashes(scope.ns(), tenant, golden_tokens(), scope_tokens);
+      json jt;
+      jt["tenant"] = t;
+      jt["root"] = tenant.root().hex();
+      jt["transition_parent"] = kvkey::scope_transition(tenant, blocks[0]).hex();
+      for (std::size_t i = 0; i < blocks.size(); ++i) {
+        jt["blocks"].push_back(blocks[i].hex());
+        jt["keys"].push_back(i < scope_tokens / 64 ? scope.ns().store_key(blocks[i]) : tenant.store_key(blocks[i]));
+      }
+      s["tenants"].push_back(jt);
+    }
+    {  // t0's private block 1 spliced onto t1's chain (t1's key for the same tokens), read by t1.
+      const kvkey::KeyNamespace<> t0(with_tenant(c.id, "t0"), c.policy);
+      const kvkey::KeyNamespace<> t1(with_tenant(c.id, "t1"), c.policy);
+      const auto b0 = kvkey::scoped_block_hashes(scope.ns(), t0, golden_tokens(), scope_tokens);
+      const auto b1 = kvkey::scoped_block_hashes(scope.ns(), t1, golden_tokens(), scope_tokens);
+      const ByteVec p = golden_payload(1, c.payload_size);
+      const kvkey::Bytes v = t0.seal_value(b0[1], kvkey::Payload(p.data(), p.size()));
+      const kvkey::OpenedValue o = t1.open_value(v, b1[1]);
+      REQUIRE(!o.ok());
+      s["rejected"] = {
+          {"what", "t0's private block 1 (sealed by t0) read by t1 as its block 1 after the same scope prefix"},
+          {"value_hex", to_hex(ByteVec(v.begin(), v.end()))},
+          {"reader", "t1"},
+          {"read_as_block", b1[1].hex()},
+          {"verdict", {{"reason", std::string(kvkey::to_string(o.verdict.reason))}, {"field", o.verdict.field}}}};
+    }
+    s["not_granted"] = {{"what", "tenant t2 (neither reader nor publisher) reading the scope's blocks"},
+                        {"verdict", {{"reason", "not_granted"}, {"field", "scope.readers"}}}};
+    doc["scope"] = s;
+  }
   for (const std::string& text : {std::string(), std::string("abc"), std::string(300, 'x')}) {
     const kvkey::Payload p(text.data(), text.size());
     doc["payloads"].push_back({{"hex", to_hex(reinterpret_cast<const std::uint8_t*>(text.data()), text.size())},
@@ -522,7 +646,7 @@ TEST_CASE("Generate tests/vectors/format-v3.json", "[.golden-generate]") {
   REQUIRE(out.good());
 }
 
-TEST_CASE("tests/vectors/format-v3.json: kvkey and the reference reproduce it", "[golden][vectors]") {
+TEST_CASE("tests/vectors/format-v4.json: kvkey and the reference reproduce it", "[golden][vectors]") {
   std::ifstream file(vectors_path());
   REQUIRE(file.good());
   const json doc = json::parse(file);
@@ -559,13 +683,13 @@ TEST_CASE("tests/vectors/format-v3.json: kvkey and the reference reproduce it", 
   CHECK(k.at("secret_id") == to_hex(sid));
   CHECK(ns.secret_id()->hex() == to_hex(sid));
   CHECK(kvkey::secret_id(kvkey::TenantSecret(secret.data(), secret.size())).hex() == to_hex(sid));
-  CHECK(k.at("secret_prefix") == "kvk3/t0/k" + to_hex(sid) + "/");
+  CHECK(k.at("secret_prefix") == "kvk4/t0/k" + to_hex(sid) + "/");
   CHECK(k.at("key_prefix") == ns.key_prefix());
   {
     const ByteVec other = kvkey_test::bytes_from_hex(k.at("rotated").at("secret_hex").get<std::string>());
     CHECK(k.at("rotated").at("secret_id") == to_hex(kvkey_test::ref::secret_id(other)));
     CHECK(k.at("rotated").at("secret_id") != k.at("secret_id"));
-    CHECK(k.at("rotated").at("key_prefix") == "kvk3/t0/k" + to_hex(kvkey_test::ref::secret_id(other)) + "/m/e0/");
+    CHECK(k.at("rotated").at("key_prefix") == "kvk4/t0/k" + to_hex(kvkey_test::ref::secret_id(other)) + "/m/e0/");
   }
   ByteVec parent = root;
   const auto toks = golden_tokens();
@@ -614,6 +738,101 @@ TEST_CASE("tests/vectors/format-v3.json: kvkey and the reference reproduce it", 
                       kvkey::Payload(want.payload.data(), want.payload.size()))
               .ok());
   }
+  {  // Confidential values: kvkey opens them, and so does the reference (EVP_KDF HKDF, EVP AES-256-GCM).
+    const json& cv = doc.at("confidential");
+    const kvkey::KeyNamespace<kvkey::HmacSha256> conf(c.id, kvkey::TenantSecret(secret.data(), secret.size()),
+                                                      confidential_policy(c.policy));
+    CHECK(cv.at("root") == to_hex(root));
+    CHECK(cv.at("secret_prefix") == "kvk4/t0/c" + to_hex(sid) + "/");
+    CHECK(cv.at("key_prefix") == conf.key_prefix());
+    for (std::size_t i = 0; i < 3; ++i) {
+      CAPTURE(i);
+      const auto block = kvkey::Digest::from_hex(cv.at("blocks")[i].get<std::string>());
+      CHECK(cv.at("blocks")[i] == k.at("blocks")[i]);  // the keyed chain: only the payload differs
+      CHECK(cv.at("keys")[i] == conf.store_key(block));
+      const ByteVec value = kvkey_test::bytes_from_hex(cv.at("values")[i].get<std::string>());
+      const ByteVec p = golden_payload(i, c.payload_size);
+      const kvkey::OpenedValue o = conf.open_value(value.data(), value.size(), block);
+      REQUIRE(o.ok());
+      const auto* q = static_cast<const std::uint8_t*>(o.payload.data);
+      CHECK(ByteVec(q, q + o.payload.size) == p);
+      CHECK(kvkey_test::ref::confidential_open(secret, root, value) == std::optional<ByteVec>(p));
+      CHECK(cv.at("derived_keys")[i] ==
+            to_hex(kvkey_test::ref::confidential_key(secret, root, value.data() + kvkey::envelope_layout::nonce)));
+      // The header is what the reference builds around the value's nonce and tag.
+      kvkey_test::ref::Integrity in;
+      in.kind = 2;
+      in.mode = 3;
+      in.nonce.assign(value.begin() + 80, value.begin() + 96);
+      in.digest.assign(value.begin() + 96, value.begin() + 112);
+      in.secret_id = sid;
+      CHECK(to_hex(kvkey_test::ref::envelope(
+                encoding, kvkey_test::bytes_from_hex(cv.at("blocks")[i].get<std::string>()), c.payload_size, c.slice,
+                in)) == to_hex(ByteVec(value.begin(), value.begin() + 1024)));
+    }
+    const auto block0 = kvkey::Digest::from_hex(cv.at("blocks")[0].get<std::string>());
+    REQUIRE(cv.at("rejected").size() == 6);
+    for (const json& r : cv.at("rejected")) {
+      CAPTURE(r.at("what").get<std::string>());
+      const ByteVec value = kvkey_test::bytes_from_hex(r.at("value_hex").get<std::string>());
+      std::optional<kvkey::KeyNamespace<kvkey::HmacSha256>> reader;
+      if (r.contains("reader_secret_hex")) {
+        const ByteVec other = kvkey_test::bytes_from_hex(r.at("reader_secret_hex").get<std::string>());
+        reader.emplace(c.id, kvkey::TenantSecret(other.data(), other.size()), confidential_policy(c.policy));
+      } else {
+        reader.emplace(conf);
+        CHECK(!kvkey_test::ref::confidential_open(secret, root, value));  // the reference rejects it too
+      }
+      const kvkey::OpenedValue o = reader->open_value(value.data(), value.size(), block0);
+      CHECK(!o.ok());
+      CHECK(r.at("verdict").at("reason") == std::string(kvkey::to_string(o.verdict.reason)));
+      CHECK(r.at("verdict").at("field") == o.verdict.field);
+    }
+  }
+  {  // The scope transition, from the reference's SHA-256.
+    const json& s = doc.at("scope");
+    const kvkey::SharedScope<> scope("sys", c.id, kvkey::ScopeGrants{{"t1"}, {"t0"}}, c.policy);
+    CHECK(s.at("scope").at("tenant") == "_scope.sys");
+    const kvkey::Identity scoped_id = with_tenant(c.id, "_scope.sys");
+    const ByteVec scope_root = kvkey_test::ref::sha256(kvkey_test::ref::identity_encoding(scoped_id));
+    CHECK(s.at("scope").at("root") == to_hex(scope_root));
+    CHECK(s.at("scope").at("key_prefix") == "kvk4/_scope.sys/p/m/e0/");
+    REQUIRE(s.at("tenants").size() == 2);
+    for (const json& jt : s.at("tenants")) {
+      const std::string t = jt.at("tenant");
+      CAPTURE(t);
+      const kvkey::KeyNamespace<> tenant(with_tenant(c.id, t), c.policy);
+      const ByteVec troot = kvkey_test::ref::sha256(kvkey_test::ref::identity_encoding(with_tenant(c.id, t)));
+      ByteVec chain = kvkey_test::ref::sha256(kvkey_test::ref::block_message(scope_root, toks.data(), 64, 0, {}));
+      CHECK(jt.at("blocks")[0] == to_hex(chain));
+      ByteVec m{'T'};
+      kvkey_test::ref::raw(m, troot);
+      kvkey_test::ref::raw(m, chain);
+      chain = kvkey_test::ref::sha256(m);
+      CHECK(jt.at("transition_parent") == to_hex(chain));
+      for (std::size_t i = 1; i < 3; ++i) {
+        chain = kvkey_test::ref::sha256(kvkey_test::ref::block_message(chain, toks.data() + 64 * i, 64, i, {}));
+        CHECK(jt.at("blocks")[i] == to_hex(chain));
+      }
+      std::vector<std::string> want;
+      for (const auto& b : kvkey::scoped_block_hashes(scope.ns(), tenant, toks, scope_tokens)) want.push_back(b.hex());
+      CHECK(jt.at("blocks").get<std::vector<std::string>>() == want);
+      CHECK(jt.at("keys")[0].get<std::string>().rfind("kvk4/_scope.sys/p/", 0) == 0);
+      CHECK(jt.at("keys")[1].get<std::string>().rfind("kvk4/" + t + "/p/", 0) == 0);
+    }
+    CHECK(s.at("tenants")[0].at("blocks")[0] == s.at("tenants")[1].at("blocks")[0]);
+    CHECK(s.at("tenants")[0].at("blocks")[1] != s.at("tenants")[1].at("blocks")[1]);
+    const json& r = s.at("rejected");
+    const kvkey::KeyNamespace<> t1(with_tenant(c.id, "t1"), c.policy);
+    const ByteVec value = kvkey_test::bytes_from_hex(r.at("value_hex").get<std::string>());
+    const kvkey::OpenedValue o =
+        t1.open_value(value.data(), value.size(), kvkey::Digest::from_hex(r.at("read_as_block").get<std::string>()));
+    CHECK(!o.ok());
+    CHECK(r.at("verdict").at("reason") == std::string(kvkey::to_string(o.verdict.reason)));
+    CHECK(r.at("verdict").at("field") == o.verdict.field);
+    CHECK(scope.check_read("t2").reason == kvkey::Reason::not_granted);
+    CHECK(s.at("not_granted").at("verdict").at("field") == scope.check_read("t2").field);
+  }
   for (const json& p : doc.at("payloads")) {
     const ByteVec b = kvkey_test::bytes_from_hex(p.at("hex").get<std::string>());
     CHECK(p.at("xxh3_128") == to_hex(kvkey_test::ref::xxh3_128(b)));
@@ -627,7 +846,51 @@ Entries golden_entries(const GoldenCase& c) {
   for (const json& jc : doc.at("cases")) {
     if (jc.at("name") == c.name) return entries_from_json(jc);
   }
-  FAIL("tests/vectors/format-v3.json has no case " << c.name);
+  FAIL("tests/vectors/format-v4.json has no case " << c.name);
   return {};
 }
 }  // namespace
+
+TEST_CASE("tests/vectors/format-v3.json: a v4 reader misses on every v3 value, by version",
+          "[golden][vectors][upgrade]") {
+  std::ifstream file(std::string(KVKEY_TEST_VECTORS_DIR) + "/format-v3.json");
+  REQUIRE(file.good());
+  const json doc = json::parse(file);
+  REQUIRE(doc.at("format_version") == 3);
+  const auto cases = golden_cases();
+  for (std::size_t n = 0; n < cases.size(); ++n) {
+    const json& jc = doc.at("cases")[n];
+    const GoldenCase& c = cases[n];
+    CAPTURE(c.name);
+    const kvkey::KeyNamespace<> ns(c.id, c.policy);
+    const auto blocks = ns.block_hashes(golden_tokens());
+    for (std::size_t i = 0; i < 3; ++i) {
+      // Keys never collide: the tag differs, and so does every hash.
+      const std::string v3_key = jc.at("keys")[i];
+      CHECK(v3_key.rfind("kvk3/", 0) == 0);
+      CHECK(ns.store_key(blocks[i]) != v3_key);
+      CHECK(ns.store_key(blocks[i]).rfind("kvk4/", 0) == 0);
+      CHECK(jc.at("blocks")[i] != blocks[i].hex());
+      // A v3 value (its header under the v4 reader's block) is a version miss.
+      const ByteVec header = kvkey_test::bytes_from_hex(jc.at("envelopes")[i].get<std::string>());
+      ByteVec value = header;
+      const ByteVec p = golden_payload(i, c.payload_size);
+      value.insert(value.end(), p.begin(), p.end());
+      const kvkey::OpenedValue o = ns.open_value(value.data(), value.size(), blocks[i]);
+      CHECK(o.verdict.reason == kvkey::Reason::unsupported_version);
+      CHECK(o.verdict.field == "envelope.format_version");
+      CHECK(!kvkey::decode_identity(kvkey_test::bytes_from_hex(jc.at("encoding").get<std::string>()).data(),
+                                    jc.at("encoding").get<std::string>().size() / 2));
+    }
+  }
+  const json& k = doc.at("keyed");
+  const ByteVec header = kvkey_test::bytes_from_hex(k.at("envelopes")[0].get<std::string>());
+  const kvkey::KeyNamespace<kvkey::HmacSha256> keyed(cases.at(0).id, kvkey::TenantSecret(keyed_secret),
+                                                     cases.at(0).policy);
+  const auto blocks = keyed.block_hashes(golden_tokens());
+  const ByteVec p = golden_payload(0, cases.at(0).payload_size);
+  const kvkey::Verdict v = keyed.verify(header.data(), header.size(), blocks[0], kvkey::Payload(p.data(), p.size()));
+  CHECK(v.reason == kvkey::Reason::unsupported_version);
+  CHECK(kvkey::previous_store_key_tag == "kvk3/");
+  CHECK(k.at("key_prefix").get<std::string>().rfind(std::string(kvkey::previous_store_key_tag), 0) == 0);
+}

@@ -115,3 +115,25 @@ TEST_CASE("a conformance request's identity takes every member as optional", "[i
     CHECK(e.field() == "identity");
   }
 }
+
+TEST_CASE("an identity file says a namespace is confidential (format v4)", "[identity_file][confidential]") {
+  const kvkey::Identity id = kvkey_test::base_identity();
+  kvkey::Policy p;
+  p.confidential = true;
+  const std::string text = kvkey::identity_file_json(id, p).dump();
+  CHECK(text.rfind(R"({"confidential":true,"tenant")", 0) == 0);
+  const kvkey::IdentityFile f = parse_identity_file(text);
+  CHECK(f.identity == id);
+  CHECK(f.policy.confidential);
+  CHECK(!parse_identity_file(minimal).policy.confidential);
+  const std::string with_false = R"({"confidential": false, )" + minimal.substr(1);
+  CHECK(!parse_identity_file(with_false).policy.confidential);
+  CHECK(refused_on(R"({"confidential": "yes", )" + minimal.substr(1)) == "confidential");
+  // A plain namespace cannot be confidential: the tenant secret is missing, named.
+  try {
+    (void)kvkey::KeyNamespace<>(f.identity, f.policy);
+    FAIL("a plain namespace took confidential");
+  } catch (const kvkey::identity_error& e) {
+    CHECK(e.field() == "confidential");
+  }
+}

@@ -248,9 +248,9 @@ TEST_CASE("The single_tenant policy encodes the visible tenant _single", "[ident
   kvkey::KeyNamespace<> ns(id, kvkey::single_tenant);
   CHECK(ns.identity().tenant == "_single");
   CHECK(ns.policy().tenant == kvkey::TenantPolicy::single_tenant);
-  CHECK(ns.tenant_prefix() == "kvk3/_single/");
+  CHECK(ns.tenant_prefix() == "kvk4/_single/");
   const auto blocks = ns.block_hashes(kvkey_test::tokens(32));
-  CHECK(ns.store_key(blocks[0]).rfind("kvk3/_single/p/", 0) == 0);
+  CHECK(ns.store_key(blocks[0]).rfind("kvk4/_single/p/", 0) == 0);
   CHECK(ns.encoding() == kvkey_test::ref::identity_encoding(v));
 
   SECTION("a named tenant under single_tenant is an error") {

@@ -150,17 +150,17 @@ TEST_CASE("Secret id: public, per secret, in the header and the key", "[envelope
   other.model.weights_epoch = 9;
   CHECK(*kvkey::KeyNamespace<kvkey::HmacSha256>(other, kvkey::HmacSha256(s1)).secret_id() == *old_ns.secret_id());
 
-  // Keys: kvk3/<tenant>/k<id>/... for keyed, kvk3/<tenant>/p/... for plain.
+  // Keys: kvk4/<tenant>/k<id>/... for keyed, kvk4/<tenant>/p/... for plain.
   const auto ob = old_ns.block_hashes(std::vector<std::uint32_t>(16, 1));
   const auto nb = new_ns.block_hashes(std::vector<std::uint32_t>(16, 1));
-  const std::string old_prefix = "kvk3/team-a/k" + old_ns.secret_id()->hex() + "/";
+  const std::string old_prefix = "kvk4/team-a/k" + old_ns.secret_id()->hex() + "/";
   CHECK(old_ns.secret_prefix() == old_prefix);
   CHECK(kvkey::secret_key_prefix("team-a", *old_ns.secret_id()) == old_prefix);
   CHECK(old_ns.store_key(ob[0]).rfind(old_prefix, 0) == 0);
   CHECK(new_ns.store_key(nb[0]).rfind(old_prefix, 0) != 0);
   CHECK(new_ns.store_key(nb[0]).rfind(new_ns.secret_prefix(), 0) == 0);
-  CHECK(plain.secret_prefix() == "kvk3/team-a/p/");
-  CHECK(plain.key_prefix() == "kvk3/team-a/p/m/e0/");
+  CHECK(plain.secret_prefix() == "kvk4/team-a/p/");
+  CHECK(plain.key_prefix() == "kvk4/team-a/p/m/e0/");
   CHECK(old_ns.store_key(ob[0]).rfind(plain.tenant_prefix(), 0) == 0);  // the tenant prefix covers every secret
   CHECK(kvkey::SecretId::try_from_hex(old_ns.secret_id()->hex()) == old_ns.secret_id());
   CHECK(!kvkey::SecretId::try_from_hex("0123456789abcde").has_value());

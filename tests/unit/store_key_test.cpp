@@ -37,7 +37,7 @@ std::string key_for(const Identity& id, std::size_t block = 0) {
 
 }  // namespace
 
-TEST_CASE("A store key is kvk3/<tenant>/p/<model>/e<epoch>/<object hash>", "[store_key]") {
+TEST_CASE("A store key is kvk4/<tenant>/p/<model>/e<epoch>/<object hash>", "[store_key]") {
   Identity id = base_identity();
   id.model.weights_epoch = 42;
   const kvkey::KeyNamespace<> ns(id);
@@ -47,7 +47,7 @@ TEST_CASE("A store key is kvk3/<tenant>/p/<model>/e<epoch>/<object hash>", "[sto
   for (const auto& b : blocks) {
     const std::string key = ns.store_key(b);
     CAPTURE(key);
-    CHECK(key == "kvk3/team-a/p/Qwen%2FQwen2.5-7B-Instruct/e42/" + ns.object_hash(b).hex());
+    CHECK(key == "kvk4/team-a/p/Qwen%2FQwen2.5-7B-Instruct/e42/" + ns.object_hash(b).hex());
     CHECK(key.rfind(ns.key_prefix(), 0) == 0);
     CHECK(key.rfind(ns.tenant_prefix(), 0) == 0);
     CHECK(key.size() == ns.key_prefix().size() + 64);
@@ -57,10 +57,10 @@ TEST_CASE("A store key is kvk3/<tenant>/p/<model>/e<epoch>/<object hash>", "[sto
     keys.insert(key);
   }
   CHECK(keys.size() == blocks.size());  // different blocks, different keys
-  CHECK(ns.key_prefix() == "kvk3/team-a/p/Qwen%2FQwen2.5-7B-Instruct/e42/");
-  CHECK(ns.tenant_prefix() == "kvk3/team-a/");
-  CHECK(ns.secret_prefix() == "kvk3/team-a/p/");
-  CHECK(kvkey::store_key_tag == "kvk3/");
+  CHECK(ns.key_prefix() == "kvk4/team-a/p/Qwen%2FQwen2.5-7B-Instruct/e42/");
+  CHECK(ns.tenant_prefix() == "kvk4/team-a/");
+  CHECK(ns.secret_prefix() == "kvk4/team-a/p/");
+  CHECK(kvkey::store_key_tag == "kvk4/");
 }
 
 TEST_CASE("The object hash binds the block hash and the slice", "[store_key]") {
@@ -81,7 +81,7 @@ TEST_CASE("The epoch segment is the decimal epoch", "[store_key]") {
     Identity id = base_identity();
     id.model.weights_epoch = epoch;
     const kvkey::KeyNamespace<> ns(id);
-    CHECK(ns.key_prefix() == "kvk3/team-a/p/Qwen%2FQwen2.5-7B-Instruct/e" + std::to_string(epoch) + "/");
+    CHECK(ns.key_prefix() == "kvk4/team-a/p/Qwen%2FQwen2.5-7B-Instruct/e" + std::to_string(epoch) + "/");
   }
 }
 
@@ -136,7 +136,7 @@ TEST_CASE("Keys stay printable and within max_store_key_size at the limits", "[s
     CHECK(key.size() <= kvkey::max_store_key_size);
     CHECK(printable_ascii(key));
     CHECK(key.find('@') == std::string::npos);
-    CHECK(key.rfind("kvk3/" + id.tenant + "/p/", 0) == 0);
+    CHECK(key.rfind("kvk4/" + id.tenant + "/p/", 0) == 0);
     CHECK(key.find("/e18446744073709551615/") != std::string::npos);
     // Keyed: the secret id's 16 hex digits take the place of "p"; still within the bound.
     const kvkey::KeyNamespace<kvkey::HmacSha256> keyed(id, kvkey::TenantSecret(std::string(32, 's')));
@@ -144,7 +144,7 @@ TEST_CASE("Keys stay printable and within max_store_key_size at the limits", "[s
     CAPTURE(kkey);
     CHECK(kkey.size() == key.size() + 16);
     CHECK(kkey.size() <= kvkey::max_store_key_size);
-    CHECK(kkey.rfind("kvk3/" + id.tenant + "/k" + keyed.secret_id()->hex() + "/", 0) == 0);
+    CHECK(kkey.rfind("kvk4/" + id.tenant + "/k" + keyed.secret_id()->hex() + "/", 0) == 0);
   }
   // The largest valid identity's keys, with every option present.
   const std::string key = key_for(kvkey_test::largest_identity(), 1);
@@ -164,8 +164,8 @@ TEST_CASE("Model names that differ only beyond the cut still get different keys"
 }
 
 TEST_CASE("tenant_key_prefix validates the tenant", "[store_key]") {
-  CHECK(kvkey::tenant_key_prefix("team-a") == "kvk3/team-a/");
-  CHECK(kvkey::tenant_key_prefix("_single") == "kvk3/_single/");  // the single-tenant name
+  CHECK(kvkey::tenant_key_prefix("team-a") == "kvk4/team-a/");
+  CHECK(kvkey::tenant_key_prefix("_single") == "kvk4/_single/");  // the single-tenant name
   for (const char* bad : {"", "a/b", "a@b", "a b", "_other", ".x", "a%2Fb"}) {
     CAPTURE(bad);
     CHECK_THROWS_MATCHES(kvkey::tenant_key_prefix(bad), kvkey::identity_error,

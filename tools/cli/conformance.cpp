@@ -202,7 +202,7 @@ ConformanceCommands add_conformance_commands(CLI::App& app, ConformanceOptions& 
   runner->add_option("--testee", o.testee, "the testee's command line, run by /bin/sh -c")->required();
   runner->add_option("--cases", o.cases, "random cases to run (default 1000; 0 with --vectors replays only them)");
   runner->add_option("--seed", o.seed, "seed of the random cases (default: a fresh one, printed)");
-  runner->add_option("--vectors", o.vectors, "replay a vectors file (tests/vectors/format-v3.json) first");
+  runner->add_option("--vectors", o.vectors, "replay a vectors file (tests/vectors/format-v4.json) first");
   runner->add_option("--show", o.show, "differences to print (default 5)");
   runner->add_flag("--mutate", o.mutate,
                    "send hostile lines instead (not UTF-8, lone surrogates, numbers beyond a double, deep "

@@ -53,7 +53,7 @@ std::vector<Json> random_requests(std::uint64_t seed, std::size_t count);
 /// requests, and requests a strict decoder must name the right field of.
 std::vector<std::pair<std::string, std::string>> hostile_lines(std::uint64_t seed, std::size_t count);
 
-/// The requests that replay the committed vectors file (tests/vectors/format-v3.json).
+/// The requests that replay the committed vectors file (tests/vectors/format-v4.json).
 /// Throws Failure when the file does not match the library.
 std::vector<Json> vector_requests(const std::string& path);
 

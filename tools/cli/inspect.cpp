@@ -56,7 +56,10 @@ std::optional<kvkey::Shard> shard_for_slice(const kvkey::Kv& kv, const kvkey::Sl
 // compute them, when the identity validates and the slice fits a shard.
 void append_producer_namespace(std::string& out, const kvkey::EnvelopeContents& c) {
   if (c.namespace_kind == kvkey::NamespaceKind::keyed) {
-    print(out, "producer namespace: keyed (its root and keys need the tenant secret)\n");
+    print(out, c.integrity == kvkey::IntegrityMode::aes256_gcm
+                   ? "producer namespace: keyed, confidential (the payload is AES-256-GCM ciphertext; its plaintext, "
+                     "root and keys need the tenant secret)\n"
+                   : "producer namespace: keyed (its root and keys need the tenant secret)\n");
     return;
   }
   print(out, "producer namespace (SHA-256):\n");
@@ -202,11 +205,11 @@ int run_inspect(const InspectOptions& o, std::string& out) {
   append_row(out, "namespace", std::string(kvkey::to_string(c->namespace_kind)), label_width);
   if (c->secret_id) append_row(out, "secret id", c->secret_id->hex(), label_width);
   append_row(out, "integrity", std::string(kvkey::to_string(c->integrity)), label_width);
-  if (c->integrity == kvkey::IntegrityMode::poly1305) {
-    append_row(out, "nonce", to_hex({c->nonce.begin(), c->nonce.end()}), label_width);
-  }
+  const bool tagged =
+      c->integrity == kvkey::IntegrityMode::poly1305 || c->integrity == kvkey::IntegrityMode::aes256_gcm;
+  if (tagged) append_row(out, "nonce", to_hex({c->nonce.begin(), c->nonce.end()}), label_width);
   if (c->integrity != kvkey::IntegrityMode::none) {
-    append_row(out, c->integrity == kvkey::IntegrityMode::poly1305 ? "payload tag" : "payload digest",
+    append_row(out, tagged ? "payload tag" : "payload digest",
                to_hex({c->payload_digest.begin(), c->payload_digest.end()}), label_width);
   }
   append_producer_namespace(out, *c);

@@ -155,7 +155,7 @@ class spec:
             if len(segment) + len(piece) > 80:
                 break
             segment += piece
-        return "kvk3/%s/p/%s/e%d/" % (tenant, segment, c["model"].get("weights_epoch", 0))
+        return "kvk4/%s/p/%s/e%d/" % (tenant, segment, c["model"].get("weights_epoch", 0))
 
     @staticmethod
     def envelope(encoding, slice_, block, payload_size, mode=0, digest=bytes(16)):
@@ -286,9 +286,9 @@ class IdentityTest(ToolTest):
             self.assertEqual(expected, "heads [%d, %d) layers [%d, %d)" % s)
         out = self.ok("identity", example("tp4-rank1"))
         self.assertEqual(row(out, "shard"), "tp_rank 1 of tp_size 4, pp_rank 0 of pp_size 1")
-        self.assertEqual(row(out, "tenant prefix"), "kvk3/team-a/")
+        self.assertEqual(row(out, "tenant prefix"), "kvk4/team-a/")
         self.assertEqual(row(self.ok("identity", example("qwen-epoch1")), "key prefix"),
-                         "kvk3/team-a/p/Qwen2.5-0.5B-Instruct/e1/")
+                         "kvk4/team-a/p/Qwen2.5-0.5B-Instruct/e1/")
 
     def test_single_tenant_policy(self):
         out = self.ok("identity", example("single-tenant"))
@@ -297,7 +297,7 @@ class IdentityTest(ToolTest):
         self.assertEqual(field_rows(out)["model.weights_fingerprint"],
                          load(example("single-tenant"))["model"]["weights_fingerprint"])
         self.assertEqual(field_rows(out)["kv.dtype"], "bf16")
-        self.assertEqual(row(out, "tenant prefix"), "kvk3/_single/")
+        self.assertEqual(row(out, "tenant prefix"), "kvk4/_single/")
 
     def test_weights_file_is_fingerprinted_relative_to_the_config(self):
         with open(os.path.join(EXAMPLES, "adapter-weights.txt"), "rb") as f:
@@ -433,7 +433,7 @@ class SeedProbeTest(ToolTest):
     def test_block_2_keys_match_seed_probe(self):
         p = subprocess.run([SEED_PROBE], capture_output=True, text=True)
         self.assertEqual(p.returncode, 0, p.stdout)
-        printed = dict(re.findall(r"^  (.+?) +(kvk3/\S+)$", p.stdout, re.M))
+        printed = dict(re.findall(r"^  (.+?) +(kvk4/\S+)$", p.stdout, re.M))
         for label, name in self.LABELS.items():
             self.assertEqual(keys_json(example(name))["blocks"][2]["store_key"], printed[label], label)
 
@@ -488,7 +488,7 @@ class InspectTest(ToolTest):
             self.assertEqual(row(out, "payload size"), "%d bytes" % PAYLOAD)
             self.assertEqual(row(out, "root"), row(ident, "root"), name)
             self.assertEqual(row(out, "store key"), block["store_key"], name)
-            self.assertTrue(out.startswith("header: %s (1024-byte kvkey envelope, format version 3)\n" % header))
+            self.assertTrue(out.startswith("header: %s (1024-byte kvkey envelope, format version 4)\n" % header))
             self.assertEqual((row(out, "namespace"), row(out, "integrity")), ("plain", "none"))
 
     def test_escapes_strings(self):
@@ -503,7 +503,7 @@ class InspectTest(ToolTest):
         with open(self.seal(example("qwen-fp16"), "00" * 32), "rb") as f:
             good = f.read()
         cases = {"zeros.bin": (bytes(1024), r"it does not start with the envelope magic"),
-                 "version.bin": (good[:8] + b"\x01" + good[9:], r"format version 1, this tool reads version 3"),
+                 "version.bin": (good[:8] + b"\x01" + good[9:], r"format version 1, this tool reads version 4"),
                  "padding.bin": (good[:1023] + b"\x01", r"a reserved byte or a byte after the identity encoding is not zero"),
                  "identity.bin": (good[:120] + b"X" + good[121:], r"its identity encoding is malformed"),
                  "secret.bin": (good[:112] + b"X" + good[113:], r"its secret_id field is malformed"),
@@ -601,10 +601,10 @@ class InspectValueTest(ToolTest):
 
 
 class PayloadTest(ToolTest):
-    """seal --payload / verify --payload / inspect against tests/vectors/format-v3.json."""
+    """seal --payload / verify --payload / inspect against tests/vectors/format-v4.json."""
 
     def vectors(self):
-        return load(os.path.join(SOURCE, "tests", "vectors", "format-v3.json"))
+        return load(os.path.join(SOURCE, "tests", "vectors", "format-v4.json"))
 
     def config_of(self, case):
         """The tool's identity config for a vectors case (dotted field paths -> sections)."""
@@ -810,7 +810,7 @@ class DiffTest(ToolTest):
         _, out, _ = self.diff(example("qwen-fp16"), example("lora"))
         self.assertIn("  adapter.name                 A: (absent)\n" + " " * 31 + "B: \"base\"\n", out)
         _, out, _ = self.diff(example("qwen-fp16"), example("qwen-epoch1"))
-        self.assertIn("key prefix: different\n  A: kvk3/team-a/p/Qwen2.5-0.5B-Instruct/e0/\n", out)
+        self.assertIn("key prefix: different\n  A: kvk4/team-a/p/Qwen2.5-0.5B-Instruct/e0/\n", out)
 
     def test_each_salient_field_is_named(self):
         # Base with quantization so that every quant field may change.
@@ -953,7 +953,7 @@ class LegacyTest(ToolTest):
         self.assertRegex(row(out, "ambiguous"), r"^yes: ")
         store_key = keys_json(example("qwen-fp16"))["blocks"][0]["store_key"]
         self.assert_error(["legacy", "parse", "%s@tp_rank:0@group:0@%s" % (self.MODEL, h), store_key],
-                          r'"kvk3/team-a/\S+": not an lmdeploy legacy key')
+                          r'"kvk4/team-a/\S+": not an lmdeploy legacy key')
 
     def test_errors(self):
         base = ["legacy", "keys", "--tokens", PROBE_TOKENS]
@@ -1176,22 +1176,28 @@ class PurgeTest(ToolTest):
         want = hmac.new(secret, b"I", hashlib.sha256).digest()[:8].hex()
         out = self.ok("secret-id", "--secret-file", path, "--tenant", "team-a")
         self.assertEqual(row(out, "secret id"), want)
-        self.assertEqual(row(out, "key prefix"), "kvk3/team-a/k%s/" % want)
-        self.assertEqual(self.ok("purge", "--tenant", "team-a", "--secret-file", path), "kvk3/team-a/k%s/*\n" % want)
+        self.assertEqual(row(out, "key prefix"), "kvk4/team-a/k%s/" % want)
+        self.assertEqual(self.ok("purge", "--tenant", "team-a", "--secret-file", path), "kvk4/team-a/k%s/*\n" % want)
         self.assertEqual(self.ok("purge", "--tenant", "team-a", "--secret-id", want.upper(), "--as", "prefix"),
-                         "kvk3/team-a/k%s/\n" % want)
+                         "kvk4/team-a/k%s/\n" % want)
         os.chmod(path, 0o644)  # a secret others can read is refused, as by the library
         rc, _, err = run("secret-id", "--secret-file", path)
         self.assertEqual(rc, 2)
         self.assertIn(path, err)
 
     def test_patterns(self):
-        self.assertEqual(self.ok("purge", "--tenant", "team-a"), "kvk3/team-a/*\n")
-        self.assertEqual(self.ok("purge", "--tenant", "team-a", "--plain"), "kvk3/team-a/p/*\n")
-        self.assertEqual(self.ok("purge", "--tenant", "team-a", "--plain", "--as", "regex"), "^kvk3/team-a/p/\n")
-        self.assertEqual(self.ok("purge", "--tenant", "t.x", "--as", "regex"), "^kvk3/t\\.x/\n")
+        self.assertEqual(self.ok("purge", "--tenant", "team-a"), "kvk4/team-a/*\n")
+        self.assertEqual(self.ok("purge", "--tenant", "team-a", "--plain"), "kvk4/team-a/p/*\n")
+        self.assertEqual(self.ok("purge", "--tenant", "team-a", "--plain", "--as", "regex"), "^kvk4/team-a/p/\n")
+        self.assertEqual(self.ok("purge", "--tenant", "t.x", "--as", "regex"), "^kvk4/t\\.x/\n")
         self.assertEqual(self.ok("purge", "--format-v2"), "kvk1/*\n")
         self.assertEqual(self.ok("purge", "--format-v2", "--tenant", "team-b"), "kvk1/team-b/*\n")
+        self.assertEqual(self.ok("purge", "--format-v3"), "kvk3/*\n")
+        self.assertEqual(self.ok("purge", "--format-v3", "--tenant", "team-b"), "kvk3/team-b/*\n")
+        sid = "0123456789abcdef"
+        self.assertEqual(self.ok("purge", "--tenant", "team-a", "--secret-id", sid), "kvk4/team-a/k%s/*\n" % sid)
+        self.assertEqual(self.ok("purge", "--tenant", "team-a", "--secret-id", sid, "--confidential"),
+                         "kvk4/team-a/c%s/*\n" % sid)
         # The keys an identity file produces fall under its tenant's plain pattern.
         prefix = keys_json(example("qwen-fp16"))["key_prefix"]
         self.assertTrue(prefix.startswith(self.ok("purge", "--tenant", "team-a", "--plain", "--as", "prefix").strip()))
@@ -1202,6 +1208,8 @@ class PurgeTest(ToolTest):
         self.assert_error(["purge", "--tenant", "t", "--secret-id", "xyz"], r"--secret-id \"xyz\": expected 16 hex digits")
         self.assert_error(["purge", "--tenant", "t", "--plain", "--secret-id", "00" * 8], r"at most one of")
         self.assert_error(["purge", "--format-v2", "--plain"], r"format v2 keys carry no secret id")
+        self.assert_error(["purge", "--format-v3", "--plain"], r"--format-v3 selects every v3 key")
+        self.assert_error(["purge", "--tenant", "t", "--confidential"], r"--confidential selects one secret")
 
 
 class DocsTest(ToolTest):
@@ -1234,7 +1242,7 @@ class ErrorsTest(ToolTest):
                                r"unexpected '}'; expected string literal$",
             "unknown-key.json": r"unknown-key\.json: kv\.blocksize: unknown key \(did you mean kv\.block_size\?\)$",
             "unknown-top-key.json": r"unknown-top-key\.json: colour: unknown key \(the top level takes: tenant, "
-                                    r"policy, model, kv, shard, adapter\)$",
+                                    r"policy, confidential, model, kv, shard, adapter\)$",
             "unknown-dtype.json": r"unknown-dtype\.json: kv\.dtype: unknown dtype \"fp17\" \(known: fp32, fp16, "
                                   r"bf16, .*fp4_e2m1, fp8_e4m3fnuz, fp8_e5m2fnuz\)$",
             "bad-geometry.json": r"bad-geometry\.json: shard\.tp_size: 3 is not a multiple of kv\.num_kv_heads 2",
@@ -1349,7 +1357,7 @@ class ErrorsTest(ToolTest):
         out = self.ok("--help")
         for sub in ["identity", "keys", "seal", "inspect", "verify", "diff", "legacy"]:
             self.assertRegex(out, r"\n  %s +\S" % sub)
-        self.assertRegex(self.ok("--version"), r"^kvkey \d+\.\d+\.\d+ \(byte format version 3\)\n$")
+        self.assertRegex(self.ok("--version"), r"^kvkey \d+\.\d+\.\d+ \(byte format version 4\)\n$")
 
 
 if __name__ == "__main__":

@@ -18,7 +18,7 @@ import unittest
 TOOL = os.environ.get("KVKEY_TOOL", "")
 SOURCE = os.environ.get("KVKEY_SOURCE_DIR", os.path.join(os.path.dirname(__file__), "..", ".."))
 PYTHONPATH = os.environ.get("KVKEY_PYTHONPATH", "")
-VECTORS = os.path.join(SOURCE, "tests", "vectors", "format-v3.json")
+VECTORS = os.path.join(SOURCE, "tests", "vectors", "format-v4.json")
 CASES = "400"
 
 

@@ -37,8 +37,15 @@ namespace detail {
 inline constexpr std::uint8_t domain_salt = 'S';
 inline constexpr std::uint8_t domain_block = 'B';
 inline constexpr std::uint8_t domain_object = 'O';
-inline constexpr std::uint8_t domain_payload = 'P';    // keyed namespaces' payload key
-inline constexpr std::uint8_t domain_secret_id = 'I';  // keyed namespaces' public secret id
+inline constexpr std::uint8_t domain_payload = 'P';       // keyed namespaces' payload key
+inline constexpr std::uint8_t domain_secret_id = 'I';     // keyed namespaces' public secret id
+inline constexpr std::uint8_t domain_scope = 'T';         // the transition out of a shared scope (format v4)
+inline constexpr std::uint8_t domain_confidential = 'C';  // HKDF info of a confidential payload key
+/// HKDF's salt for a confidential namespace's payload keys (docs/format.md,
+/// "Mode aes256_gcm"); no other derivation uses HKDF.
+inline constexpr std::string_view confidential_salt = "kvkey v4 confidential";
+/// Reads a keyed hasher's confidential key source (defined in kvkey/payload.hpp).
+struct ConfidentialAccess;
 
 // A Hash whose result() returns it to its initial state can be reused for many
 // messages; any other Hash (e.g. Boost.Hash2's) is copied afresh per message.
