@@ -26,10 +26,12 @@ const (
 	UInt8
 	UInt4
 	FP4E2M1
+	FP8E4M3FNUZ // e4m3 with another exponent bias, no infinities, one NaN (AMD MI300)
+	FP8E5M2FNUZ // e5m2, likewise
 )
 
 var dtypeNames = [...]string{"unset", "fp32", "fp16", "bf16", "fp8_e4m3", "fp8_e5m2", "int8", "int4", "uint8",
-	"uint4", "fp4_e2m1"}
+	"uint4", "fp4_e2m1", "fp8_e4m3fnuz", "fp8_e5m2fnuz"}
 
 // String returns the dtype's name as identity files spell it ("fp16",
 // "fp8_e4m3"), "unset", or "invalid" for an unknown code.
@@ -200,8 +202,24 @@ func checkText(field, s string, max int) error {
 	return nil
 }
 
-func checkTenant(t string) error {
-	if err := checkLength("tenant", t, MaxTenant); err != nil {
+func checkTenant(t string) error { return checkTenantUpTo(t, MaxTenant) }
+
+// ScopeTenantPrefix is what a shared scope's tenant starts with (format v4,
+// docs/format.md section 12): scope N has tenant "_scope.N", which no
+// tenant can be (a tenant starts with a letter or digit).
+const ScopeTenantPrefix = "_scope."
+
+// scopeTenant is "_scope.<name>"; an identity_error on "scope.name" unless
+// name is 1..57 bytes of the tenant charset, first byte alphanumeric.
+func scopeTenant(name string) (string, error) {
+	if err := checkTenantUpTo(name, MaxTenant-len(ScopeTenantPrefix)); err != nil {
+		return "", identityError("scope.name", "the scope name "+err.(*Error).Msg)
+	}
+	return ScopeTenantPrefix + name, nil
+}
+
+func checkTenantUpTo(t string, max int) error {
+	if err := checkLength("tenant", t, max); err != nil {
 		return err
 	}
 	if !isAlnum(t[0]) {
@@ -306,13 +324,19 @@ func Validated(id Identity, singleTenant bool) (Identity, error) {
 // validated is Validated without the zero-value defaults: an explicit empty
 // scheme or zero shard is refused, as by the C++ library.
 func validated(id Identity, singleTenant bool) (Identity, error) {
+	return validatedAs(id, singleTenant, false)
+}
+
+// validatedAs is validated; scoped: the tenant is a scope's "_scope.<name>",
+// checked by scopeTenant.
+func validatedAs(id Identity, singleTenant, scoped bool) (Identity, error) {
 	if singleTenant {
 		if id.Tenant != "" {
 			return id, identityError("tenant", "must be empty under the single-tenant policy")
 		}
 		id.Tenant = SingleTenantName
 	}
-	if err := checkMembers(reflect.ValueOf(&id).Elem(), identityFields, singleTenant); err != nil {
+	if err := checkMembers(reflect.ValueOf(&id).Elem(), identityFields, singleTenant || scoped); err != nil {
 		return id, err
 	}
 	if q := id.KV.Quant; q.Scheme == "none" {

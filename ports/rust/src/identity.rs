@@ -29,9 +29,13 @@ pub enum Dtype {
     Uint4 = 9,
     /// 4-bit float, e2m1.
     Fp4E2m1 = 10,
+    /// 8-bit float, e4m3 with another exponent bias, no infinities, one NaN (AMD MI300).
+    Fp8E4m3fnuz = 11,
+    /// 8-bit float, e5m2 likewise.
+    Fp8E5m2fnuz = 12,
 }
 
-const DTYPES: [(Dtype, &str); 10] = [
+const DTYPES: [(Dtype, &str); 12] = [
     (Dtype::Fp32, "fp32"),
     (Dtype::Fp16, "fp16"),
     (Dtype::Bf16, "bf16"),
@@ -42,6 +46,8 @@ const DTYPES: [(Dtype, &str); 10] = [
     (Dtype::Uint8, "uint8"),
     (Dtype::Uint4, "uint4"),
     (Dtype::Fp4E2m1, "fp4_e2m1"),
+    (Dtype::Fp8E4m3fnuz, "fp8_e4m3fnuz"),
+    (Dtype::Fp8E5m2fnuz, "fp8_e5m2fnuz"),
 ];
 
 impl Dtype {
