@@ -18,12 +18,7 @@ const confidentialSalt = "kvkey v4 confidential"
 // secret, salt, info = 'C' || root || selector, 32 bytes), selector the
 // header's nonce bytes 0..4.
 func (ns *Namespace) confidentialAEAD(selector []byte) cipher.AEAD {
-	info := append(append([]byte{'C'}, ns.root[:]...), selector...)
-	key, err := hkdf.Key(sha256.New, ns.secret, []byte(confidentialSalt), string(info), 32)
-	if err != nil {
-		panic(err) // 32 bytes of SHA-256 output are always available
-	}
-	block, err := aes.NewCipher(key)
+	block, err := aes.NewCipher(ns.confidentialKey(selector))
 	if err != nil {
 		panic(err) // the key is 32 bytes
 	}
@@ -32,6 +27,16 @@ func (ns *Namespace) confidentialAEAD(selector []byte) cipher.AEAD {
 		panic(err)
 	}
 	return gcm
+}
+
+// confidentialKey is K_c for the 4-byte key selector.
+func (ns *Namespace) confidentialKey(selector []byte) []byte {
+	info := append(append([]byte{'C'}, ns.root[:]...), selector...)
+	key, err := hkdf.Key(sha256.New, ns.secret, []byte(confidentialSalt), string(info), 32)
+	if err != nil {
+		panic(err) // 32 bytes of SHA-256 output are always available
+	}
+	return key
 }
 
 // sealConfidential returns the value (header, then ciphertext) of a

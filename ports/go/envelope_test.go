@@ -29,14 +29,14 @@ func keyedHeader(ns *Namespace, block Digest, size uint64) []byte {
 	return h
 }
 
-func TestEnvelopeV3Layout(t *testing.T) {
+func TestEnvelopeV4Layout(t *testing.T) {
 	ns, err := NewNamespace(testIdentity(), WithSecret(secretOf(7)))
 	if err != nil {
 		t.Fatal(err)
 	}
 	block := Digest{1, 2, 3}
 	h := ns.SealSizeOnly(block, 99)
-	if binary.LittleEndian.Uint16(h[8:]) != 3 {
+	if binary.LittleEndian.Uint16(h[8:]) != 4 {
 		t.Errorf("version bytes % x", h[8:10])
 	}
 	sid, keyed := ns.SecretID()
@@ -73,7 +73,7 @@ func TestSecretIDDependsOnlyOnTheSecret(t *testing.T) {
 	}
 }
 
-func TestStoreKeyV3(t *testing.T) {
+func TestStoreKeyV4(t *testing.T) {
 	id := testIdentity()
 	plain, _ := NewNamespace(id)
 	keyed, _ := NewNamespace(id, WithSecret(secretOf(7)))

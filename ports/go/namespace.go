@@ -33,6 +33,7 @@ type options struct {
 	singleTenant bool
 	secret       []byte
 	confidential bool
+	scope        bool // the tenant is a shared scope's "_scope.<name>"
 }
 
 // SingleTenant selects the single-tenant policy: the identity's Tenant must be
@@ -60,6 +61,7 @@ type Namespace struct {
 	id        Identity
 	keyed     bool
 	confident bool // confidential (keyed only)
+	scope     bool // a shared scope's namespace (NewScopeNamespace)
 	secret    []byte
 	secretID  [SecretIDSize]byte // zero in a plain namespace
 	slice     Slice
@@ -84,7 +86,7 @@ func newNamespace(id Identity, strict bool, opts ...Option) (*Namespace, error) 
 	if !strict {
 		id = withDefaults(id)
 	}
-	v, err := validated(id, o.singleTenant)
+	v, err := validatedAs(id, o.singleTenant, o.scope)
 	if err != nil {
 		return nil, err
 	}
@@ -97,7 +99,7 @@ func newNamespace(id Identity, strict bool, opts ...Option) (*Namespace, error) 
 			"the tenant secret: give WithSecret")
 	}
 	slice, _ := ResolveSlice(v.KV, v.Shard) // Validated checked it
-	ns := &Namespace{id: v, keyed: o.secret != nil, confident: o.confidential, secret: o.secret, slice: slice,
+	ns := &Namespace{id: v, keyed: o.secret != nil, confident: o.confidential, scope: o.scope, secret: o.secret, slice: slice,
 		encoding: EncodeIdentity(v)}
 	ns.root = ns.hash(ns.encoding)
 	if ns.keyed {
@@ -106,6 +108,39 @@ func newNamespace(id Identity, strict bool, opts ...Option) (*Namespace, error) 
 	ns.keyPrefix = ns.SecretPrefix() + modelKeySegment(v.Model.Name) + "/e" +
 		strconv.FormatUint(v.Model.WeightsEpoch, 10) + "/"
 	return ns, nil
+}
+
+// NewScopeNamespace returns the namespace of the shared scope named name
+// (format v4, docs/format.md section 12): base's identity with tenant
+// "_scope.<name>", plain, or keyed under the scope's own secret (WithSecret)
+// and then optionally Confidential. An identity_error on "scope.name" for a
+// bad name (1..57 bytes of the tenant charset, first byte a letter or
+// digit), on "tenant" with SingleTenant. Which tenants may read or publish
+// to the scope is the serving side's to decide; ScopedBlockHashes chains a
+// tenant's private blocks after the scope's.
+func NewScopeNamespace(name string, base Identity, opts ...Option) (*Namespace, error) {
+	var o options
+	for _, opt := range opts {
+		opt(&o)
+	}
+	if o.singleTenant {
+		return nil, identityError("tenant", "a shared scope's namespace is not single_tenant")
+	}
+	tenant, err := scopeTenant(name)
+	if err != nil {
+		return nil, err
+	}
+	base.Tenant = tenant
+	return newNamespace(base, false, append(opts, func(o *options) { o.scope = true })...)
+}
+
+// Scope returns the shared scope's name of a scope's namespace
+// (NewScopeNamespace), and false for any other.
+func (ns *Namespace) Scope() (string, bool) {
+	if !ns.scope {
+		return "", false
+	}
+	return ns.id.Tenant[len(ScopeTenantPrefix):], true
 }
 
 // SecretID returns the public id of a tenant secret (docs/format.md, section

@@ -15,9 +15,10 @@ func TestScopedBlockHashes(t *testing.T) {
 		return Identity{Tenant: tenant, Model: Model{Name: "m", Revision: "r"},
 			KV: KV{DType: FP16, BlockSize: 4, NumLayers: 2, NumKVHeads: 2, HeadDim: 8, Layout: "l"}}
 	}
-	// Stands in for a scope's namespace (tenant _scope.<name>, which only
-	// the scope API may build: not done yet in this port).
-	scope, _ := NewNamespace(id("sys"))
+	scope, err := NewScopeNamespace("sys", id("a"))
+	if err != nil || scope.Identity().Tenant != "_scope.sys" {
+		t.Fatal(err)
+	}
 	a, _ := NewNamespace(id("a"), WithSecret(bytes.Repeat([]byte{1}, 32)))
 	b, _ := NewNamespace(id("b"), WithSecret(bytes.Repeat([]byte{2}, 32)))
 	tokens := []uint32{1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13}

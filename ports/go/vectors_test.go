@@ -173,7 +173,7 @@ func hexes(ds []Digest) []string {
 }
 
 // vectorsFile is the one source of golden vectors (CONTRIBUTING.md).
-const vectorsFile = "format-v3.json"
+const vectorsFile = "format-v4.json"
 
 // payload is block i's payload by the vectors' payload_rule: size bytes,
 // byte j = (j + 31 * i) mod 251.
