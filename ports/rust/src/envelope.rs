@@ -443,10 +443,17 @@ impl Namespace {
     /// info = 'C' || root || selector, 32 bytes).
     fn confidential_cipher(&self, selector: &[u8]) -> aes_gcm::Aes256Gcm {
         use aes_gcm::KeyInit;
-        let kdf = self.kdf.as_ref().expect("a confidential namespace");
+        let key = self.confidential_key(selector).expect("a confidential namespace");
+        aes_gcm::Aes256Gcm::new(&key.into())
+    }
+
+    /// K_c for a 4-byte key selector; None unless confidential (for the vectors' test).
+    #[doc(hidden)]
+    pub fn confidential_key(&self, selector: &[u8]) -> Option<[u8; 32]> {
+        let kdf = self.kdf.as_ref()?;
         let mut key = [0u8; 32];
         kdf.expand_multi_info(&[b"C", &self.root().0, selector], &mut key).expect("32 bytes of HKDF output");
-        aes_gcm::Aes256Gcm::new(&key.into())
+        Some(key)
     }
 
     fn seal_confidential(&self, block: &Digest, payload: &[u8]) -> Result<Vec<u8>> {

@@ -204,6 +204,10 @@ impl TenantPolicy {
 /// The tenant a single-tenant namespace encodes.
 pub const SINGLE_TENANT_NAME: &str = "_single";
 
+/// What a shared scope's tenant starts with (format v4, docs/format.md
+/// section 12): scope N has tenant "_scope.N", which no tenant can be.
+pub const SCOPE_TENANT_PREFIX: &str = "_scope.";
+
 /// Limits on the identity's strings, in bytes.
 pub mod limits {
     /// Longest `tenant`, in bytes.
@@ -382,9 +386,28 @@ impl Identity {
             }
             id.tenant = SINGLE_TENANT_NAME.into();
         }
+        id.validated_members(single_tenant)
+    }
+
+    /// The identity of shared scope `name`'s namespace (format v4,
+    /// docs/format.md section 12): this one with tenant "_scope.<name>",
+    /// validated. An identity error on "scope.name" unless the name is 1..57
+    /// bytes of the tenant charset, first byte a letter or digit.
+    pub(crate) fn validated_scope(&self, name: &str) -> Result<Identity> {
+        check_tenant(name, limits::TENANT - SCOPE_TENANT_PREFIX.len())
+            .map_err(|e| Error::identity("scope.name", format!("the scope name {}", e.message())))?;
+        let mut id = self.clone();
+        id.tenant = format!("{SCOPE_TENANT_PREFIX}{name}");
+        id.validated_members(true)
+    }
+
+    /// Every member's own rule, then the quant rules and the geometry;
+    /// skip_tenant: the tenant was replaced (single tenant, a scope's) already.
+    fn validated_members(self, skip_tenant: bool) -> Result<Identity> {
+        let id = self;
         for f in FIELDS.iter().filter(|f| !f.is_part()) {
             if let Some(v) = (f.get)(&id) {
-                check_member(f, v, single_tenant)?;
+                check_member(f, v, skip_tenant)?;
             }
         }
         let q = &id.kv.quant;

@@ -10,7 +10,7 @@ use sha2::{Digest as _, Sha256};
 use crate::digest::{hex, Digest};
 use crate::encode::encode_identity;
 use crate::error::{Error, Result};
-use crate::identity::{resolve_slice, Identity, Slice, TenantPolicy};
+use crate::identity::{resolve_slice, Identity, Slice, TenantPolicy, SCOPE_TENANT_PREFIX};
 
 /// Tenant secret sizes of a keyed namespace, in bytes.
 pub const MIN_SECRET_SIZE: usize = 32;
@@ -114,6 +114,8 @@ pub struct Namespace {
     key_prefix: String,
     /// Confidential namespaces: HKDF-SHA-256 extracted from the tenant secret.
     pub(crate) kdf: Option<hkdf::Hkdf<Sha256>>,
+    /// A shared scope's namespace (`NamespaceBuilder::scope`).
+    scope: bool,
 }
 
 /// The HKDF salt of confidential payload keys; no other derivation uses it.
@@ -140,6 +142,7 @@ pub struct NamespaceBuilder<'a> {
     policy: TenantPolicy,
     secret: Option<&'a [u8]>,
     confidential: bool,
+    scope: Option<&'a str>,
 }
 
 impl<'a> NamespaceBuilder<'a> {
@@ -166,10 +169,29 @@ impl<'a> NamespaceBuilder<'a> {
         self
     }
 
+    /// The namespace of the shared scope `name` (format v4, docs/format.md
+    /// section 12): the identity with tenant "_scope.<name>" (its own tenant
+    /// is replaced), plain, or keyed under the scope's own secret and then
+    /// optionally confidential. An identity error on "scope.name" for a bad
+    /// name (1..57 bytes of the tenant charset, first byte a letter or digit),
+    /// on "tenant" under `TenantPolicy::SingleTenant`. Which tenants may read
+    /// or publish is the serving side's to decide;
+    /// `Namespace::scoped_block_hashes` chains a tenant's blocks after it.
+    pub fn scope(mut self, name: &'a str) -> Self {
+        self.scope = Some(name);
+        self
+    }
+
     /// Validates the identity (the error names the first invalid field, in the
     /// order of docs/format.md) and the secret, and derives the namespace.
     pub fn build(self) -> Result<Namespace> {
-        let id = self.id.validated(self.policy)?;
+        let id = match self.scope {
+            None => self.id.validated(self.policy)?,
+            Some(_) if self.policy == TenantPolicy::SingleTenant => {
+                return Err(Error::identity("tenant", "a shared scope's namespace is not single_tenant"))
+            }
+            Some(name) => self.id.validated_scope(name)?,
+        };
         let (hasher, secret_id) = match self.secret {
             None => (Hasher::Plain, None),
             Some(secret) => {
@@ -208,7 +230,8 @@ impl<'a> NamespaceBuilder<'a> {
             model_key_segment(&id.model.name),
             id.model.weights_epoch
         );
-        Ok(Namespace { id, hasher, secret_id, slice, encoding, root, key_prefix, kdf })
+        let scope = self.scope.is_some();
+        Ok(Namespace { id, hasher, secret_id, slice, encoding, root, key_prefix, kdf, scope })
     }
 }
 
@@ -261,7 +284,7 @@ impl Namespace {
     /// Starts a namespace with options: `.policy(TenantPolicy::SingleTenant)`,
     /// `.secret(&tenant_secret)` for a keyed namespace, then `.build()`.
     pub fn builder(id: &Identity) -> NamespaceBuilder<'_> {
-        NamespaceBuilder { id, policy: TenantPolicy::Required, secret: None, confidential: false }
+        NamespaceBuilder { id, policy: TenantPolicy::Required, secret: None, confidential: false, scope: None }
     }
 
     /// The validated identity as encoded.
@@ -272,6 +295,15 @@ impl Namespace {
     pub fn is_keyed(&self) -> bool {
         matches!(self.hasher, Hasher::Keyed(_))
     }
+    /// The shared scope's name of a scope's namespace (`NamespaceBuilder::scope`).
+    pub fn scope(&self) -> Option<&str> {
+        if self.scope {
+            self.id.tenant.strip_prefix(SCOPE_TENANT_PREFIX)
+        } else {
+            None
+        }
+    }
+
     /// True for a confidential namespace (`NamespaceBuilder::confidential`).
     pub fn is_confidential(&self) -> bool {
         self.kdf.is_some()

@@ -1,5 +1,5 @@
 // SPDX-License-Identifier: Apache-2.0
-//! Format version 3 as docs/format.md states it, checked byte by byte against
+//! Format version 4 as docs/format.md states it, checked byte by byte against
 //! headers and keys assembled here from the layout (the committed vectors,
 //! tests/vectors.rs, pin the same bytes as the C++ library computes them).
 
@@ -10,8 +10,8 @@ use kvkey::{
 };
 use sha2::Sha256;
 
-const SECRET: &[u8; 32] = b"kvkey format-v3 rust test secret";
-const OTHER_SECRET: &[u8; 32] = b"kvkey format-v3 rust rotated key";
+const SECRET: &[u8; 32] = b"kvkey format-v4 rust test secret";
+const OTHER_SECRET: &[u8; 32] = b"kvkey format-v4 rust rotated key";
 
 mod common;
 
@@ -39,7 +39,7 @@ fn verdict(reason: Reason, field: &'static str) -> Verdict {
 fn assembled(ns: &Namespace, block: &Digest, payload: &[u8]) -> Vec<u8> {
     let mut h = Vec::new();
     h.extend_from_slice(b"KVKEYENV");
-    h.extend_from_slice(&[3, 0]); // format version 3
+    h.extend_from_slice(&[4, 0]); // format version 4
     h.extend_from_slice(&1024u16.to_le_bytes());
     h.extend_from_slice(&(ns.encoding().len() as u32).to_le_bytes());
     h.extend_from_slice(&block.0); // 16
@@ -65,7 +65,7 @@ fn assembled(ns: &Namespace, block: &Digest, payload: &[u8]) -> Vec<u8> {
 #[test]
 fn plain_header_is_the_documented_layout() {
     let ns = Namespace::new(&identity()).expect("valid");
-    assert_eq!(&ns.encoding()[8..10], &[3, 0]);
+    assert_eq!(&ns.encoding()[8..10], &[4, 0]);
     for (i, b) in blocks(&ns).iter().enumerate() {
         let p = payload(i, 300);
         let h = ns.seal(b, &p).expect("plain");
@@ -104,15 +104,15 @@ fn store_keys_name_the_namespace() {
     let plain = Namespace::new(&id).expect("plain");
     let keyed = Namespace::builder(&id).secret(SECRET).build().expect("keyed");
     let b = blocks(&plain)[0];
-    assert_eq!(STORE_KEY_TAG, "kvk3/");
-    assert_eq!(plain.store_key(&b), format!("kvk3/t0/p/m/e0/{}", plain.object_hash(&b)));
+    assert_eq!(STORE_KEY_TAG, "kvk4/");
+    assert_eq!(plain.store_key(&b), format!("kvk4/t0/p/m/e0/{}", plain.object_hash(&b)));
     let sid = secret_id(SECRET).hex();
     assert_eq!(sid.len(), 16);
     let kb = blocks(&keyed)[0];
-    assert_eq!(keyed.store_key(&kb), format!("kvk3/t0/k{}/m/e0/{}", sid, keyed.object_hash(&kb)));
-    assert_eq!(keyed.secret_prefix(), format!("kvk3/t0/k{}/", sid));
-    assert_eq!(plain.secret_prefix(), "kvk3/t0/p/");
-    assert_eq!(keyed.tenant_prefix(), "kvk3/t0/");
+    assert_eq!(keyed.store_key(&kb), format!("kvk4/t0/k{}/m/e0/{}", sid, keyed.object_hash(&kb)));
+    assert_eq!(keyed.secret_prefix(), format!("kvk4/t0/k{}/", sid));
+    assert_eq!(plain.secret_prefix(), "kvk4/t0/p/");
+    assert_eq!(keyed.tenant_prefix(), "kvk4/t0/");
     // A rotated secret's keys share the tenant prefix, never the secret prefix.
     let rotated = Namespace::builder(&id).secret(OTHER_SECRET).build().expect("keyed");
     let rb = blocks(&rotated)[0];
@@ -204,20 +204,22 @@ fn another_secret_is_a_named_miss() {
 }
 
 #[test]
-fn a_v2_header_is_unsupported() {
+fn v2_and_v3_headers_are_unsupported() {
     let ns = Namespace::new(&identity()).expect("plain");
     let b = blocks(&ns)[0];
     let p = payload(0, 64);
-    let mut h = ns.seal(&b, &p).expect("sealed");
-    assert_eq!(h.len(), ENVELOPE_SIZE);
-    h[8] = 2;
-    let v2 = verdict(Reason::UnsupportedVersion, "envelope.format_version");
-    assert_eq!(ns.verify(&h, &b, &p), v2);
-    assert_eq!(ns.verify_header(&h, &b, 64), v2);
-    assert_eq!(parse_envelope(&h).err(), Some(v2));
-    let mut encoding = ns.encoding().to_vec();
-    encoding[8] = 2;
-    assert_eq!(kvkey::decode_identity(&encoding), None);
+    for version in [2u8, 3] {
+        let mut h = ns.seal(&b, &p).expect("sealed");
+        assert_eq!(h.len(), ENVELOPE_SIZE);
+        h[8] = version;
+        let miss = verdict(Reason::UnsupportedVersion, "envelope.format_version");
+        assert_eq!(ns.verify(&h, &b, &p), miss);
+        assert_eq!(ns.verify_header(&h, &b, 64), miss);
+        assert_eq!(parse_envelope(&h).err(), Some(miss));
+        let mut encoding = ns.encoding().to_vec();
+        encoding[8] = version;
+        assert_eq!(kvkey::decode_identity(&encoding), None);
+    }
 }
 
 #[test]

@@ -13,9 +13,8 @@ fn identity(tenant: &str) -> Identity {
 
 #[test]
 fn the_scope_transition_binds_the_tenant_and_the_prefix() {
-    // "sys" stands in for a scope's namespace (tenant _scope.<name>, built by
-    // the scope API: not done yet in this port).
-    let scope = Namespace::new(&identity("sys")).expect("plain");
+    let scope = Namespace::builder(&identity("a")).scope("sys").build().expect("plain");
+    assert_eq!(scope.identity().tenant, "_scope.sys");
     let a = Namespace::builder(&identity("a")).secret(&[1; 32]).build().expect("keyed");
     let b = Namespace::builder(&identity("b")).secret(&[2; 32]).build().expect("keyed");
     let tokens: Vec<u32> = (1..14).collect();

@@ -1,5 +1,5 @@
 // SPDX-License-Identifier: Apache-2.0
-//! The committed vectors (tests/vectors/format-v3.json and u64-projection.json)
+//! The committed vectors (tests/vectors/format-v4.json and u64-projection.json)
 //! reproduced by this crate.
 
 use kvkey::{
@@ -9,6 +9,9 @@ use kvkey::{
 use serde_json::Value;
 
 mod common;
+
+/// The one source of golden vectors (CONTRIBUTING.md): format version 4.
+const VECTORS: &str = "format-v4.json";
 
 fn read(name: &str) -> Value {
     let path = format!("{}/../../tests/vectors/{}", env!("CARGO_MANIFEST_DIR"), name);
@@ -90,9 +93,9 @@ fn payload(i: usize, size: usize) -> Vec<u8> {
 }
 
 #[test]
-fn format_v3_cases() {
-    let doc = read("format-v3.json");
-    assert_eq!(doc["format_version"], 3);
+fn format_v4_cases() {
+    let doc = read(VECTORS);
+    assert_eq!(doc["format_version"], 4);
     let toks = tokens(&doc);
     let cases = doc["cases"].as_array().expect("cases");
     assert!(!cases.is_empty());
@@ -153,7 +156,7 @@ fn format_v3_cases() {
 
 #[test]
 fn payload_digests() {
-    for p in read("format-v3.json")["payloads"].as_array().expect("payloads") {
+    for p in read(VECTORS)["payloads"].as_array().expect("payloads") {
         let bytes = from_hex(p["hex"].as_str().expect("hex")).expect("hex");
         assert_eq!(hex(&xxh3_128_digest(&bytes)), p["xxh3_128"]);
     }
@@ -161,7 +164,7 @@ fn payload_digests() {
 
 #[test]
 fn keyed_namespace() {
-    let doc = read("format-v3.json");
+    let doc = read(VECTORS);
     let k = &doc["keyed"];
     let c = case(&doc, &k["case"]);
     let id = identity(c);
@@ -224,7 +227,7 @@ fn keyed_namespace() {
 
 #[test]
 fn splice_is_rejected() {
-    let doc = read("format-v3.json");
+    let doc = read(VECTORS);
     let sp = &doc["splice"];
     let c = case(&doc, &sp["case"]);
     let ns = Namespace::builder(&identity(c)).policy(policy(c)).build().expect("plain");
@@ -325,4 +328,145 @@ fn validation_names_the_field() {
         let e = Namespace::new(&id).err().unwrap_or_else(|| panic!("{} accepted", field));
         assert_eq!((e.kind(), e.field()), ("identity_error", field));
     }
+}
+
+fn verdict_of(v: &Value) -> (String, String) {
+    (v["reason"].as_str().expect("a reason").to_string(), v["field"].as_str().expect("a field").to_string())
+}
+
+fn named(v: Verdict) -> (String, String) {
+    (v.reason.name().to_string(), v.field.to_string())
+}
+
+/// The "confidential" section: the C++ library's AES-256-GCM values open to
+/// the vectors' payloads under the derived keys, and the six rejected ones
+/// are refused with the C++ reason and field, no plaintext given.
+#[test]
+fn confidential_values() {
+    let doc = read(VECTORS);
+    let cv = &doc["confidential"];
+    let c = case(&doc, &cv["case"]);
+    let id = identity(c);
+    let secret = from_hex(cv["secret_hex"].as_str().expect("hex")).expect("hex");
+    let confidential =
+        |secret: &[u8]| Namespace::builder(&id).policy(policy(c)).secret(secret).confidential(true).build();
+    let ns = confidential(&secret).expect("confidential");
+    assert!(ns.is_confidential());
+    assert_eq!(ns.root().hex(), cv["root"]);
+    assert_eq!(ns.key_prefix(), cv["key_prefix"]);
+    assert_eq!(ns.secret_prefix(), cv["secret_prefix"]);
+    let blocks = ns.block_hashes(&tokens(&doc), &HashOptions::default()).expect("blocks");
+    assert_eq!(blocks.iter().map(Digest::hex).collect::<Vec<_>>(), strings(&cv["blocks"]));
+    assert_eq!(blocks.iter().map(|b| ns.store_key(b)).collect::<Vec<_>>(), strings(&cv["keys"]));
+    let keyed = Namespace::builder(&id).policy(policy(c)).secret(&secret).build().expect("keyed");
+    let size = c["payload_size"].as_u64().expect("a size") as usize;
+    let values = strings(&cv["values"]);
+    let derived = strings(&cv["derived_keys"]);
+    assert_eq!((values.len(), derived.len()), (blocks.len(), blocks.len()));
+    for (i, v) in values.iter().enumerate() {
+        let value = from_hex(v).expect("hex");
+        assert_eq!(value[73], IntegrityMode::Aes256Gcm as u8);
+        assert_eq!(hex(&ns.confidential_key(&value[80..84]).expect("K_c")), derived[i]);
+        let p = payload(i, size);
+        assert_ne!(&value[1024..], p.as_slice(), "value {} holds its payload in the clear", i);
+        let (got, verdict) = ns.open_value(&value, &blocks[i]);
+        assert!(verdict.is_ok(), "value {}: {:?}", i, verdict);
+        assert_eq!(got.as_deref(), Some(p.as_slice()));
+        let (got, verdict) = keyed.open_value(&value, &blocks[i]);
+        assert_eq!(
+            (got, verdict),
+            (None, Verdict { reason: Reason::PayloadMismatch, field: "envelope.integrity_mode" })
+        );
+    }
+    let rejected = cv["rejected"].as_array().expect("rejected");
+    assert!(!rejected.is_empty());
+    for r in rejected {
+        let reader = match r["reader_secret_hex"].as_str() {
+            Some(h) => confidential(&from_hex(h).expect("hex")).expect("confidential"),
+            None => ns.clone(),
+        };
+        let value = from_hex(r["value_hex"].as_str().expect("hex")).expect("hex");
+        let block = blocks[r["read_as_block"].as_u64().expect("an index") as usize];
+        let (got, verdict) = reader.open_value(&value, &block);
+        assert!(got.is_none(), "{}", r["what"]);
+        assert_eq!(named(verdict), verdict_of(&r["verdict"]), "{}", r["what"]);
+    }
+}
+
+/// The "scope" section: the scope's namespace, each tenant's chain after the
+/// scope's blocks (the transition parent), the keys, and a private block of
+/// one tenant read by another after the same prefix.
+#[test]
+fn shared_scope() {
+    let doc = read(VECTORS);
+    let sv = &doc["scope"];
+    let base = identity(case(&doc, &sv["case"]));
+    let name = sv["scope"]["name"].as_str().expect("a name");
+    let scope = Namespace::builder(&base).scope(name).build().expect("the scope's namespace");
+    assert_eq!(scope.scope(), Some(name));
+    assert_eq!(scope.identity().tenant, sv["scope"]["tenant"]);
+    assert_eq!(hex(scope.encoding()), sv["scope"]["encoding"]);
+    assert_eq!(scope.root().hex(), sv["scope"]["root"]);
+    assert_eq!(scope.key_prefix(), sv["scope"]["key_prefix"]);
+    let scope_tokens = sv["scope_tokens"].as_u64().expect("a count") as usize;
+    let k = scope_tokens / base.kv.block_size as usize;
+    let mut tenants = Vec::new();
+    for tv in sv["tenants"].as_array().expect("tenants") {
+        let mut id = base.clone();
+        id.tenant = tv["tenant"].as_str().expect("a tenant").to_string();
+        let ns = Namespace::new(&id).expect("the tenant's namespace");
+        assert_eq!(ns.scope(), None);
+        assert_eq!(ns.root().hex(), tv["root"]);
+        let blocks = ns.scoped_block_hashes(&scope, &tokens(&doc), scope_tokens, &HashOptions::default()).expect("ok");
+        assert_eq!(blocks.iter().map(Digest::hex).collect::<Vec<_>>(), strings(&tv["blocks"]));
+        let keys: Vec<String> =
+            blocks.iter().enumerate().map(|(i, b)| if i < k { scope.store_key(b) } else { ns.store_key(b) }).collect();
+        assert_eq!(keys, strings(&tv["keys"]));
+        // The transition parent H('T' || p_t || hash_{k-1}), SHA-256 in a plain namespace.
+        let mut h = <sha2::Sha256 as sha2::Digest>::new();
+        for part in [&b"T"[..], &ns.first_parent(b"").0, &blocks[k - 1].0] {
+            sha2::Digest::update(&mut h, part);
+        }
+        assert_eq!(hex(&sha2::Digest::finalize(h)), tv["transition_parent"]);
+        tenants.push((id.tenant.clone(), ns));
+    }
+    let r = &sv["rejected"];
+    let reader = &tenants.iter().find(|(t, _)| r["reader"] == t.as_str()).expect("the reader").1;
+    let block = Digest::from_hex(r["read_as_block"].as_str().expect("hex")).expect("a digest");
+    let value = from_hex(r["value_hex"].as_str().expect("hex")).expect("hex");
+    let (got, verdict) = reader.open_value(&value, &block);
+    assert!(got.is_none());
+    assert_eq!(named(verdict), verdict_of(&r["verdict"]), "{}", r["what"]);
+    for bad in ["", "-x", &"a".repeat(58)] {
+        let e = Namespace::builder(&base).scope(bad).build().expect_err("a bad scope name");
+        assert_eq!((e.kind(), e.field()), ("identity_error", "scope.name"), "{:?}", bad);
+    }
+    let e = Namespace::builder(&base).policy(TenantPolicy::SingleTenant).scope(name).build().expect_err("single");
+    assert_eq!((e.kind(), e.field()), ("identity_error", "tenant"));
+}
+
+/// Format v3's values (format-v3.json, kept for this) are a named version
+/// miss for a v4 reader, and its keys are never v4's.
+#[test]
+fn format_v3_is_a_version_miss() {
+    let v3 = read("format-v3.json");
+    let v4 = read(VECTORS);
+    let miss = Verdict { reason: Reason::UnsupportedVersion, field: "envelope.format_version" };
+    let mut n = 0;
+    for c in v3["cases"].as_array().expect("cases") {
+        let ns = Namespace::builder(&identity(c)).policy(policy(c)).build().expect("valid");
+        let size = c["payload_size"].as_u64().expect("a size") as usize;
+        for (i, e) in strings(&c["envelopes"]).iter().enumerate() {
+            let h = from_hex(e).expect("hex");
+            assert_eq!(ns.verify_header(&h, &ns.root(), size as u64), miss);
+            assert_eq!(ns.open_value(&[h.as_slice(), &payload(i, size)].concat(), &ns.root()).1, miss);
+            assert_eq!(parse_envelope(&h).err(), Some(miss));
+            n += 1;
+        }
+        let now = strings(&case(&v4, &c["name"])["keys"]);
+        for (old, new) in strings(&c["keys"]).iter().zip(&now) {
+            assert!(old.starts_with("kvk3/") && new.starts_with("kvk4/") && old != new);
+        }
+    }
+    assert!(n > 0);
 }
