@@ -201,6 +201,23 @@ impl TenantPolicy {
     }
 }
 
+/// A namespace's policy as an identity file gives it: the tenant policy and
+/// whether a keyed namespace is confidential (format v4, its payloads stored
+/// encrypted). `NamespaceBuilder::policy` takes it, or a bare `TenantPolicy`.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+pub struct Policy {
+    /// `"policy"`: required (the default) or single_tenant.
+    pub tenant: TenantPolicy,
+    /// `"confidential": true`: AES-256-GCM payloads (needs the tenant secret).
+    pub confidential: bool,
+}
+
+impl From<TenantPolicy> for Policy {
+    fn from(tenant: TenantPolicy) -> Policy {
+        Policy { tenant, confidential: false }
+    }
+}
+
 /// The tenant a single-tenant namespace encodes.
 pub const SINGLE_TENANT_NAME: &str = "_single";
 

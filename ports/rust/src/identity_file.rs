@@ -10,7 +10,7 @@ use sha2::{Digest as _, Sha256};
 use crate::digest::Digest;
 use crate::error::{Error, Result};
 use crate::fields::{members, Field, FieldType, Slot};
-use crate::identity::{Dtype, Identity, TenantPolicy};
+use crate::identity::{Dtype, Identity, Policy, TenantPolicy};
 use crate::json::Json;
 
 /// The largest identity file read, in bytes (as the C++ tool's).
@@ -83,6 +83,7 @@ impl Reader<'_> {
             }
             if f.path == "tenant" {
                 keys.push("policy".into());
+                keys.push("confidential".into());
             }
         }
         keys
@@ -111,18 +112,24 @@ impl Reader<'_> {
 
     /// Reads the top level: its keys, the policy, then every member in table
     /// order, each nested object entirely when its member is reached.
-    pub fn read(&self, j: &Json) -> Result<(Identity, TenantPolicy)> {
+    pub fn read(&self, j: &Json) -> Result<(Identity, Policy)> {
         self.check_keys(j, "")?;
-        let policy = match j.member("policy") {
+        let tenant = match j.member("policy") {
             None => TenantPolicy::Required,
             Some(Json::String(s)) if s == "required" => TenantPolicy::Required,
             Some(Json::String(s)) if s == "single_tenant" => TenantPolicy::SingleTenant,
             Some(Json::String(_)) => return input("policy", "expected \"required\" or \"single_tenant\""),
             Some(v) => return input("policy", format!("expected a string, got {}", describe(v))),
         };
+        // Format v4: the keyed namespace's payloads stored encrypted (absent or null: false).
+        let confidential = match j.member("confidential") {
+            None => false,
+            Some(Json::Bool(b)) => *b,
+            Some(v) => return input("confidential", format!("expected true or false, got {}", describe(v))),
+        };
         let mut id = Identity::default();
         self.read_part(j, "", &mut id)?;
-        Ok((id, policy))
+        Ok((id, Policy { tenant, confidential }))
     }
 
     /// A part's members in table order (step 4); in the file dialect a
@@ -278,20 +285,21 @@ fn parse_file(bytes: &[u8]) -> Result<Json> {
 
 impl Identity {
     /// Reads an identity file's JSON, as `kvkey init` writes it (docs/cli.md,
-    /// "Identity files"): the identity and its tenant policy, not yet
-    /// validated (`Namespace::builder(&id).policy(policy).build()` validates
-    /// it). Errors are input errors naming the field as the C++ tool does
+    /// "Identity files"): the identity and its policy (the tenant policy and,
+    /// format v4, `confidential`), not yet validated
+    /// (`Namespace::builder(&id).policy(policy).secret(s).build()` validates
+    /// it; a confidential policy needs the secret). Errors are input errors naming the field as the C++ tool does
     /// (an unknown, missing or duplicate key, a wrong type, an integer out of
     /// range, an unknown dtype, a digest that is not 64 hex digits), or
     /// "identity_file" for the text as a whole. `*_file` fingerprints are read
     /// relative to the working directory.
-    pub fn from_json(text: &str) -> Result<(Identity, TenantPolicy)> {
+    pub fn from_json(text: &str) -> Result<(Identity, Policy)> {
         Identity::from_json_bytes(text.as_bytes(), None)
     }
 
     /// Reads an identity file (at most 1 MiB): as `from_json`, with `*_file`
     /// paths relative to the file's directory.
-    pub fn from_file(path: impl AsRef<Path>) -> Result<(Identity, TenantPolicy)> {
+    pub fn from_file(path: impl AsRef<Path>) -> Result<(Identity, Policy)> {
         use std::io::Read;
         let path = path.as_ref();
         let io =
@@ -326,7 +334,7 @@ impl Identity {
         Identity::from_json_bytes(&bytes, path.parent())
     }
 
-    fn from_json_bytes(bytes: &[u8], base: Option<&Path>) -> Result<(Identity, TenantPolicy)> {
+    fn from_json_bytes(bytes: &[u8], base: Option<&Path>) -> Result<(Identity, Policy)> {
         let j = parse_file(bytes)?;
         Reader { dialect: Dialect::File, base }.read(&j)
     }
@@ -336,6 +344,6 @@ impl Identity {
 /// every member optional (absent and null keep the C++ defaults), unknown keys
 /// checked first, errors naming the member's dotted path.
 #[doc(hidden)]
-pub fn read_request_identity(j: &Json) -> Result<(Identity, TenantPolicy)> {
+pub fn read_request_identity(j: &Json) -> Result<(Identity, Policy)> {
     Reader { dialect: Dialect::Request, base: None }.read(j)
 }

@@ -45,8 +45,8 @@ pub use envelope::{
 pub use error::{Error, Result};
 pub use fields::{Field, FieldKind, FieldType, FIELDS};
 pub use identity::{
-    limits, resolve_slice, Adapter, Dtype, Identity, Kv, Model, Quant, Shard, Slice, TenantPolicy, SCOPE_TENANT_PREFIX,
-    SINGLE_TENANT_NAME,
+    limits, resolve_slice, Adapter, Dtype, Identity, Kv, Model, Policy, Quant, Shard, Slice, TenantPolicy,
+    SCOPE_TENANT_PREFIX, SINGLE_TENANT_NAME,
 };
 #[doc(hidden)]
 pub use identity_file::read_request_identity;

@@ -10,7 +10,7 @@ use sha2::{Digest as _, Sha256};
 use crate::digest::{hex, Digest};
 use crate::encode::encode_identity;
 use crate::error::{Error, Result};
-use crate::identity::{resolve_slice, Identity, Slice, TenantPolicy, SCOPE_TENANT_PREFIX};
+use crate::identity::{resolve_slice, Identity, Policy, Slice, TenantPolicy, SCOPE_TENANT_PREFIX};
 
 /// Tenant secret sizes of a keyed namespace, in bytes.
 pub const MIN_SECRET_SIZE: usize = 32;
@@ -146,9 +146,12 @@ pub struct NamespaceBuilder<'a> {
 }
 
 impl<'a> NamespaceBuilder<'a> {
-    /// The tenant policy (default `TenantPolicy::Required`).
-    pub fn policy(mut self, policy: TenantPolicy) -> Self {
-        self.policy = policy;
+    /// The tenant policy (default `TenantPolicy::Required`), or an identity
+    /// file's `Policy` (`Identity::from_file`), which also sets `confidential`.
+    pub fn policy(mut self, policy: impl Into<Policy>) -> Self {
+        let p = policy.into();
+        self.policy = p.tenant;
+        self.confidential = p.confidential;
         self
     }
 

@@ -23,7 +23,7 @@ const VALID: &str = r#"{
 #[test]
 fn every_member_is_read() {
     let (id, policy) = Identity::from_json(VALID).expect("valid");
-    assert_eq!(policy, TenantPolicy::Required);
+    assert_eq!(policy, TenantPolicy::Required.into());
     assert_eq!(id.tenant, "team-a");
     assert_eq!(id.model.weights_epoch, 3);
     assert_eq!(id.model.weights_fingerprint, None);
@@ -52,7 +52,7 @@ fn the_examples_read_and_build() {
     }
     assert!(read >= 5);
     let (single, policy) = Identity::from_file(examples().join("single-tenant.json")).expect("valid");
-    assert_eq!((policy, single.tenant.as_str()), (TenantPolicy::SingleTenant, ""));
+    assert_eq!((policy, single.tenant.as_str()), (TenantPolicy::SingleTenant.into(), ""));
 }
 
 #[test]
@@ -153,7 +153,7 @@ fn validation_comes_later() {
     assert_eq!((e.kind(), e.field()), ("identity_error", "kv.block_size"));
 }
 
-fn field_of(r: kvkey::Result<(Identity, TenantPolicy)>) -> (String, String) {
+fn field_of(r: kvkey::Result<(Identity, kvkey::Policy)>) -> (String, String) {
     let e = r.expect_err("refused");
     (e.kind().to_string(), e.field().to_string())
 }
@@ -186,4 +186,29 @@ fn a_fifo_or_a_device_is_refused_at_once() {
     assert_eq!(got, ("input_error".to_string(), "identity_file".to_string()));
     assert_eq!(field_of(Identity::from_file("/dev/null")).1, "identity_file");
     let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// Format v4's top-level "confidential" (after "policy", as the C++ reader
+/// takes it): the policy says so, the builder applies it, and a namespace
+/// from it needs the tenant secret.
+#[test]
+fn confidential_is_read() {
+    let text = r#"{"tenant": "t", "policy": "required", "confidential": true, "model": {"name": "m", "revision": "r"},
+        "kv": {"dtype": "fp16", "block_size": 4, "num_layers": 2, "num_kv_heads": 2, "head_dim": 8, "layout": "l"}}"#;
+    let (id, policy) = Identity::from_json(text).expect("valid");
+    assert_eq!(policy, kvkey::Policy { tenant: TenantPolicy::Required, confidential: true });
+    let e = Namespace::builder(&id).policy(policy).build().expect_err("no secret");
+    assert_eq!((e.kind(), e.field()), ("identity_error", "confidential"));
+    let ns = Namespace::builder(&id).policy(policy).secret(&[3; 32]).build().expect("confidential");
+    assert!(
+        ns.is_confidential() && ns.key_prefix().starts_with(&format!("kvk4/t/c{}/", kvkey::secret_id(&[3; 32]).hex()))
+    );
+    for (value, confidential) in [("false", false), ("null", false)] {
+        let (_, p) = Identity::from_json(&text.replace(": true", &format!(": {value}"))).expect("valid");
+        assert_eq!(p.confidential, confidential, "{}", value);
+    }
+    for bad in ["1", "\"yes\"", "[]"] {
+        let e = Identity::from_json(&text.replace(": true", &format!(": {bad}"))).expect_err("not a boolean");
+        assert_eq!((e.kind(), e.field()), ("input_error", "confidential"), "{}", bad);
+    }
 }

@@ -105,7 +105,7 @@ fn decode(raw: &Json) -> Result<Request> {
         (Some(v), None) => kvkey::read_request_identity(v)?,
     };
     r.identity = identity;
-    r.single_tenant = policy == TenantPolicy::SingleTenant;
+    r.single_tenant = policy.tenant == TenantPolicy::SingleTenant;
     match raw.member("single_tenant") {
         None => {}
         Some(Json::Bool(b)) => r.single_tenant |= *b,
