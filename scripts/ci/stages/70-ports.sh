@@ -7,7 +7,8 @@
 # then `kvkey conformance` over the C++, Python, Go and Rust testees with the
 # committed vectors and 2,000 random cases from a fresh seed. Uses the
 # preinstalled Go and Rust toolchains and builds what it runs (the tool in
-# build/gcc, as stage 10 does; the Python module when the venv has none), so it
+# build/gcc, as stage 10 does; the Python module when the venv has none or one
+# of another format version), so it
 # also runs alone: scripts/test.sh ports.
 set -euo pipefail
 root="$KVKEY_ROOT"
@@ -48,6 +49,21 @@ cmake --build "$root/build/gcc" --target kvkey_tool -j"$jobs"
 . "$root/scripts/ci/lib/python.sh"
 pyextra="$("$root/scripts/ci/python-module.sh" "$root/build/ports-python")"
 kvkey="$root/build/gcc/tools/kvkey"
+# The Python testee must speak this tree's format: a venv module of another
+# format version (installed from an older tree) is replaced by one built here.
+want_format="$("$kvkey" --version | sed -n 's/.*format version \([0-9]*\).*/\1/p')"
+have_format="$(cd / && PYTHONPATH="$pyextra" "$py" -c 'import kvkey; print(kvkey.format_version)' 2>/dev/null || true)"
+if [ -z "$want_format" ]; then echo "70-ports: kvkey --version names no format version" >&2; exit 1; fi
+if [ "$have_format" != "$want_format" ]; then
+  echo "70-ports: the venv's kvkey module is format ${have_format:-(none)}, this tree's $want_format: building one in build/ports-python"
+  cmake -S "$root" -B "$root/build/ports-python" -DCMAKE_BUILD_TYPE=RelWithDebInfo -DKVKEY_BUILD_PYTHON=ON \
+    -DPython_EXECUTABLE=/usr/bin/python3 -DCMAKE_INTERPROCEDURAL_OPTIMIZATION=OFF -DKVKEY_BUILD_TESTS=OFF \
+    -DKVKEY_BUILD_EXAMPLES=OFF -DKVKEY_BUILD_TOOLS=OFF >/dev/null
+  cmake --build "$root/build/ports-python" --target kvkey_python -j"$jobs"
+  pyextra="$root/build/ports-python/python"
+  have_format="$(cd / && PYTHONPATH="$pyextra" "$py" -c 'import kvkey; print(kvkey.format_version)')"
+  [ "$have_format" = "$want_format" ] || { echo "70-ports: build/ports-python's kvkey is format $have_format" >&2; exit 1; }
+fi
 
 # 3. Go: vet, formatting, tests (which read tests/vectors/).
 cd "$root/ports/go"
@@ -176,7 +192,7 @@ for testee in "$kvkey conformance-testee" \
               "env PYTHONPATH=$pyextra $py tools/conformance/testee.py" \
               "go run ./ports/go/cmd/kvkey-testee" \
               "cargo run --quiet --locked --manifest-path ports/rust/Cargo.toml --bin kvkey-testee"; do
-  "$kvkey" conformance --testee "$testee" --vectors tests/vectors/format-v3.json --cases "$cases" --seed "$seed" \
+  "$kvkey" conformance --testee "$testee" --vectors tests/vectors/format-v4.json --cases "$cases" --seed "$seed" \
     || status=1
   # Hostile lines (docs/conformance.md, "Lines that are not requests"): every one answered, none fatal.
   "$kvkey" conformance --testee "$testee" --mutate --cases "$cases" --seed "$seed" \
