@@ -103,6 +103,7 @@ fn the_field_table_is_the_exported_schema() {
     assert_eq!(s["identity_file"]["max_bytes"], kvkey::MAX_IDENTITY_FILE_SIZE);
     assert_eq!(s["identity_file"]["max_depth"], kvkey::MAX_IDENTITY_FILE_DEPTH);
     assert_eq!(s["policy"]["values"], json!([TenantPolicy::Required.name(), TenantPolicy::SingleTenant.name()]));
+    assert_eq!(s["format_version"], kvkey::FORMAT_VERSION, "the schema's format version");
     let dtypes: Vec<(String, u64)> = s["dtypes"]
         .as_array()
         .expect("dtypes")
