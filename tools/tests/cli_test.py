@@ -86,7 +86,7 @@ class spec:
         m, kv = c["model"], c["kv"]
         q = kv.get("quant", {})
         tenant = "_single" if c.get("policy") == "single_tenant" else c["tenant"]
-        out = b"kvkey.id" + struct.pack("<H", 3)
+        out = b"kvkey.id" + struct.pack("<H", 4)
         out += cls.string(tenant) + cls.string(m["name"]) + cls.string(m["revision"])
         out += struct.pack("<Q", m.get("weights_epoch", 0))
         out += cls.optional(cls.file_fingerprint(config_path, m, "weights_fingerprint", "weights_file"), bytes)
@@ -160,7 +160,7 @@ class spec:
     @staticmethod
     def envelope(encoding, slice_, block, payload_size, mode=0, digest=bytes(16)):
         """A plain namespace's envelope: integrity mode 0 (size only) or 1 (xxh3_128 digest)."""
-        head = b"KVKEYENV" + struct.pack("<HHI", 3, 1024, len(encoding)) + block
+        head = b"KVKEYENV" + struct.pack("<HHI", 4, 1024, len(encoding)) + block
         head += struct.pack("<Q", payload_size) + struct.pack("<IIII", *slice_)
         head += bytes([1, mode]) + bytes(6) + bytes(16) + digest + bytes(8) + encoding  # secret id: plain, zero
         return head + bytes(1024 - len(head))
