@@ -292,11 +292,15 @@ Json valid_request(Gen& g, std::uint64_t id) {
 void add_verify(Gen& g, Json& r) {
   const std::size_t blocks = r["tokens"].size() / r["identity"]["kv"]["block_size"].get<std::size_t>();
   const std::size_t index = g.below(blocks);
+  // A keyed reader is confidential now and then (format v4): it reads whole
+  // values only, sealed with AES-256-GCM.
+  const bool confidential = r.contains("secret_hex") && g.chance(0.3);
+  if (confidential) r["confidential"] = true;
   Json writer = r;
   std::size_t writer_index = index;
   // Half the reads of the payload's bytes or of whole values (two in three
   // requests) get no header defect, so that the bytes decide.
-  const bool read_bytes = g.chance(2.0 / 3);
+  const bool read_bytes = confidential || g.chance(2.0 / 3);
   const std::uint64_t defect = read_bytes && g.chance(0.5) ? 0 : g.below(10);
   switch (defect) {
     case 1:  // another identity: one salient field differs
@@ -342,6 +346,10 @@ void add_verify(Gen& g, Json& r) {
     r.erase("verify");
     header = seal(r, index, r.contains("secret_hex") || with_payload ? &payload : nullptr, size);
   }
+  if (confidential && header.size() > kvkey::envelope_size) {  // seal gave the whole value: split it
+    payload = header.substr(kvkey::envelope_size);
+    header.resize(kvkey::envelope_size);
+  }
   if (defect == 6 || defect == 7) {  // flipped bits, anywhere or in the first 128 bytes
     const std::size_t at = defect == 6 ? g.below(header.size()) : g.below(128);
     header[at] = static_cast<char>(header[at] ^ (1 << g.below(8)));
@@ -352,7 +360,7 @@ void add_verify(Gen& g, Json& r) {
   // router; with the payload's bytes; or as one stored value (header, then
   // payload). The bytes it reads may differ from the sealed ones: a flipped
   // bit, or (the payload-size defect) bytes cut off or added.
-  const std::uint64_t form = read_bytes && size <= 2048 ? 1 + g.below(2) : 0;
+  const std::uint64_t form = confidential ? 2 : read_bytes && size <= 2048 ? 1 + g.below(2) : 0;
   if (form == 0) {
     r["verify"] = {{"header_hex", hex(header)}, {"block_index", index}, {"payload_size", reader_size}};
     return;
@@ -507,6 +515,44 @@ std::vector<Json> vector_requests(const std::string& path) {
     r["secret_hex"] = k.at("secret_hex");
     r["tokens"] = tokens;
     add(r, k, k.at("envelopes"), c.at("payload_size"));
+  }
+  // Format v4's confidential values: each opens, each rejected one is
+  // refused as the file says (another secret of the tenant: its reader's).
+  if (const auto cv = doc.find("confidential"); cv != doc.end()) {
+    for (const Json& c : doc.at("cases")) {
+      if (c.at("name") != cv->at("case")) continue;
+      Json r;
+      r["id"] = "confidential";
+      r["identity"] = nested_identity(c.at("identity"), c.at("shard"), c.at("tenant_policy"));
+      r["secret_hex"] = cv->at("secret_hex");
+      r["confidential"] = true;
+      r["tokens"] = tokens;
+      const Json got = respond(r);
+      for (const char* member : {"root", "blocks", "keys"}) {
+        if (got.value(member, Json()) != cv->at(member))
+          fail("{}: {} differs from the library's for confidential", path, member);
+      }
+      out.push_back(r);
+      const auto replay = [&](Json o, const std::string& id, const Json& value, const Json& block, const Json& want) {
+        o["id"] = id;
+        o["open"] = {{"value_hex", value}, {"block_index", block}};
+        const Json v = respond(o).value("verdict", Json());
+        if (v.value("ok", false) != want.is_null() || (!want.is_null() && (v.value("reason", "") != want.at("reason") ||
+                                                                           v.value("field", "") != want.at("field"))))
+          fail("{}: the library's verdict differs for {}", path, id);
+        out.push_back(std::move(o));
+      };
+      const Json& values = cv->at("values");
+      for (std::size_t i = 0; i < values.size(); ++i)
+        replay(r, "confidential.value." + std::to_string(i), values[i], i, Json());
+      const Json& rejected = cv->at("rejected");
+      for (std::size_t i = 0; i < rejected.size(); ++i) {
+        Json o = r;
+        if (rejected[i].contains("reader_secret_hex")) o["secret_hex"] = rejected[i].at("reader_secret_hex");
+        replay(std::move(o), "confidential.rejected." + std::to_string(i), rejected[i].at("value_hex"),
+               rejected[i].at("read_as_block"), rejected[i].at("verdict"));
+      }
+    }
   }
   // The splice: one object's header with another's block hash, then its
   // payload; the library must reject it as the file says.

@@ -106,12 +106,14 @@ void decode_identity(const Json& j, Request& r) {
   }
   r.identity = std::move(read.identity);
   r.policy.tenant = read.policy.tenant;
+  r.policy.confidential = read.policy.confidential;
 }
 
 // The members a request may have (docs/conformance.md, "Request").
 void check_members(const Json& j) {
-  static const std::vector<std::string> known = {"id",     "identity", "identity_file", "single_tenant", "secret_hex",
-                                                 "tokens", "salt_hex", "extras",        "verify",        "open"};
+  static const std::vector<std::string> known = {"id",         "identity",     "identity_file", "single_tenant",
+                                                 "secret_hex", "confidential", "tokens",        "salt_hex",
+                                                 "extras",     "verify",       "open"};
   for (const auto& item : j.items()) {  // nlohmann::json keeps keys in byte order: the first is the smallest
     if (std::find(known.begin(), known.end(), item.key()) == known.end()) refuse_input(item.key(), "unknown member");
   }
@@ -135,6 +137,10 @@ Request decode(const Json& j) {
   }
   if (const auto s = j.find("secret_hex"); s != j.end() && !s->is_null())
     r.secret = hex_member(j, "secret_hex", "secret_hex");
+  if (const auto c = j.find("confidential"); c != j.end() && !c->is_null()) {  // format v4: AES-256-GCM values
+    if (!c->is_boolean()) refuse_input("confidential", "expected true or false");
+    if (c->get<bool>()) r.policy.confidential = true;  // as single_tenant: adds to the identity file's
+  }
   if (const auto t = j.find("tokens"); t != j.end() && !t->is_null()) {
     if (!t->is_array()) refuse_input("tokens", "expected an array of token ids");
     r.tokens.reserve(t->size());
@@ -341,6 +347,12 @@ std::string seal_with(const Ns& ns, const Request& r, std::size_t block_index, c
                       std::uint64_t payload_size) {
   const auto blocks = ns.block_hashes(r.tokens.data(), r.tokens.size(), r.options);
   const kvkey::Digest& block = blocks.at(block_index);
+  if (ns.confidential()) {  // the whole value: the header, then the ciphertext
+    const std::string empty;
+    const std::string& p = payload != nullptr ? *payload : empty;
+    const auto v = ns.seal_value(block, kvkey::Payload(p.data(), p.size()));
+    return std::string(reinterpret_cast<const char*>(v.data()), v.size());
+  }
   const kvkey::Envelope e = payload != nullptr ? ns.seal(block, kvkey::Payload(payload->data(), payload->size()))
                                                : ns.seal(block, payload_size);
   return std::string(reinterpret_cast<const char*>(e.data()), e.size());

@@ -17,8 +17,8 @@ import kvkey
 U32 = 2**32 - 1
 U64 = 2**64 - 1
 MAX_DEPTH = 32  # objects and arrays in a line, the request object included
-REQUEST_MEMBERS = ("id", "identity", "identity_file", "single_tenant", "secret_hex", "tokens", "salt_hex", "extras",
-                   "verify", "open")
+REQUEST_MEMBERS = ("id", "identity", "identity_file", "single_tenant", "secret_hex", "confidential", "tokens",
+                   "salt_hex", "extras", "verify", "open")
 SCHEMA = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "tests", "vectors",
                       "identity-schema.json")
 DTYPES = {name: d for name, d in kvkey.KvDtype.__members__.items() if name != "unset"}
@@ -190,6 +190,11 @@ def answer(req: Dict[str, Any]) -> Dict[str, Any]:
             bad("single_tenant", "expected true or false")
         single = single or st
     secret = hex_member(req, "secret_hex", "secret_hex")
+    confidential = req.get("confidential")
+    if confidential is None:
+        confidential = False
+    if not isinstance(confidential, bool):
+        bad("confidential", "expected true or false")
     tokens = req.get("tokens")
     if tokens is None:
         tokens = []
@@ -235,9 +240,10 @@ def answer(req: Dict[str, Any]) -> Dict[str, Any]:
     try:
         identity.validated(single_tenant=single)  # the identity is named before the secret
         tenant_secret = kvkey.TenantSecret(secret) if secret is not None else None
-        ns = kvkey.KeyNamespace(identity, single_tenant=single, payload_check="size_only", secret=tenant_secret)
+        ns = kvkey.KeyNamespace(identity, single_tenant=single, payload_check="size_only", secret=tenant_secret,
+                                confidential=confidential)
         # Payloads and values are checked as an engine serving them does.
-        full = kvkey.KeyNamespace(identity, single_tenant=single, secret=tenant_secret)
+        full = kvkey.KeyNamespace(identity, single_tenant=single, secret=tenant_secret, confidential=confidential)
     except kvkey.IdentityError as e:
         raise Refusal("identity_error", e.field, str(e)) from None
     try:

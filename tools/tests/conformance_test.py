@@ -37,15 +37,16 @@ class RunnerTest(unittest.TestCase):
     def test_cpp_testee_passes_vectors_and_random_cases(self):
         r = run(f"{shlex.quote(TOOL)} conformance-testee", "--vectors", VECTORS, "--cases", CASES, "--seed", "1")
         self.assertEqual(r.returncode, 0, r.stdout + r.stderr)
-        # 29 = 4 namespaces + their 12 headers size-only, the 6 headers of the
-        # plain and keyed minimal case with their payloads and as values, the splice
-        self.assertEqual(counts(r.stdout), (int(CASES) + 29, 0))
+        # 39 = 4 namespaces + their 12 headers size-only, the 6 headers of the
+        # plain and keyed minimal case with their payloads and as values, the splice,
+        # the confidential namespace, its 3 values and 6 rejected values
+        self.assertEqual(counts(r.stdout), (int(CASES) + 39, 0))
         self.assertIn("seed 1", r.stderr)
 
     def test_vectors_alone(self):
         r = run(f"{shlex.quote(TOOL)} conformance-testee", "--vectors", VECTORS, "--cases", "0")
         self.assertEqual(r.returncode, 0, r.stdout + r.stderr)
-        self.assertEqual(counts(r.stdout), (29, 0))
+        self.assertEqual(counts(r.stdout), (39, 0))
 
     if PYTHONPATH:  # set when the build has the Python module (tools/CMakeLists.txt)
         def test_python_testee_passes(self):

@@ -86,8 +86,8 @@ func hexMember(o *strictjson.Object, key, field string) ([]byte, error) {
 }
 
 // requestMembers are the members the protocol defines.
-var requestMembers = []string{"id", "identity", "identity_file", "single_tenant", "secret_hex", "tokens", "salt_hex",
-	"extras", "verify", "open"}
+var requestMembers = []string{"id", "identity", "identity_file", "single_tenant", "secret_hex", "confidential",
+	"tokens", "salt_hex", "extras", "verify", "open"}
 
 // decodeIdentity reads "identity_file" (the text of an identity file, read
 // with kvkey.ParseIdentity) or "identity" (the protocol's identity object):
@@ -114,7 +114,7 @@ func decodeIdentity(raw *strictjson.Object) (*kvkey.IdentityFile, error) {
 
 // decodeRequest reads the members in the protocol's order: unknown members
 // (the first in byte order is named), the identity, single_tenant,
-// secret_hex, tokens, salt_hex, extras, verify, open.
+// secret_hex, confidential, tokens, salt_hex, extras, verify, open.
 func decodeRequest(raw *strictjson.Object) (*request, error) {
 	if unknown, found := raw.FirstUnknown(requestMembers); found {
 		return nil, bad(unknown, "not a member of a request (docs/conformance.md)")
@@ -138,6 +138,13 @@ func decodeRequest(raw *strictjson.Object) (*request, error) {
 		if r.secret == nil {
 			r.secret = []byte{}
 		}
+	}
+	if v, ok := member(raw, "confidential"); ok { // format v4: AES-256-GCM values
+		b, isBool := v.(bool)
+		if !isBool {
+			return nil, bad("confidential", "expected true or false")
+		}
+		r.identity.Confidential = r.identity.Confidential || b
 	}
 	if v, ok := member(raw, "tokens"); ok {
 		list, isList := v.([]any)

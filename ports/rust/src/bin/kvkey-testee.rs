@@ -17,6 +17,7 @@ struct Request {
     identity: Identity,
     single_tenant: bool,
     secret: Option<Vec<u8>>,
+    confidential: bool,
     tokens: Vec<u32>,
     options: HashOptions,
     verify: Option<Verify>,
@@ -82,6 +83,7 @@ const MEMBERS: &[&str] = &[
     "identity_file",
     "single_tenant",
     "secret_hex",
+    "confidential",
     "tokens",
     "salt_hex",
     "extras",
@@ -112,6 +114,13 @@ fn decode(raw: &Json) -> Result<Request> {
         Some(_) => return bad("single_tenant", "expected true or false"),
     }
     r.secret = hex_member(raw, "secret_hex", "secret_hex")?;
+    r.confidential = policy.confidential;
+    match raw.member("confidential") {
+        // format v4: AES-256-GCM values
+        None => {}
+        Some(Json::Bool(b)) => r.confidential |= *b,
+        Some(_) => return bad("confidential", "expected true or false"),
+    }
     match raw.member("tokens") {
         None => {}
         Some(Json::Array(list)) => {
@@ -194,7 +203,7 @@ fn answer(r: &Request) -> Result<Value> {
     if let Some(secret) = &r.secret {
         builder = builder.secret(secret);
     }
-    let ns = builder.build()?;
+    let ns = builder.confidential(r.confidential).build()?;
     let blocks = ns.block_hashes(&r.tokens, &r.options)?;
     let mut out = json!({
         "encoding": ns.encoding().iter().map(|b| format!("{:02x}", b)).collect::<String>(),
