@@ -95,3 +95,22 @@ def test_nonces_never_repeat():
     h = ns.block_hashes(PROBE_PROMPT)
     nonces = {ns.seal_value(h[0], b"same bytes")[80:96] for _ in range(5000)}
     assert len(nonces) == 5000
+
+
+def test_the_identity_files_confidential_is_the_default():
+    # Left out, confidential= is the identity file's "confidential", as single_tenant and payload_check
+    # are the file's policy; given, it wins.
+    import json as _json
+
+    text = _json.dumps({"tenant": "t", "confidential": True, "model": {"name": "m", "revision": "r"},
+                        "kv": {"dtype": "fp16", "block_size": 4, "num_layers": 2, "num_kv_heads": 2,
+                               "head_dim": 8, "layout": "l"}})
+    identity = kvkey.Identity.from_json(text)
+    secret = kvkey.TenantSecret(b"x" * 32)
+    assert kvkey.KeyNamespace(identity, secret=secret).confidential
+    assert not kvkey.KeyNamespace(identity, secret=secret, confidential=False).confidential
+    with pytest.raises(kvkey.IdentityError) as e:
+        kvkey.KeyNamespace(identity)
+    assert e.value.field == "confidential"
+    plain_file = kvkey.Identity.from_json(text.replace('"confidential": true, ', ""))
+    assert not kvkey.KeyNamespace(plain_file, secret=secret).confidential
