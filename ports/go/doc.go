@@ -2,7 +2,7 @@
 
 // Package kvkey computes kvkey's identity encodings, block hashes, store keys
 // and envelope verdicts in Go, byte for byte as the C++ library does
-// (docs/format.md, format version 3). It is meant for the services that route
+// (docs/format.md, format version 4). It is meant for the services that route
 // requests to engines by the KV blocks they hold: KV-aware routers and cache
 // indexers compute the engine's block hashes and keys without linking C++.
 //

@@ -4,7 +4,7 @@
 //! namespaces, envelope parsing and verification with the C++ library's
 //! Reason and field, XXH3-128 payload digests, Poly1305 payload tags and keyed
 //! namespaces' secret ids —
-//! byte for byte as docs/format.md (format version 3) specifies and the C++
+//! byte for byte as docs/format.md (format version 4) specifies and the C++
 //! library computes.
 //!
 //! ```no_run

@@ -17,7 +17,7 @@ pub const MIN_SECRET_SIZE: usize = 32;
 /// See MIN_SECRET_SIZE.
 pub const MAX_SECRET_SIZE: usize = 256;
 
-/// The tag that opens every store key (format version 3).
+/// The tag that opens every store key (format version 4; "kvk3/" in version 3).
 pub const STORE_KEY_TAG: &str = "kvk4/";
 
 /// The longest model segment of a store key, in characters.
