@@ -8,6 +8,7 @@
 # example's scenarios, which kill one primary, reshard slots and damage values) and stops every
 # node by pid on every exit path. Needs the kvkey Python module: the installed
 # one (stage 30-python) or, failing that, one built here with CMake.
+# ci: beside
 set -euo pipefail
 root="${KVKEY_ROOT:-$(cd "$(dirname "$0")/../../.." && pwd)}"
 jobs="${KVKEY_JOBS:-$(nproc)}"

@@ -6,6 +6,7 @@
 # rules loaded, then compares what Prometheus answers for
 # `sum by (reason, field) (kvkey_rejected_blocks_total)` with what the workload
 # injected (scripts/ci/prometheus_check.py). Stops everything it started.
+# ci: beside
 set -euo pipefail
 root="${KVKEY_ROOT:-$(cd "$(dirname "$0")/../../.." && pwd)}"
 # shellcheck source=scripts/ci/lib/python.sh
