@@ -43,6 +43,7 @@
 #include <utility>
 
 #include "kvkey/buffer.hpp"
+#include "kvkey/detail/chain.hpp"  // domain_confidential
 #include "kvkey/detail/hmac_sha256.hpp"
 #include "kvkey/config.hpp"
 #include "kvkey/digest.hpp"

@@ -267,8 +267,7 @@ void bind_namespace(py::module_& m) {
   m.attr("_POLICY_UNSET") = unset;
   py::class_<Namespace>(m, "KeyNamespace", "Keys, block hashes and envelopes of one deployment's rank.")
       .def(py::init([unset](const py::object& id, const py::object& single, const py::object& secret,
-                            const py::object& payload_check, const py::object& confidential,
-                            const py::object& scope) {
+                            const py::object& payload_check, const py::object& confidential, const py::object& scope) {
              const PyIdentity& given = to_instance<PyIdentity>(id, "identity");
              kvkey::Identity identity = given.value();
              // The identity file's policy (Identity.from_json / from_file) unless the caller says otherwise.
