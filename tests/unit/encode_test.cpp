@@ -343,7 +343,8 @@ TEST_CASE("decode_identity rejects malformed input", "[encode]") {
     CHECK(bools == 2);      // zero_point, mla
     CHECK(dtypes == 1);     // kv.dtype (the optional scale dtype's code is checked below)
     const std::size_t scale = at.at("kv.quant.scale_dtype") + 1;
-    for (std::uint8_t v : {0, static_cast<std::uint8_t>(kvkey::kv_dtype_count + 1), 0xff}) {
+    const std::uint8_t unknown = static_cast<std::uint8_t>(kvkey::kv_dtype_count + 1);
+    for (std::uint8_t v : {std::uint8_t{0}, unknown, std::uint8_t{0xff}}) {
       ByteVec bad = enc;
       bad[scale] = v;
       CHECK_FALSE(decode(bad).has_value());
