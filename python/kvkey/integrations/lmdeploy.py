@@ -344,12 +344,18 @@ class _Identities:
                                           f"({sorted(self._dirs)})")
         try:
             kv_dtype: Any = kvkey.kv_dtype_from_string(s.kv_dtype)
+            # The quant layout goes in with the dtype: an integer KV dtype without one is refused.
+            quant = None
+            if s.quant_scheme != "none":
+                quant = kvkey.Quant(scheme=s.quant_scheme, group_size=s.quant_group_size,
+                                    scale_dtype=kvkey.kv_dtype_from_engine(s.model_dtype) if s.quant_zero_point
+                                    else None, zero_point=s.quant_zero_point)
             i = kvkey.Identity.from_model_dir(
                 s.model_path, tenant=s.tenant if not s.single_tenant else None, kv_dtype=kv_dtype,
                 block_size=self.block_size, layout=LAYOUT, tp_size=self.tp_size, tp_rank=tp_rank,
                 adapter_dir=self._dirs.get(adapter) if adapter else None, adapter_name=adapter,
                 revision=s.revision, name=s.model_name, weights_epoch=epoch,
-                overrides=dict(s.overrides) if s.overrides else None, single_tenant=s.single_tenant)
+                overrides=dict(s.overrides) if s.overrides else None, single_tenant=s.single_tenant, quant=quant)
         except kvkey.IoError as e:
             setting = "adapters" if adapter else "model_path"
             raise ConfigError(setting, f"cannot read {self._dirs.get(adapter) if adapter else s.model_path!r}: "
@@ -357,10 +363,6 @@ class _Identities:
         except kvkey.Error as e:
             setting = getattr(e, "field", None) or ("revision" if "revision" in str(e) else "model_path")
             raise ConfigError(str(setting), str(e)) from None
-        if s.quant_scheme != "none":
-            i.kv.quant = kvkey.Quant(scheme=s.quant_scheme, group_size=s.quant_group_size,
-                                     scale_dtype=kvkey.kv_dtype_from_engine(s.model_dtype) if s.quant_zero_point
-                                     else None, zero_point=s.quant_zero_point)
         i.kv.mla = i.kv.mla or s.mla
         return i
 
