@@ -15,16 +15,9 @@ eval "$("$root/scripts/mooncake.sh" env)"
 export MOONCAKE_MASTER
 py="$MOONCAKE_PYTHON"
 
-state="$(mktemp -d /tmp/kvkey-mooncake-ci-XXXXXX)"
-export MOONCAKE_STATE_DIR="$state"
-stop_master() {
-  "$root/scripts/mooncake.sh" stop >/dev/null || true
-  rm -rf "$state"
-}
-trap stop_master EXIT
-trap 'exit 130' INT TERM
-eval "$("$root/scripts/mooncake.sh" start)"
-export MOONCAKE_MASTER_ADDR MOONCAKE_METADATA_URL
+# shellcheck source=scripts/ci/lib/mooncake.sh
+. "$root/scripts/ci/lib/mooncake.sh"
+mooncake_master_start mooncake-ci
 echo "44-mooncake: master $MOONCAKE_MASTER (pid $MOONCAKE_PID) on $MOONCAKE_MASTER_ADDR"
 
 extra="$("$root/scripts/ci/python-module.sh" "$root/build/mooncake-python")"

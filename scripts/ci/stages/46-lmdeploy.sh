@@ -15,7 +15,6 @@
 set -euo pipefail
 root="${KVKEY_ROOT:-$(cd "$(dirname "$0")/../../.." && pwd)}"
 t0=$(date +%s)
-command -v ccache >/dev/null 2>&1 && KVKEY_CCACHE=1
 
 probe=""
 # KVKEY_SHARED: where shared/ is when it does not lie next to the checkout.
@@ -32,26 +31,14 @@ export KVKEY_SHARED  # the tests run the probe too
 eval "$("$root/scripts/mooncake.sh" env)"
 t_install=$(($(date +%s) - t0))
 
-state="$(mktemp -d /tmp/kvkey-lmdeploy-ci-XXXXXX)"
-export MOONCAKE_STATE_DIR="$state"
-stop_master() {
-  "$root/scripts/mooncake.sh" stop >/dev/null || true
-  rm -rf "$state"
-}
-trap stop_master EXIT
-trap 'exit 130' INT TERM
-eval "$("$root/scripts/mooncake.sh" start)"
-export MOONCAKE_MASTER_ADDR MOONCAKE_METADATA_URL
+# shellcheck source=scripts/ci/lib/mooncake.sh
+. "$root/scripts/ci/lib/mooncake.sh"
+mooncake_master_start lmdeploy-ci
 echo "46-lmdeploy: master (pid $MOONCAKE_PID) on $MOONCAKE_MASTER_ADDR; installs took ${t_install} s"
 
-# The kvkey module of this checkout (with kvkey.integrations), built as scripts/ci/python-module.sh does.
-if ! (cd / && "$py" -c 'import kvkey.integrations.lmdeploy' >/dev/null 2>&1); then
-  cmake -S "$root" -B "$root/build/lmdeploy-python" -DCMAKE_BUILD_TYPE=RelWithDebInfo -DKVKEY_BUILD_PYTHON=ON \
-    -DPython_EXECUTABLE=/usr/bin/python3 -DCMAKE_INTERPROCEDURAL_OPTIMIZATION=OFF -DKVKEY_BUILD_TESTS=OFF \
-    -DKVKEY_BUILD_EXAMPLES=OFF -DKVKEY_BUILD_TOOLS=OFF ${KVKEY_CCACHE:+-DCMAKE_CXX_COMPILER_LAUNCHER=ccache} >/dev/null
-  cmake --build "$root/build/lmdeploy-python" --target kvkey_python -j"${KVKEY_JOBS:-$(nproc)}" >&2
-  export PYTHONPATH="$root/build/lmdeploy-python/python${PYTHONPATH:+:$PYTHONPATH}"
-fi
+# The kvkey module of this checkout (with kvkey.integrations): the installed one, else one built here.
+extra="$("$root/scripts/ci/python-module.sh" "$root/build/lmdeploy-python" kvkey.integrations.lmdeploy)"
+if [ -n "$extra" ]; then export PYTHONPATH="$extra${PYTHONPATH:+:$PYTHONPATH}"; fi
 export GLOG_minloglevel="${GLOG_minloglevel:-2}"  # Mooncake's clients log every call at INFO
 
 status=0
@@ -61,7 +48,7 @@ echo "46-lmdeploy: $probe against lmdeploy $("$py" -c 'from importlib.metadata i
 "$py" "$root/examples/lmdeploy/scenario.py" --check || status=$?
 
 # lmdeploy's own connector tests ship only in a source distribution.
-sdist="$state/sdist"
+sdist="$mooncake_state/sdist"
 if "$py" -m pip download --quiet --no-deps --no-binary :all: --dest "$sdist" lmdeploy=="$("$py" -c \
   'from importlib.metadata import version; print(version("lmdeploy"))')" >/dev/null 2>&1; then
   mkdir -p "$sdist/x" && tar -xzf "$sdist"/lmdeploy-*.tar.gz -C "$sdist/x"
