@@ -26,14 +26,22 @@ export KVKEY_BUILD_JOBS="${KVKEY_JOBS:-2}"
 # A fresh build dir each time, so header changes are never missed (setuptools does not track headers).
 clean_build() { rm -rf "$root/python/build" "$root/python/kvkey.egg-info"; }
 
+# installed_dir PYTHON: where PYTHON imports kvkey from, outside the tree; fails when
+# that is the source tree rather than the installed module.
+installed_dir() {
+  local where
+  where="$(cd / && "$1" -c 'import os, kvkey._kvkey as m; print(os.path.dirname(m.__file__))')"
+  case "$where" in
+    "$root"/*) echo "30-python: import kvkey found $where, not the installed module" >&2; return 1 ;;
+  esac
+  echo "$where"
+}
+
 # smoke PYTHON: the module imports from outside the tree, from where it was installed
 # (not the source tree), and the seed probe example runs on it.
 smoke() {
   local python="$1" where
-  where="$(cd / && "$python" -c 'import os, kvkey._kvkey as m; print(os.path.dirname(m.__file__))')"
-  case "$where" in
-    "$root"/*) echo "30-python: import kvkey found $where, not the installed module" >&2; return 1 ;;
-  esac
+  where="$(installed_dir "$python")"
   # Every package of the source tree was installed (pyproject.toml finds them), with its stubs.
   (cd "$root/python" && find kvkey -name __init__.py -printf '%h\n') | tr / . | while read -r pkg; do
     (cd / && "$python" -c "import importlib.util as u, sys; sys.exit(u.find_spec('$pkg') is None)") ||
@@ -48,10 +56,7 @@ smoke() {
 clean_build
 "$py" -m pip install --quiet --no-index --no-build-isolation --no-deps --force-reinstall \
   --root-user-action=ignore "$root/python"
-installed="$(cd / && "$py" -c 'import os, kvkey._kvkey as m; print(os.path.dirname(m.__file__))')"
-case "$installed" in
-  "$root"/*) echo "30-python: import kvkey found $installed, not the installed module" >&2; exit 1 ;;
-esac
+installed="$(installed_dir "$py")"
 echo "30-python: installed module in $installed"
 # The tests marked redis / redis_cluster / mooncake need their servers: stages 40, 42 and 44 run them.
 (cd / && KVKEY_EXPECT_MODULE_DIR="$installed" "$py" -m pytest -q -p no:cacheprovider \
