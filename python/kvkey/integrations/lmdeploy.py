@@ -54,6 +54,7 @@ lookup RPC with ``lookup_async``, save leases, is lmdeploy's code):
 
 from __future__ import annotations
 
+import ctypes
 import dataclasses
 import logging
 import os
@@ -479,6 +480,7 @@ class _WorkerKvkey:
         self.store: Any = None
         self.rows: List[Any] = []
         self.row_sizes: Tuple[int, ...] = ()
+        self._host_rows: Optional[List[int]] = None
         self.payload_size = 0
         self._conns: Dict[Tuple[Optional[str], int, str], kvkey.Connector] = {}
         self._slots: List[kvkey.Slots] = []
@@ -492,6 +494,9 @@ class _WorkerKvkey:
 
         self.rows = [r.reshape(-1).view(torch.uint8) for r in rows]
         self.row_sizes = tuple(row_sizes)
+        # Rows in host memory are copied with memmove: torch's copy_ of many small slices
+        # costs more than the store's transfer of them. Device rows go through torch.
+        self._host_rows = [r.data_ptr() for r in self.rows] if all(r.device.type == "cpu" for r in self.rows) else None
         self.payload_size = sum(row_sizes)
         self.store.fragments = (kvkey.envelope_size, *self.row_sizes)
 
@@ -538,17 +543,36 @@ class _WorkerKvkey:
             out.setdefault(self.ids.adapter_of(_split(e)[1]), []).append(i)
         return out
 
-    def gather(self, block_id: int, dst: Any) -> None:
-        """The block's slice of every row, in registration order, into ``dst`` (uint8)."""
-        at = 0
-        for row, size in zip(self.rows, self.row_sizes):
-            dst[at:at + size].copy_(row[block_id * size:(block_id + 1) * size])
-            at += size
+    def gather(self, block_id: int, slots: kvkey.Slots, n: int) -> None:
+        """The block's slice of every row, in registration order, into slot ``n``'s payload."""
+        self._copy(block_id, slots, n, into_rows=False)
 
-    def scatter(self, block_id: int, src: Any) -> None:
+    def scatter(self, block_id: int, slots: kvkey.Slots, n: int) -> None:
+        """Slot ``n``'s payload into the block's slice of every row."""
+        self._copy(block_id, slots, n, into_rows=True)
+
+    def _copy(self, block_id: int, slots: kvkey.Slots, n: int, into_rows: bool) -> None:
+        for row, size in zip(self.rows, self.row_sizes):
+            if not 0 <= block_id < row.numel() // size:
+                raise ValueError(f"block id {block_id} is outside the KV cache ({row.numel() // size} blocks)")
+        if self._host_rows is not None:
+            at = slots.address(n) + kvkey.envelope_size
+            for base, size in zip(self._host_rows, self.row_sizes):
+                row_at = base + block_id * size
+                if into_rows:
+                    ctypes.memmove(row_at, at, size)
+                else:
+                    ctypes.memmove(at, row_at, size)
+                at += size
+            return
+        payload = _payload(_slot_tensor(slots), slots, n)
         at = 0
         for row, size in zip(self.rows, self.row_sizes):
-            row[block_id * size:(block_id + 1) * size].copy_(src[at:at + size])
+            block = row[block_id * size:(block_id + 1) * size]
+            if into_rows:
+                block.copy_(payload[at:at + size])
+            else:
+                payload[at:at + size].copy_(block)
             at += size
 
 
@@ -656,7 +680,6 @@ class _KvkeySender(_LegacySender):  # type: ignore[misc,valid-type]
         if self._slots is None:
             self._slots = k.slots()
         slots = self._slots
-        t = _slot_tensor(slots)
         entries = [self._owned_hashes[i] for i in missing]
         ids = [block_ids[i] for i in missing]
         ok = True
@@ -665,7 +688,7 @@ class _KvkeySender(_LegacySender):  # type: ignore[misc,valid-type]
             for at in range(0, len(idx), slots.count):
                 part = idx[at:at + slots.count]
                 for n, i in enumerate(part):
-                    k.gather(ids[i], _payload(t, slots, n))
+                    k.gather(ids[i], slots, n)
                 hashes = [_split(entries[i])[0] for i in part]
                 stored = conn.save_from(hashes, slots, list(range(len(part))))
                 ok = ok and stored == len(part)
@@ -688,7 +711,6 @@ class _KvkeyReceiver(_LegacyReceiver):  # type: ignore[misc,valid-type]
         if self._slots is None:
             self._slots = k.slots()
         slots = self._slots
-        t = _slot_tensor(slots)
         entries = list(request.block_hashes)
         failed = set()
         for adapter, idx in k.groups(entries).items():
@@ -700,7 +722,7 @@ class _KvkeyReceiver(_LegacyReceiver):  # type: ignore[misc,valid-type]
                 for n, (i, r) in enumerate(zip(part, results)):
                     block_id = request.block_ids[i]
                     if r.loaded:
-                        k.scatter(block_id, _payload(t, slots, n))
+                        k.scatter(block_id, slots, n)
                     else:
                         failed.add(block_id)
                         if r.verdict is not None:
