@@ -332,9 +332,11 @@ void add_verify(Gen& g, Json& r) {
     default: break;
   }
   // A keyed writer always seals the payload's bytes (its tag); a plain one
-  // often, or size-only, also for sizes too large to materialize.
+  // often, or size-only, also for sizes too large to materialize. A
+  // confidential reader reads whole values, so its payload is always bytes,
+  // even when the writer lost its secret (defect 3).
   const bool keyed = writer.contains("secret_hex");
-  const bool with_payload = keyed || g.chance(0.7);
+  const bool with_payload = keyed || confidential || g.chance(0.7);
   const std::uint64_t size = with_payload || g.chance(0.7) ? g.below(2049) : g.below(~std::uint64_t{0});
   const std::uint64_t reader_size = defect == 4 ? size ^ (1 + g.below(1024)) : size;  // another payload size
   std::string payload;

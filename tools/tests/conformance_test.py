@@ -87,6 +87,17 @@ class RunnerTest(unittest.TestCase):
         self.assertEqual(r.returncode, 1)
         self.assertEqual(counts(r.stdout), (0, 3))
 
+    def test_the_runner_makes_its_cases_from_any_seed(self):
+        # Making the cases must not depend on the seed being a lucky one (CI
+        # draws a fresh seed per run). The testee `true` answers nothing, so
+        # every case fails, but only after all of them were made and sent.
+        for seed in range(1, 13):
+            for mode in ([], ["--mutate"]):
+                with self.subTest(seed=seed, mode=mode):
+                    r = run("true", *mode, "--cases", "4000", "--seed", str(seed))
+                    self.assertNotIn("unexpected failure", r.stderr)
+                    self.assertEqual(counts(r.stdout), (0, 4000), r.stderr[-500:])
+
     def test_the_cpp_testee_answers_every_hostile_line(self):
         r = run(f"{shlex.quote(TOOL)} conformance-testee", "--mutate", "--cases", "1500", "--seed", "6")
         self.assertEqual(r.returncode, 0, r.stdout + r.stderr)
