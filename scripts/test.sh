@@ -48,7 +48,9 @@ if [ "$#" -eq 0 ]; then
 fi
 
 # Every selected stage runs, even after one fails, so one red stage does not
-# hide the state of the others; the run fails if any stage failed.
+# hide the state of the others; the run fails if any stage failed. Each
+# stage's output is also kept in build/ci-logs/NAME.log, and the last 40 lines
+# of each failed one are printed again just above the summary.
 #
 # A stage whose file has the line `# ci: beside` spends its time waiting on
 # servers (failovers, leases, scrapes), not computing: in a run of more than one
@@ -56,7 +58,7 @@ fi
 # in build/ci-logs/NAME.log, while the next stages run; its output is printed when
 # it ends. KVKEY_CI_SERIAL=1 runs every stage in turn.
 summary=()
-failed=0
+failed=0 failed_names=()
 start_all=$SECONDS
 mkdir -p build/ci-logs
 beside_pids=() beside_names=() beside_t0=()
@@ -73,7 +75,7 @@ record() {  # NAME
   local line
   line="$(cat "build/ci-logs/$1.result" 2>/dev/null || echo "FAIL $1 (no result)")"
   summary+=("$line")
-  case "$line" in FAIL*) echo "=== FAILED: stage $1 ==="; failed=$((failed + 1)) ;; esac
+  case "$line" in FAIL*) echo "=== FAILED: stage $1 ==="; failed=$((failed + 1)); failed_names+=("$1") ;; esac
 }
 finish_beside() {  # waits for every background stage, printing its output
   local i
@@ -95,11 +97,16 @@ for stage in "${selected[@]}"; do
     continue
   fi
   echo "=== stage $name ==="
-  run_stage "$name" "$stage" || true
+  run_stage "$name" "$stage" 2>&1 | tee "build/ci-logs/$name.log" || true
   record "$name"
 done
 finish_beside
 wait  # the background venv install, if it is still going
+# A log shows its last lines first: each failed stage's end again, above the summary.
+for name in "${failed_names[@]}"; do
+  echo "=== the last lines of FAILED stage $name (all of it: build/ci-logs/$name.log) ==="
+  tail -n 40 "build/ci-logs/$name.log"
+done
 echo "=== summary ($((SECONDS - start_all)) s) ==="
 printf '%s\n' "${summary[@]}"
 echo "stages: $(( ${#selected[@]} - failed )) passed, $failed failed"
