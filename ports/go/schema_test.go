@@ -24,6 +24,14 @@ type schemaFile struct {
 		After  string   `json:"after"`
 		Values []string `json:"values"`
 	} `json:"policy"`
+	Confidential struct {
+		Key      string `json:"key"`
+		After    string `json:"after"`
+		Type     string `json:"type"`
+		Nullable bool   `json:"nullable"`
+		Default  bool   `json:"default"`
+		Rule     string `json:"rule"`
+	} `json:"confidential"`
 	IdentityFile struct {
 		MaxBytes int `json:"max_bytes"`
 		MaxDepth int `json:"max_depth"`
@@ -147,6 +155,11 @@ func TestFieldTableMatchesTheSchema(t *testing.T) {
 		fmt.Sprint(s.Policy.Values) != "[required single_tenant]" {
 		t.Errorf("identity file limits or policy: %+v %+v", s.IdentityFile, s.Policy)
 	}
+	// IdentityFile.Confidential: read after "policy", a bool (null: absent), false by default.
+	if c := s.Confidential; c.Key != "confidential" || c.After != "policy" || c.Type != "bool" || !c.Nullable ||
+		c.Default || c.Rule != "keyed" {
+		t.Errorf("the schema's confidential: %+v", c)
+	}
 	if s.FormatVersion != FormatVersion {
 		t.Errorf("schema of format version %d, Go writes %d", s.FormatVersion, FormatVersion)
 	}
@@ -169,9 +182,10 @@ func describeField(f schemaField) string {
 
 // A case: an identity, its policy and secret.
 type validationCase struct {
-	id     Identity
-	single bool
-	secret []byte
+	id           Identity
+	single       bool
+	secret       []byte // nil: a plain namespace
+	confidential bool
 }
 
 func (c *validationCase) at(path string) reflect.Value {
@@ -208,6 +222,7 @@ func broken(t *testing.T, s *schemaFile, rule map[string]any, c *validationCase)
 		case when["policy"] != nil && (when["policy"] == "single_tenant") != c.single,
 			when["present"] == "adapter" && c.id.Adapter == nil,
 			when["namespace"] == "keyed" && c.secret == nil,
+			when["namespace"] == "plain" && c.secret != nil,
 			when["field"] != nil && c.at(when["field"].(string)).String() != when["equals"]:
 			return false
 		}
@@ -284,6 +299,8 @@ func broken(t *testing.T, s *schemaFile, rule map[string]any, c *validationCase)
 		return other()%c.uint(field) != 0
 	case "secret_length":
 		return len(c.secret) < int(rule["min_bytes"].(float64)) || len(c.secret) > int(rule["max_bytes"].(float64))
+	case "keyed":
+		return c.confidential
 	}
 	t.Fatalf("unknown rule %v", rule)
 	return false
@@ -329,6 +346,8 @@ func breakRule(rule map[string]any, c *validationCase) {
 		c.id.KV.NumLayers, c.id.Shard.PPSize = 8, 3
 	case "secret_length":
 		c.secret = make([]byte, 31)
+	case "keyed":
+		c.secret, c.confidential = nil, true
 	}
 }
 
@@ -356,7 +375,13 @@ func TestValidationOrderMatchesTheSchema(t *testing.T) {
 				break
 			}
 		}
-		opts := []Option{WithSecret(c.secret)}
+		var opts []Option
+		if c.secret != nil {
+			opts = append(opts, WithSecret(c.secret))
+		}
+		if c.confidential {
+			opts = append(opts, Confidential())
+		}
 		if c.single {
 			opts = append(opts, SingleTenant())
 		}

@@ -220,6 +220,9 @@ Json identity_schema() {
   validation.push_back(step("shard.pp_size", "divides", {{"other", "kv.num_layers"}}));
   validation.push_back(step("tenant_secret", "secret_length",
                             {{"min_bytes", 32}, {"max_bytes", 256}, {"when", {{"namespace", "keyed"}}}}));
+  // Format v4: a confidential namespace derives its AES key from the tenant
+  // secret, so a plain one refuses `confidential` (KeyNamespace's constructor).
+  validation.push_back(step("confidential", "keyed", {{"when", {{"namespace", "plain"}}}}));
 
   return {
       {"schema_version", 1},
@@ -239,10 +242,18 @@ Json identity_schema() {
         {"splits_heads",
          "unless `unless` is true: tp <= H and H % tp == 0, or tp > H and tp % H == 0 (H = the field `other`)"},
         {"divides", "divides the field `other` (other % value == 0)"},
-        {"secret_length", "min_bytes..max_bytes bytes"}}},
+        {"secret_length", "min_bytes..max_bytes bytes"},
+        {"keyed", "false (or absent): true needs a keyed namespace, one with a tenant secret"}}},
       {"charsets", {{"unsafe_code_points", unsafe_ranges()}}},
       {"policy",
        {{"key", "policy"}, {"after", "tenant"}, {"values", {"required", "single_tenant"}}, {"default", "required"}}},
+      {"confidential",
+       {{"key", "confidential"},
+        {"after", "policy"},
+        {"type", "bool"},
+        {"nullable", true},
+        {"default", false},
+        {"rule", "keyed"}}},
       {"identity_file", {{"max_bytes", max_config_size}, {"max_depth", max_json_depth}}},
       {"parts", c.parts},
       {"fields", c.fields},

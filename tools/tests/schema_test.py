@@ -60,7 +60,12 @@ BREAK = {
     ("shard.tp_size", "splits_heads"): [("shard.tp_size", 3)],
     ("shard.pp_size", "divides"): [("shard.pp_size", 3)],
     ("tenant_secret", "secret_length"): [("@secret_hex", "00" * 31)],
+    ("confidential", "keyed"): [("@confidential", True)],
 }
+
+# Values of the identity file's `confidential` member, each JSON type once.
+CONFIDENTIAL_VALUES = [True, False, None, "true", "false", 1, 0, 1.5, [], [True], {}]
+SCHEMA_TYPES = {"bool": bool, "string": str, "object": dict}
 
 
 def apply(request, changes):
@@ -145,6 +150,32 @@ class SchemaTest(unittest.TestCase):
         wrong = [(w, a.get("error")) for w, a in zip(want, answers) if a.get("error", {}).get("field") != w[2]]
         self.assertEqual(wrong, [])
 
+    def test_the_identity_file_reader_takes_confidential_exactly_as_the_schema_says(self):
+        entry = self.schema["confidential"]
+        self.assertEqual(entry["key"], "confidential")
+        keyed = [s for s in self.schema["validation"] if s["field"] == "confidential"]
+        self.assertEqual(keyed, [{"field": "confidential", "rule": entry["rule"], "when": {"namespace": "plain"}}])
+        python_type = SCHEMA_TYPES[entry["type"]]
+        requests, want = [], []
+        for value, secret in itertools.product(CONFIDENTIAL_VALUES, (None, "07" * 32)):
+            text = json.dumps(dict(BASE, confidential=value))
+            r = {"id": len(requests), "identity_file": text}
+            if secret:
+                r["secret_hex"] = secret
+            requests.append(r)
+            # What the schema says: the type (bool is no int here), null as absent, then the keyed rule.
+            typed = (type(value) is python_type) or (value is None and entry["nullable"])
+            effective = entry["default"] if value is None else value
+            ok = typed and not (effective is True and secret is None)
+            want.append((value, secret, None if ok else "confidential"))
+        answers = testee(requests)
+        got = [(v, s, a.get("error", {}).get("field")) for (v, s, _), a in zip(want, answers)]
+        self.assertEqual(got, want)
+        # An accepted value reaches the namespace: a keyed one is confidential ("kvk4/<tenant>/c<id>/")
+        # exactly when the file says true.
+        for (value, secret, refused), a in zip(want, answers):
+            if secret and not refused:
+                self.assertEqual(a["prefix"].split("/")[2][0], "c" if value is True else "k", (value, a["prefix"]))
 
 if __name__ == "__main__":
     if not TOOL:

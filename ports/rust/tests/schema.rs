@@ -103,6 +103,11 @@ fn the_field_table_is_the_exported_schema() {
     assert_eq!(s["identity_file"]["max_bytes"], kvkey::MAX_IDENTITY_FILE_SIZE);
     assert_eq!(s["identity_file"]["max_depth"], kvkey::MAX_IDENTITY_FILE_DEPTH);
     assert_eq!(s["policy"]["values"], json!([TenantPolicy::Required.name(), TenantPolicy::SingleTenant.name()]));
+    // Policy::confidential: read after "policy", a bool (null: absent), false by default.
+    assert_eq!(
+        s["confidential"],
+        json!({"key": "confidential", "after": "policy", "type": "bool", "nullable": true, "default": false, "rule": "keyed"})
+    );
     assert_eq!(s["format_version"], kvkey::FORMAT_VERSION, "the schema's format version");
     let dtypes: Vec<(String, u64)> = s["dtypes"]
         .as_array()
@@ -126,6 +131,14 @@ struct Case {
     id: Identity,
     policy: TenantPolicy,
     secret: Vec<u8>,
+    plain: bool,
+    confidential: bool,
+}
+
+impl Case {
+    fn new() -> Self {
+        Case { id: valid(), policy: TenantPolicy::Required, secret: Vec::new(), plain: false, confidential: false }
+    }
 }
 
 /// Breaks one validation step's rule, touching only its field; false for a
@@ -164,15 +177,21 @@ fn break_step(step: &Value, c: &mut Case) -> bool {
         ("shard.tp_size", "splits_heads") => id.shard.tp_size = 3,
         ("shard.pp_size", "divides") => id.shard.pp_size = 3,
         ("tenant_secret", _) => c.secret = vec![7; 31],
+        ("confidential", "keyed") => {
+            c.plain = true;
+            c.confidential = true;
+        }
         _ => panic!("a validation step this test does not know: {}", step),
     }
     true
 }
 
 fn refused_on(c: &Case) -> Option<String> {
-    let mut b = Namespace::builder(&c.id).policy(c.policy);
+    let mut b = Namespace::builder(&c.id).policy(c.policy).confidential(c.confidential);
     let secret = if c.secret.is_empty() { vec![7u8; 32] } else { c.secret.clone() };
-    b = b.secret(&secret);
+    if !c.plain {
+        b = b.secret(&secret);
+    }
     b.build().err().map(|e| {
         assert_eq!(e.kind(), "identity_error");
         e.field().to_string()
@@ -185,16 +204,19 @@ fn validation_follows_the_exported_order() {
     let steps = s["validation"].as_array().expect("validation");
     let mut checked = 0;
     for (i, first) in steps.iter().enumerate() {
-        let mut alone = Case { id: valid(), policy: TenantPolicy::Required, secret: Vec::new() };
+        let mut alone = Case::new();
         if !break_step(first, &mut alone) {
             continue;
         }
         assert_eq!(refused_on(&alone).as_deref(), first["field"].as_str(), "{} alone", first);
         for second in &steps[i + 1..] {
-            if second["field"] == first["field"] {
+            // The same member twice is not two defects: a short secret and
+            // no secret (a plain namespace) are both about the secret.
+            let about_secret = |s: &Value| s["field"] == "tenant_secret" || s["field"] == "confidential";
+            if second["field"] == first["field"] || about_secret(first) && about_secret(second) {
                 continue;
             }
-            let mut both = Case { id: valid(), policy: TenantPolicy::Required, secret: Vec::new() };
+            let mut both = Case::new();
             if !break_step(second, &mut both) {
                 continue;
             }
