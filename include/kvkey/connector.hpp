@@ -834,7 +834,8 @@ class Connector {
     };
     for (std::size_t k = 1, far = 0; k < parts.size(); ++k) {  // far: the part reaching furthest so far
       if (parts[k].begin < parts[far].end) {
-        const bool first = std::make_pair(parts[far].block, parts[far].part) < std::make_pair(parts[k].block, parts[k].part);
+        const bool first =
+            std::make_pair(parts[far].block, parts[far].part) < std::make_pair(parts[k].block, parts[k].part);
         const Part& a = first ? parts[far] : parts[k];
         const Part& b = first ? parts[k] : parts[far];
         throw input_error("buffers", "load_into: " + name(b) + " overlaps " + name(a) +
