@@ -15,7 +15,7 @@ import asyncio
 import concurrent.futures
 import inspect
 import threading
-from typing import Any, Callable, List, Optional, Sequence, Set, TypeVar, Union
+from typing import Any, Callable, List, Optional, Sequence, Set, Tuple, TypeVar, Union
 
 from . import KeyNamespace
 from .connector import BlockResult, Connector as _SyncConnector, Slots, _Namespaces
@@ -120,6 +120,36 @@ class _Bridge:
             self._local.call = None
 
 
+def _byte_view(buffer: Any) -> memoryview:
+    mv = memoryview(buffer)
+    return mv if mv.format == "B" and mv.ndim == 1 else mv.cast("B")
+
+
+def _saved(buffers: Sequence[Any]) -> Optional[List[List[Any]]]:
+    """Per block, (part, its bytes now) for each destination part, to put back when the
+    call is cancelled after it wrote them; None when a destination is no C-contiguous
+    buffer (the connector then refuses it, naming it, and writes nothing)."""
+    try:
+        out = []
+        for block in buffers:
+            parts = block if isinstance(block, (list, tuple)) else [block]
+            views = [_byte_view(p) for p in parts]
+            out.append([(v, bytes(v)) for v in views])
+        return out
+    except (TypeError, ValueError, NotImplementedError):  # not a buffer, or one memoryview cannot cast
+        return None
+
+
+def _put_back(saved: Optional[List[List[Any]]], results: List[BlockResult]) -> None:
+    """The destinations of the blocks a cancelled load_into wrote, as they were before it."""
+    if saved is None:
+        return
+    for parts, r in zip(saved, results):
+        if r.loaded:
+            for view, before in parts:
+                view[:] = before
+
+
 async def _ended(work: "asyncio.Future[Any]") -> None:
     """Waits until work has ended (however often the waiting task is cancelled again)."""
     while not work.done():
@@ -139,7 +169,7 @@ class Connector:
     A cancelled call (``task.cancel()``, ``asyncio.wait_for``) cancels the store coroutines
     it started, makes no further store call, and waits until its work has ended before
     ``CancelledError`` reaches the caller: once it has, nothing reads the payloads or writes
-    into the buffers of that call. A store read cancelled this way serves nothing (its
+    into the buffers of that call, and ``load_into``'s destinations are as they were. A store read cancelled this way serves nothing (its
     blocks are not loaded and no store error is counted); a sync store's method, which runs
     in the worker and cannot be interrupted, is waited for and its reply is not used."""
 
@@ -175,10 +205,13 @@ class Connector:
         return Connector(self.store, [r.with_epoch(epoch) for r in self.ranks], executor=self.executor,
                          **self._options)
 
-    async def _run(self, f: Callable[..., _T], *args: Any, **kwargs: Any) -> _T:
+    async def _run(self, f: Callable[..., _T], *args: Any, undo: Optional[Callable[[_T], None]] = None,
+                   **kwargs: Any) -> _T:
         """f(*args, **kwargs) in the executor. Cancelled, the call cancels the store
         coroutines it started and waits until its work has ended before CancelledError
-        reaches the caller: nothing touches the caller's buffers after that."""
+        reaches the caller: nothing touches the caller's buffers after that. Where the work
+        had already finished (the cancel came too late to stop it), undo(its result) runs
+        in the executor, and is waited for, before CancelledError."""
         loop = asyncio.get_running_loop()
         current = _Call(loop)
         bridge = self._bridge
@@ -192,6 +225,9 @@ class Connector:
         except asyncio.CancelledError:
             current.cancel()
             await _ended(future)
+            done = None if future.cancelled() or future.exception() is not None else future.result()
+            if undo is not None and done is not None:
+                await _ended(loop.run_in_executor(self.executor, undo, done))
             raise
         return result  # type: ignore[return-value]  # None only for a cancelled call
 
@@ -213,8 +249,21 @@ class Connector:
     async def load_into(self, block_hashes: Sequence[bytes], buffers: Union[Sequence[Any], Slots], *,
                         rank: int = 0, indices: Optional[Sequence[int]] = None) -> List[BlockResult]:
         """``kvkey.Connector.load_into``: verified, then written into the destinations
-        (or, with ``kvkey.Slots``, read into the slots and verified there)."""
-        return await self._run(self._sync.load_into, block_hashes, buffers, rank=rank, indices=indices)
+        (or, with ``kvkey.Slots``, read into the slots and verified there). Cancelled, the
+        call leaves the destinations as they were: a cancel that lands while verified bytes
+        are being written waits for the write and puts the bytes back before
+        ``CancelledError`` (the worker keeps a copy of the destinations for this). Slots
+        of a cancelled call are as slots whose block is not loaded: never use them."""
+        if isinstance(buffers, Slots):
+            return await self._run(self._sync.load_into, block_hashes, buffers, rank=rank, indices=indices)
+        sync, dest = self._sync, buffers
+
+        def load() -> Tuple[Optional[List[List[Any]]], List[BlockResult]]:
+            saved = _saved(dest)
+            return saved, sync.load_into(block_hashes, dest, rank=rank, indices=indices)
+
+        _, results = await self._run(load, undo=lambda done: _put_back(*done))
+        return results
 
     async def save_from(self, block_hashes: Sequence[bytes], slots: Slots, indices: Optional[Sequence[int]] = None,
                         *, rank: int = 0) -> int:
