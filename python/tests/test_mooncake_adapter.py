@@ -123,7 +123,7 @@ class FakeMooncake:
 
     # removes
     def batch_remove(self, keys, force=False):
-        return [OK if self.values.pop(k, None) is not None else NOT_FOUND for k in keys]
+        return [self._fault(k) or (OK if self.values.pop(k, None) is not None else NOT_FOUND) for k in keys]
 
     def remove_by_regex(self, pattern, force=False):
         rx = re.compile(pattern)
@@ -210,6 +210,22 @@ def test_one_negative_code_fails_that_key_alone_and_is_counted():
         store.get_into_registered([ns.store_key(h) for h in hashes], [1] * 4, [1] * 4)
     assert e.value.kind == "connection"
     store.close()
+
+
+def test_one_negative_code_in_a_remove_fails_that_key_alone():
+    fake = FakeMooncake()
+    store = MooncakeStore(fake, key_batch=2)
+    keys = [f"k{i}" for i in range(4)]
+    for k in keys:
+        fake.values[k] = b"x"
+    fake.fail["k1"] = TRANSFER_FAIL
+    assert store.delete(keys) == 3  # the other keys, in both batches, are removed
+    assert list(fake.values) == ["k1"]
+    assert store.key_errors["connection"] == 1 and "-800" in str(store.last_key_error)
+    fake.fail["k1"] = -706  # every key refused: the call fails, naming the code
+    with pytest.raises(StoreError, match="-706") as e:
+        store.delete(["k1"])
+    assert e.value.kind == "server"
 
 
 def test_a_failing_header_read_waits_for_the_reads_it_started():
