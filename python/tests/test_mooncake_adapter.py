@@ -148,6 +148,14 @@ def test_options_that_disable_a_behaviour_are_refused(option, value, error):
     MooncakeStore(FakeMooncake(), busy_retries=0, busy_wait=0)  # the least values that still mean something
 
 
+@pytest.mark.parametrize("option", ["global_segment_size", "local_buffer_size"])
+def test_connect_refuses_a_negative_size_before_connecting(option):
+    with pytest.raises(ValueError, match=f"{option} is -1, must be at least 0"):
+        MooncakeStore.connect("127.0.0.1:1", **{option: -1})
+    with pytest.raises(TypeError, match=option):
+        MooncakeStore.connect("127.0.0.1:1", **{option: 1.5})
+
+
 def test_registered_memory_round_trip_through_the_connector():
     fake = FakeMooncake()
     store = MooncakeStore(fake)

@@ -224,7 +224,10 @@ class MooncakeStore(_KeyErrors):
         metadata_server, global_segment_size, local_buffer_size, protocol, rdma_devices,
         master_server_addr)``. ``global_segment_size`` is the memory this process lends
         the store (0: none; its objects then live in other processes); ``options`` go to
-        the store's constructor. ``close()`` tears the client down."""
+        the store's constructor. ``close()`` tears the client down. A negative size (``-1``
+        meaning "unlimited" by accident) is refused before anything connects."""
+        global_segment_size = _option_int("global_segment_size", global_segment_size, 0)
+        local_buffer_size = _option_int("local_buffer_size", local_buffer_size, 0)
         try:
             from mooncake.store import MooncakeDistributedStore  # type: ignore
         except ImportError as e:
