@@ -826,7 +826,10 @@ class Connector {
         if (dest[i][j].size != 0) parts.push_back({begin, begin + dest[i][j].size, i, j});
       }
     }
-    std::sort(parts.begin(), parts.end(), [](const Part& a, const Part& b) { return a.begin < b.begin; });
+    const auto by_address = [](const Part& a, const Part& b) { return a.begin < b.begin; };
+    if (!std::is_sorted(parts.begin(), parts.end(), by_address)) {  // an engine's blocks: mostly in order
+      std::sort(parts.begin(), parts.end(), by_address);
+    }
     const auto name = [&](const Part& p) {
       std::string n = "buffers[" + std::to_string(p.block) + "]";
       if (dest[p.block].size() > 1) n += "[" + std::to_string(p.part) + "]";
