@@ -24,7 +24,9 @@ from .stores.protocol import StoreError
 __all__ = ["Connector"]
 
 _T = TypeVar("_T")
-_METHODS = ("get", "get_prefix", "get_into", "put", "exists", "delete")
+# The store methods the compiled connector calls, registered memory (the zero-copy path) included.
+_METHODS = ("get", "get_prefix", "get_into", "put", "exists", "delete", "put_from", "get_into_registered",
+            "register_memory")
 
 
 class _Cancelled(BaseException):

@@ -184,6 +184,40 @@ def test_registered_memory_round_trip_through_the_connector():
     assert fake.regions == {}
 
 
+def test_the_aio_connector_takes_the_zero_copy_path_of_a_sync_store():
+    """kvkey.aio.Connector over MooncakeStore: save_from and load_into with Slots move the
+    values from and into the registered slots (batch_upsert_from, batch_get_into), as the
+    sync connector does, not through copies (upsert_batch, get_batch)."""
+    import asyncio
+
+    import kvkey.aio
+
+    fake = FakeMooncake()
+    calls = []
+    for name in ("batch_upsert_from", "batch_get_into", "upsert_batch", "get_batch"):
+        def counted(*args, _f=getattr(fake, name), _n=name):
+            calls.append(_n)
+            return _f(*args)
+        setattr(fake, name, counted)
+    store = MooncakeStore(fake)
+    ns = namespace()
+    hashes = ns.block_hashes(range(64 * 3))
+
+    async def run():
+        conn = kvkey.aio.Connector(store, ns, log=False)
+        with kvkey.Slots(store, 3, ns.payload_size) as out, kvkey.Slots(store, 3, ns.payload_size) as into:
+            for i in range(3):
+                out.payload(i)[:] = bytes([i + 7]) * ns.payload_size
+            assert await conn.save_from(hashes, out) == 3
+            res = await conn.load_into(hashes, into)
+            assert all(r.loaded for r in res)
+            assert bytes(into.payload(2)) == bytes([9]) * ns.payload_size
+
+    asyncio.run(run())
+    assert calls == ["batch_upsert_from", "batch_get_into"]
+    store.close()
+
+
 def test_one_negative_code_fails_that_key_alone_and_is_counted():
     fake = FakeMooncake()
     store = MooncakeStore(fake)
