@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import asyncio
 import concurrent.futures
+import ctypes
 import inspect
 import threading
 from typing import Any, Callable, List, Optional, Sequence, Set, Tuple, TypeVar, Union
@@ -122,34 +123,51 @@ class _Bridge:
             self._local.call = None
 
 
-def _byte_view(buffer: Any) -> memoryview:
+_Saved = List[List[Tuple[Any, bytearray]]]
+
+
+def _bytes_of(buffer: Any) -> Any:
+    """A ctypes array over a writable, C-contiguous buffer (None when empty), holding its
+    export: the memory cannot move while it lives. TypeError, ValueError or
+    NotImplementedError for anything else."""
     mv = memoryview(buffer)
-    return mv if mv.format == "B" and mv.ndim == 1 else mv.cast("B")
+    flat = mv if mv.format == "B" and mv.ndim == 1 else mv.cast("B")
+    return (ctypes.c_char * flat.nbytes).from_buffer(flat) if flat.nbytes else None
 
 
-def _saved(buffers: Sequence[Any]) -> Optional[List[List[Any]]]:
-    """Per block, (part, its bytes now) for each destination part, to put back when the
-    call is cancelled after it wrote them; None when a destination is no C-contiguous
-    buffer (the connector then refuses it, naming it, and writes nothing)."""
+def _saved(buffers: Sequence[Any]) -> Optional[_Saved]:
+    """Per block, (the part's memory, a copy of its bytes now) for each destination part,
+    to put back when the call is cancelled after it wrote them; None when a destination is
+    no writable C-contiguous buffer (the connector then refuses it, naming it, and writes
+    nothing). The copies are ctypes.memmove calls, which release the GIL: the event loop
+    runs on meanwhile."""
     try:
         out = []
         for block in buffers:
-            parts = block if isinstance(block, (list, tuple)) else [block]
-            views = [_byte_view(p) for p in parts]
-            out.append([(v, bytes(v)) for v in views])
+            parts = []
+            for p in block if isinstance(block, (list, tuple)) else [block]:
+                memory = _bytes_of(p)
+                copy = bytearray(ctypes.sizeof(memory) if memory is not None else 0)
+                if memory is not None:
+                    ctypes.memmove((ctypes.c_char * len(copy)).from_buffer(copy), memory, len(copy))
+                parts.append((memory, copy))
+            out.append(parts)
         return out
-    except (TypeError, ValueError, NotImplementedError):  # not a buffer, or one memoryview cannot cast
+    except (TypeError, ValueError, NotImplementedError):  # not a writable buffer, or one memoryview cannot cast
         return None
 
 
-def _put_back(saved: Optional[List[List[Any]]], results: List[BlockResult]) -> None:
-    """The destinations of the blocks a cancelled load_into wrote, as they were before it."""
+def _put_back(saved: Optional[_Saved], results: List[BlockResult]) -> None:
+    """The destinations of the blocks a cancelled load_into wrote, as they were before it
+    (then the copies go, and with them the destinations' exports)."""
     if saved is None:
         return
     for parts, r in zip(saved, results):
         if r.loaded:
-            for view, before in parts:
-                view[:] = before
+            for memory, before in parts:
+                if memory is not None:
+                    ctypes.memmove(memory, (ctypes.c_char * len(before)).from_buffer(before), len(before))
+    saved.clear()
 
 
 async def _ended(work: "asyncio.Future[Any]") -> None:
@@ -260,11 +278,18 @@ class Connector:
             return await self._run(self._sync.load_into, block_hashes, buffers, rank=rank, indices=indices)
         sync, dest = self._sync, buffers
 
-        def load() -> Tuple[Optional[List[List[Any]]], List[BlockResult]]:
+        def load() -> Tuple[Optional[_Saved], List[BlockResult]]:
             saved = _saved(dest)
-            return saved, sync.load_into(block_hashes, dest, rank=rank, indices=indices)
+            try:
+                return saved, sync.load_into(block_hashes, dest, rank=rank, indices=indices)
+            except BaseException:
+                if saved is not None:
+                    saved.clear()  # the copies hold the destinations' exports: not past the call
+                raise
 
-        _, results = await self._run(load, undo=lambda done: _put_back(*done))
+        saved, results = await self._run(load, undo=lambda done: _put_back(*done))
+        if saved is not None:
+            saved.clear()
         return results
 
     async def save_from(self, block_hashes: Sequence[bytes], slots: Slots, indices: Optional[Sequence[int]] = None,

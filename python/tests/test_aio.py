@@ -398,6 +398,32 @@ def test_a_cancel_that_lands_after_the_destinations_were_written_puts_them_back(
     asyncio.run(run())
 
 
+def test_the_copy_kept_for_a_cancel_never_outlives_the_call():
+    """The worker's copy of the destinations holds their memory while the call runs only:
+    once it has returned, failed or been cancelled, a bytearray destination can be resized."""
+    store = GatedStore()
+    ns, hashes, payloads = saved(store)
+
+    async def run():
+        conn = kvkey.aio.Connector(store, ns, log=False)
+        bufs = [bytearray(ns.payload_size) for _ in hashes]
+        assert all(r.loaded for r in await conn.load_into(hashes, bufs))
+        bufs[0].extend(b"x")
+        with pytest.raises(kvkey.InputError, match=r"buffers\[1\]"):
+            await conn.load_into(hashes[:2], [bufs[1], bytearray(5)])
+        bufs[1].extend(b"x")
+        store.hold, store.gate, store.entered = True, asyncio.Event(), asyncio.Event()
+        task = asyncio.ensure_future(conn.load_into(hashes[2:], bufs[2:]))
+        await store.entered.wait()
+        task.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await task
+        for b in bufs[2:]:
+            b.extend(b"x")
+
+    asyncio.run(run())
+
+
 def test_wait_for_a_timeout_on_a_connector_call():
     store = GatedStore()
     ns, hashes, _ = saved(store)
