@@ -189,9 +189,10 @@ class Connector:
     A cancelled call (``task.cancel()``, ``asyncio.wait_for``) cancels the store coroutines
     it started, makes no further store call, and waits until its work has ended before
     ``CancelledError`` reaches the caller: once it has, nothing reads the payloads or writes
-    into the buffers of that call, and ``load_into``'s destinations are as they were. A store read cancelled this way serves nothing (its
-    blocks are not loaded and no store error is counted); a sync store's method, which runs
-    in the worker and cannot be interrupted, is waited for and its reply is not used."""
+    into the buffers of that call, and ``load_into``'s destinations are as they were. A
+    store read cancelled this way serves nothing (its blocks are not loaded and no store
+    error is counted); a sync store's method, which runs in the worker and cannot be
+    interrupted, is waited for and its reply is not used."""
 
     def __init__(self, store: Any, ns: _Namespaces, *, executor: Optional[concurrent.futures.Executor] = None,
                  **options: Any) -> None:

@@ -90,7 +90,9 @@ kvkey::Verdict verify_without_payload(const kvkey::AnyKeyNamespace& reader, cons
   const kvkey::Verdict v = reader.verify(header.data(), header.size(), block, payload_size);
   // payload_mismatch on "payload" is the keyed reader's refusal of bytes it cannot
   // authenticate, given after every other check passed.
-  if (reader.keyed() && v.reason == kvkey::Reason::payload_mismatch && v.field == "payload") return {kvkey::Reason::ok, ""};
+  if (reader.keyed() && v.reason == kvkey::Reason::payload_mismatch && v.field == "payload") {
+    return {kvkey::Reason::ok, ""};
+  }
   return v;
 }
 
