@@ -8,14 +8,26 @@ redis-server (--store redis) or a Mooncake Store (--store mooncake: the objects 
 a second process that lends the store its memory, this one lends none): once with
 legacy keys (LegacyEngine, raw values through the same kvkey.stores store), once
 through kvkey.Connector with a kvkey.Metrics (KvkeyEngine). Prints per phase the hit rate, wrong loads,
-false hits and rejections by reason and field, and last:
+false hits and rejections by reason and field.
 
-    soak: legacy wrong loads N, kvkey wrong loads 0, kvkey rejections R, kvkey false hits M
+Then the shared-scope scenario (traffic.scope_events, engines.ScopeEngine): six tenants
+whose requests start with a common system prompt, declared as the kvkey.SharedScope
+traffic.SCOPE, and go on with private suffixes (some the same canned turn in several
+tenants), three times on an empty store: with legacy keys, with kvkey and every tenant
+isolated (the prompt recomputed and stored per tenant), and with kvkey and the scope.
+Prints per run the shared prefix hit rate (the prompt's blocks loaded and used over
+those requested), the private hit rate, wrong loads and cross-tenant private loads (used
+blocks whose bytes are another tenant's private block for the same tokens, by the
+oracle's bytes, not by kvkey's verdicts). Last:
 
-R and M are the kvkey run's Metrics: the sum of kvkey_rejected_blocks_total and
-kvkey_false_hits_total of the exposition --metrics-out writes. Exits 1 when the
-kvkey run used a single wrong block. Run it with scripts/soak.sh [--store mooncake],
-which starts the redis-server or the Mooncake master.
+    soak: legacy wrong loads N, kvkey wrong loads 0, kvkey rejections R, kvkey false hits M, scoped prefix
+    hits S/P, isolated prefix hits I/P, cross-tenant private loads legacy C kvkey 0
+
+(one line). R and M are the kvkey run's Metrics: the sum of kvkey_rejected_blocks_total
+and kvkey_false_hits_total of the exposition --metrics-out writes (the scenario's runs
+count into their own). kvkey wrong loads adds the scenario's kvkey runs to the kvkey
+run's. Exits 1 when a kvkey run used a single wrong block. Run it with scripts/soak.sh
+[--store mooncake], which starts the redis-server or the Mooncake master.
 """
 
 import argparse
@@ -147,9 +159,10 @@ def report_scopes(runs: List[ScopeRun]) -> None:
                            ", ".join(tr.SCOPE_READERS), ", ".join(tr.SCOPE_UNGRANTED), runs[0].requests))
     for r in runs:
         s = r.served
-        print("  %-8s (%4.1f s) shared prefix hit rate %5.1f%% (%d/%d)  private hit rate %5.1f%%  wrong loads %4d"
-              "  cross-tenant private loads %4d  splices %3d"
+        print("  %-8s (%4.1f s) shared prefix hit rate %5.1f%% (%d/%d, %d computed)  private hit rate %5.1f%%"
+              "  wrong loads %4d  cross-tenant private loads %4d  splices %3d"
               % (r.name, r.seconds, 100 * r.prefix_hit_rate, s.prefix_used, s.prefix_blocks,
+                 s.prefix_blocks - s.prefix_used,
                  100 * s.private_used / s.private_blocks if s.private_blocks else 0.0, s.wrong, s.cross_tenant,
                  r.splices))
         if r.name != "legacy":

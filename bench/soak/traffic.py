@@ -235,19 +235,31 @@ def scope_events(seed: int, requests: int, fault_rate: float, conversations: int
     per_revision = max(1, -(-requests // SCOPE_REVISIONS))
     revision, system = 0, tokens(scope_tokens)
 
-    def new_conversation() -> dict:
+    def new_conversation(tenants: Tuple[str, ...] = SCOPE_TENANTS) -> dict:
         c = rng.randrange(-CANNED_TURNS, CANNED_TURNS)  # half of them open with a canned turn
-        return {"tenant": rng.choice(SCOPE_TENANTS), "tokens": list(system), "turns": rng.randint(2, 7),
+        return {"tenant": rng.choice(tenants), "tokens": list(system), "turns": rng.randint(2, 7),
                 "canned": c, "first": list(canned[c]) if c >= 0 else None}
 
-    active = [new_conversation() for _ in range(conversations)]
-    last: List[Optional[ScopedRequest]] = [None] * conversations
+    def roll_out() -> List[dict]:
+        """A revision's conversations. The first one's request comes first: a publisher's, as the
+        deployment publishes the new prompt when it rolls it out, so that readers do not wait for one.
+        Revision 0 starts cold instead: a reader's request comes first (it computes the prompt and
+        may not store it in the scope), then a publisher's."""
+        head = [new_conversation(SCOPE_PUBLISHERS)]
+        if revision == 0:
+            head.insert(0, new_conversation(SCOPE_READERS))
+        return head + [new_conversation() for _ in range(max(0, conversations - len(head)))]
+
+    active = roll_out()
+    last: List[Optional[ScopedRequest]] = [None] * len(active)
     for index in range(requests):
-        if index and index % per_revision == 0:  # the operator rolls out a new system prompt
+        at = index % per_revision
+        if index and at == 0:  # the operator rolls out a new system prompt
             revision, system = revision + 1, tokens(scope_tokens)
-            active = [new_conversation() for _ in range(conversations)]
-            last = [None] * conversations
-        slot = rng.randrange(len(active))
+            active = roll_out()
+            last = [None] * len(active)
+        heads = 2 if revision == 0 else 1  # the conversations roll_out put first, in request order
+        slot = at if at < heads else rng.randrange(len(active))
         conv = active[slot]
         conv["tokens"] += conv.pop("first", None) or tokens(rng.randint(8, 40))  # the user's turn
         req = ScopedRequest(index, revision, conv["tenant"], list(conv["tokens"]), scope_tokens,
