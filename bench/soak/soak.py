@@ -139,7 +139,7 @@ def run_scope(engine: "engines.ScopeEngine", args: argparse.Namespace) -> ScopeR
     result = ScopeRun(engine.name, engines.ScopeServed())
     start = time.monotonic()
     total = result.served
-    for ev in tr.scope_events(args.seed, args.scope_requests, args.fault_rate, args.conversations):
+    for ev in tr.scope_events(args.seed, args.scope_requests, args.fault_rate):
         if isinstance(ev, tr.Splice):
             result.splices += engine.inject(ev)
             continue
@@ -154,9 +154,11 @@ def run_scope(engine: "engines.ScopeEngine", args: argparse.Namespace) -> ScopeR
 
 
 def report_scopes(runs: List[ScopeRun]) -> None:
-    print("shared scope %r: %d blocks of system prompt (%d revisions), publishers %s, readers %s, not granted %s; "
-          "%d requests" % (tr.SCOPE, tr.SCOPE_BLOCKS, tr.SCOPE_REVISIONS, ", ".join(tr.SCOPE_PUBLISHERS),
-                           ", ".join(tr.SCOPE_READERS), ", ".join(tr.SCOPE_UNGRANTED), runs[0].requests))
+    print("shared scope %r: %d blocks of system prompt (a revision every %d requests, %d conversations), "
+          "publishers %s, readers %s, not granted %s; %d requests"
+          % (tr.SCOPE, tr.SCOPE_BLOCKS, tr.SCOPE_REVISION_REQUESTS, tr.SCOPE_CONVERSATIONS,
+             ", ".join(tr.SCOPE_PUBLISHERS), ", ".join(tr.SCOPE_READERS), ", ".join(tr.SCOPE_UNGRANTED),
+             runs[0].requests))
     for r in runs:
         s = r.served
         print("  %-8s (%4.1f s) shared prefix hit rate %5.1f%% (%d/%d, %d computed)  private hit rate %5.1f%%"
@@ -269,7 +271,7 @@ def main() -> int:
     if args.json_out:
         with open(args.json_out, "w") as f:
             json.dump({"seed": args.seed, "legacy": dataclasses.asdict(legacy), "kvkey": dataclasses.asdict(ours),
-                       "metrics": final}, f)
+                       "metrics": final, "scopes": [dataclasses.asdict(r) for r in scopes]}, f)
     if args.plot:
         import plot
         plot.draw(args.plot, legacy, ours, final, args)

@@ -16,7 +16,7 @@ see the same requests and the same faults in the same order.
 
 The shared-scope scenario (scope_events) is a second stream: more tenants, one
 model state, a common system prompt that the operator declares as a shared scope
-(revised a few times over the run) and private suffixes, some of which are the
+(revised every SCOPE_REVISION_REQUESTS requests) and private suffixes, some of which are the
 same canned first turn in several tenants; its faults splice one tenant's
 private block under another tenant's key for the same tokens.
 """
@@ -187,7 +187,8 @@ SCOPE_READERS = ("team-c", "team-d", "team-e")
 SCOPE_UNGRANTED = ("team-f",)  # carries the same system prompt, may not read the scope
 SCOPE_TENANTS = SCOPE_PUBLISHERS + SCOPE_READERS + SCOPE_UNGRANTED
 SCOPE_BLOCKS = 8  # the system prompt's full blocks: the scope's part of each request
-SCOPE_REVISIONS = 4  # the system prompt is replaced this many times over the run (revision 0 included)
+SCOPE_REVISION_REQUESTS = 100  # the system prompt is replaced after this many requests
+SCOPE_CONVERSATIONS = 16  # concurrent conversations in a revision
 CANNED_TURNS = 3  # first user turns sent verbatim by every tenant (2 blocks each)
 CANNED_BLOCKS = 2
 
@@ -219,9 +220,8 @@ class Splice:
     rank: int
 
 
-def scope_events(seed: int, requests: int, fault_rate: float, conversations: int) -> Iterator[
-        Union[ScopedRequest, Splice]]:
-    """The scenario: `requests` requests from `conversations` concurrent conversations of
+def scope_events(seed: int, requests: int, fault_rate: float) -> Iterator[Union[ScopedRequest, Splice]]:
+    """The scenario: `requests` requests from SCOPE_CONVERSATIONS concurrent conversations of
     SCOPE_TENANTS, every one starting with the current revision of the system prompt;
     after a request, with probability fault_rate, a splice between two active
     conversations of different tenants that share a canned turn."""
@@ -232,7 +232,7 @@ def scope_events(seed: int, requests: int, fault_rate: float, conversations: int
         return [rng.randrange(1, 150000) for _ in range(n)]
 
     canned = [tokens(CANNED_BLOCKS * BLOCK_SIZE) for _ in range(CANNED_TURNS)]
-    per_revision = max(1, -(-requests // SCOPE_REVISIONS))
+    per_revision = SCOPE_REVISION_REQUESTS
     revision, system = 0, tokens(scope_tokens)
 
     def new_conversation(tenants: Tuple[str, ...] = SCOPE_TENANTS) -> dict:
@@ -248,7 +248,7 @@ def scope_events(seed: int, requests: int, fault_rate: float, conversations: int
         head = [new_conversation(SCOPE_PUBLISHERS)]
         if revision == 0:
             head.insert(0, new_conversation(SCOPE_READERS))
-        return head + [new_conversation() for _ in range(max(0, conversations - len(head)))]
+        return head + [new_conversation() for _ in range(SCOPE_CONVERSATIONS - len(head))]
 
     active = roll_out()
     last: List[Optional[ScopedRequest]] = [None] * len(active)
