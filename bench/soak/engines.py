@@ -312,7 +312,7 @@ class ScopeEngine:
         self.scope: Optional["kvkey.SharedScope"] = None
         self._scope_blocks: Optional[_KvkeyBlocks] = None
         if mode == "scoped":
-            base = tr.ScopedRequest(0, 0, tr.SCOPE_PUBLISHERS[0], [], 0, 0)
+            base = tr.ScopedRequest(0, 0, tr.SCOPE_PUBLISHERS[0], [], 0)
             scopes = [kvkey.SharedScope(tr.SCOPE, identity(base.lineage(r)), readers=tr.SCOPE_READERS,
                                         publishers=tr.SCOPE_PUBLISHERS) for r in range(TP_SIZE)]
             self.scope = scopes[0]

@@ -210,6 +210,8 @@ def main() -> int:
         args.requests_per_phase = 400 if args.quick else 10000
     if args.scope_requests is None:
         args.scope_requests = args.requests_per_phase
+    if args.scope_requests < 1:
+        ap.error("--scope-requests must be at least 1, not %d" % args.scope_requests)
     if args.fault_rate is None:
         args.fault_rate = 0.04 if args.quick else 0.01
     if args.conversations is None:

@@ -16,8 +16,8 @@ see the same requests and the same faults in the same order.
 
 The shared-scope scenario (scope_events) is a second stream: more tenants, one
 model state, a common system prompt that the operator declares as a shared scope
-(revised every SCOPE_REVISION_REQUESTS requests) and private suffixes, some of which are the
-same canned first turn in several tenants; its faults splice one tenant's
+(a new revision every SCOPE_REVISION_REQUESTS requests) and private suffixes, some
+the same canned first turn in several tenants; its faults splice one tenant's
 private block under another tenant's key for the same tokens.
 """
 
@@ -202,7 +202,6 @@ class ScopedRequest:
     tenant: str
     tokens: List[int]
     scope_tokens: int
-    canned: int  # blocks after the scope that are a canned turn (0 or CANNED_BLOCKS)
 
     def lineage(self, rank: int, tenant: Optional[str] = None) -> Lineage:
         """The KV lineage of a block owned by tenant (default: the requester) in the scenario's one state."""
@@ -262,8 +261,7 @@ def scope_events(seed: int, requests: int, fault_rate: float) -> Iterator[Union[
         slot = at if at < heads else rng.randrange(len(active))
         conv = active[slot]
         conv["tokens"] += conv.pop("first", None) or tokens(rng.randint(8, 40))  # the user's turn
-        req = ScopedRequest(index, revision, conv["tenant"], list(conv["tokens"]), scope_tokens,
-                            CANNED_BLOCKS if conv["canned"] >= 0 else 0)
+        req = ScopedRequest(index, revision, conv["tenant"], list(conv["tokens"]), scope_tokens)
         yield req
         last[slot] = req
         conv["tokens"] += tokens(rng.randint(16, 64))  # the answer
@@ -272,8 +270,8 @@ def scope_events(seed: int, requests: int, fault_rate: float) -> Iterator[Union[
             active[slot], last[slot] = new_conversation(), None
         if rng.random() < fault_rate:
             pairs = [(s, v) for s in range(len(active)) for v in range(len(active))
-                     if last[s] is not None and active[s]["canned"] >= 0 and active[v]["canned"] == active[s]["canned"]
-                     and active[v]["tenant"] != active[s]["tenant"]]
+                     if last[s] is not None and active[s]["canned"] >= 0
+                     and active[v]["canned"] == active[s]["canned"] and active[v]["tenant"] != active[s]["tenant"]]
             if pairs:
                 s, v = rng.choice(pairs)
                 source = last[s]
