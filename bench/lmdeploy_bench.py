@@ -61,6 +61,7 @@ def bench(args: argparse.Namespace) -> Dict[str, Any]:
             engines[mode] = (prod, cons)
         block_bytes = sum(p.tensor[0, 0].numel() for p in engines["legacy"][0].allocation.pools) * args.layers
         results: Dict[str, Dict[str, List[float]]] = {m: {"save": [], "load": [], "lookup": []} for m in engines}
+        reads = time_reads(integration, engines["kvkey"][1])
         seq = 0
         for r in range(args.rounds):
             for mode in (("legacy", "kvkey") if r % 2 == 0 else ("kvkey", "legacy")):
@@ -81,12 +82,13 @@ def bench(args: argparse.Namespace) -> Dict[str, Any]:
                     n = poll_lookup(cons, s)
                     lookups.append(time.perf_counter() - t)
                     assert n == blocks_per_req * bs, f"{mode}: the lookup found {n} tokens"
+                    again = reads["kvkey", "reread"]
                     t = time.perf_counter()
                     cons.scheduler.update_state_after_alloc(s, list(range(i * blocks_per_req, (i + 1) * blocks_per_req)),
                                                             n)
                     cons._step()
                     (res,) = cons._drain("load", {s.seq_id})
-                    loads += time.perf_counter() - t
+                    loads += time.perf_counter() - t - (reads["kvkey", "reread"] - again)  # the probe's read
                     assert res.success, f"{mode}: a load failed"
                     cons.scheduler.request_finished(s)
                 results[mode]["load"].append(args.requests * blocks_per_req * block_bytes / loads)
@@ -103,10 +105,56 @@ def bench(args: argparse.Namespace) -> Dict[str, Any]:
                          "lookup_time": med["kvkey"]["lookup"] / med["legacy"]["lookup"]},
                "metrics": integration.metrics().as_dict()}
         out["lookup_breakdown"] = lookup_breakdown(engines, args, bs, blocks_per_req)
+        out["load_breakdown"] = {f"{m}_{k}_ms": v * 1e3 / args.rounds for (m, k), v in reads.items()}
         for prod, cons in engines.values():
             cons.close()
             prod.close()
         return out
+
+
+def time_reads(integration: Any, kvkey_consumer: Any) -> Dict[Any, float]:
+    """Seconds, summed over the rounds, that each load spends in Mooncake's read call
+    (``batch_get_into_multi_buffers``, the same call for both), and kvkey's same call again
+    at once on the same values and memory: where the load's time goes."""
+    spent: Dict[Any, float] = {(m, k): 0.0 for m in ("legacy", "kvkey") for k in ("read", "reread")}
+
+    class Timed:  # lmdeploy's client, as its receiving thread sees it
+        def __init__(self, client: Any) -> None:
+            self.client = client
+
+        def batch_get_into_multi_buffers(self, *a: Any) -> Any:
+            t = time.perf_counter()
+            r = self.client.batch_get_into_multi_buffers(*a)
+            spent["legacy", "read"] += time.perf_counter() - t
+            return r
+
+        def __getattr__(self, name: str) -> Any:
+            return getattr(self.client, name)
+
+    legacy_load = integration._LegacyReceiver._load
+
+    def load(self: Any, request: Any) -> Any:
+        if not isinstance(self.store, Timed):
+            self.store = Timed(self.store)
+        return legacy_load(self, request)
+
+    integration._LegacyReceiver._load = load  # the kvkey receiver has its own _load
+    store = kvkey_consumer.worker.connector_worker.kvkey.store
+    call = store._call
+
+    def timed_call(what: str, f: Any, *a: Any) -> Any:
+        if what != "batch_get_into_multi_buffers":
+            return call(what, f, *a)
+        t = time.perf_counter()
+        r = call(what, f, *a)
+        spent["kvkey", "read"] += time.perf_counter() - t
+        t = time.perf_counter()
+        f(*a)
+        spent["kvkey", "reread"] += time.perf_counter() - t
+        return r
+
+    store._call = timed_call
+    return spent
 
 
 def save_blocks(te: Any, eng: Any, prompt: List[int], blocks: List[int], seq_id: int) -> None:
@@ -187,6 +235,10 @@ def main() -> int:
     print(f"  lookup of {a.blocks} blocks on the worker: exists {b['exists_ms']:.2f} ms, header reads "
           f"{b['header_reads_ms']:.2f} ms, verified lookup {b['verified_lookup_ms']:.2f} ms, worker.lookup "
           f"{b['worker_lookup_ms']:.2f} ms")
+    d = out["load_breakdown"]
+    print(f"  load of a round on the worker: Mooncake's read call: legacy {d['legacy_read_ms']:.1f} ms, kvkey "
+          f"{d['kvkey_read_ms']:.1f} ms (the same values read again at once: {d['kvkey_reread_ms']:.1f} ms, not in "
+          f"the load's time)")
     if a.json:
         with open(a.json, "w") as f:
             json.dump(out, f, indent=1)

@@ -7,14 +7,15 @@
 # Runs in the project venv (scripts/venv.sh). The kvkey Python module is taken
 # from build/dev/python when present (a developer's CMake build), else the one
 # installed in the venv (stage 30-python, or `pip install ./python`). Exits
-# non-zero when the kvkey run used one wrong block.
+# non-zero when a kvkey run used one wrong block (the shared-scope scenario's
+# cross-tenant private loads among them).
 set -euo pipefail
 root="$(cd "$(dirname "$0")/.." && pwd)"
 store=redis
 args=()
 while [ "$#" -gt 0 ]; do
   case "$1" in
-    -h|--help) sed -n '2,9p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+    -h|--help) sed -n '2,11p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
     --store) store="${2:?--store needs redis or mooncake}"; shift 2 ;;
     --store=*) store="${1#--store=}"; shift ;;
     *) args+=("$1"); shift ;;

@@ -8,14 +8,26 @@ redis-server (--store redis) or a Mooncake Store (--store mooncake: the objects 
 a second process that lends the store its memory, this one lends none): once with
 legacy keys (LegacyEngine, raw values through the same kvkey.stores store), once
 through kvkey.Connector with a kvkey.Metrics (KvkeyEngine). Prints per phase the hit rate, wrong loads,
-false hits and rejections by reason and field, and last:
+false hits and rejections by reason and field.
 
-    soak: legacy wrong loads N, kvkey wrong loads 0, kvkey rejections R, kvkey false hits M
+Then the shared-scope scenario (traffic.scope_events, engines.ScopeEngine): six tenants
+whose requests start with a common system prompt, declared as the kvkey.SharedScope
+traffic.SCOPE, and go on with private suffixes (some the same canned turn in several
+tenants), three times on an empty store: with legacy keys, with kvkey and every tenant
+isolated (the prompt recomputed and stored per tenant), and with kvkey and the scope.
+Prints per run the shared prefix hit rate (the prompt's blocks loaded and used over
+those requested), the private hit rate, wrong loads and cross-tenant private loads (used
+blocks whose bytes are another tenant's private block for the same tokens, by the
+oracle's bytes, not by kvkey's verdicts). Last:
 
-R and M are the kvkey run's Metrics: the sum of kvkey_rejected_blocks_total and
-kvkey_false_hits_total of the exposition --metrics-out writes. Exits 1 when the
-kvkey run used a single wrong block. Run it with scripts/soak.sh [--store mooncake],
-which starts the redis-server or the Mooncake master.
+    soak: legacy wrong loads N, kvkey wrong loads 0, kvkey rejections R, kvkey false hits M, scoped prefix
+    hits S/P, isolated prefix hits I/P, cross-tenant private loads legacy C kvkey 0
+
+(one line). R and M are the kvkey run's Metrics: the sum of kvkey_rejected_blocks_total
+and kvkey_false_hits_total of the exposition --metrics-out writes (the scenario's runs
+count into their own). kvkey wrong loads adds the scenario's kvkey runs to the kvkey
+run's. Exits 1 when a kvkey run used a single wrong block. Run it with scripts/soak.sh
+[--store mooncake], which starts the redis-server or the Mooncake master.
 """
 
 import argparse
@@ -107,6 +119,62 @@ def run(engine, args: argparse.Namespace, metrics: Optional["kvkey.Metrics"]) ->
     return result
 
 
+@dataclasses.dataclass
+class ScopeRun:
+    """The shared-scope scenario in one mode (engines.SCOPE_MODES), summed over its requests."""
+
+    name: str
+    served: engines.ScopeServed
+    requests: int = 0
+    splices: int = 0  # splices written (legacy: none, the two tenants' keys are one)
+    rejections: Dict[str, Dict[str, int]] = dataclasses.field(default_factory=dict)
+    seconds: float = 0.0
+
+    @property
+    def prefix_hit_rate(self) -> float:
+        return self.served.prefix_used / self.served.prefix_blocks if self.served.prefix_blocks else 0.0
+
+
+def run_scope(engine: "engines.ScopeEngine", args: argparse.Namespace) -> ScopeRun:
+    result = ScopeRun(engine.name, engines.ScopeServed())
+    start = time.monotonic()
+    total = result.served
+    for ev in tr.scope_events(args.seed, args.scope_requests, args.fault_rate):
+        if isinstance(ev, tr.Splice):
+            result.splices += engine.inject(ev)
+            continue
+        served = engine.serve(ev)
+        result.requests += 1
+        for f in dataclasses.fields(served):
+            setattr(total, f.name, getattr(total, f.name) + getattr(served, f.name))
+    result.seconds = time.monotonic() - start
+    if engine.metrics is not None:
+        result.rejections = engine.metrics.as_dict()["rejected_blocks"]
+    return result
+
+
+def report_scopes(runs: List[ScopeRun]) -> None:
+    print("shared scope %r: %d blocks of system prompt (a revision every %d requests, %d conversations), "
+          "publishers %s, readers %s, not granted %s; %d requests"
+          % (tr.SCOPE, tr.SCOPE_BLOCKS, tr.SCOPE_REVISION_REQUESTS, tr.SCOPE_CONVERSATIONS,
+             ", ".join(tr.SCOPE_PUBLISHERS), ", ".join(tr.SCOPE_READERS), ", ".join(tr.SCOPE_UNGRANTED),
+             runs[0].requests))
+    for r in runs:
+        s = r.served
+        print("  %-8s (%4.1f s) shared prefix hit rate %5.1f%% (%d/%d, %d computed)  private hit rate %5.1f%%"
+              "  wrong loads %4d  cross-tenant private loads %4d  splices %3d"
+              % (r.name, r.seconds, 100 * r.prefix_hit_rate, s.prefix_used, s.prefix_blocks,
+                 s.prefix_blocks - s.prefix_used,
+                 100 * s.private_used / s.private_blocks if s.private_blocks else 0.0, s.wrong, s.cross_tenant,
+                 r.splices))
+        if r.name != "legacy":
+            cells = ["%s/%s %d" % (reason, field, n)
+                     for reason, fields in sorted(r.rejections.items()) for field, n in sorted(fields.items())]
+            extra = ("  scope reads not granted %d, scope publishes refused %d" % (s.not_granted, s.publish_refused)
+                     if r.name == "scoped" else "")
+            print("  %-8s rejections: %s%s" % ("", ", ".join(cells) or "none", extra))
+
+
 def report(r: Run) -> None:
     print("%s run (%.1f s):" % (r.name, r.seconds))
     for phase, st in zip(tr.PHASES, r.phases):
@@ -135,9 +203,15 @@ def main() -> int:
     ap.add_argument("--requests-per-phase", type=int, help="override the run's length")
     ap.add_argument("--fault-rate", type=float, help="faults per request (default 0.04 quick, else 0.01)")
     ap.add_argument("--conversations", type=int, help="concurrent conversations (default 16 quick, else 128)")
+    ap.add_argument("--scope-requests", type=int,
+                    help="the shared-scope scenario's requests (default: --requests-per-phase)")
     args = ap.parse_args()
     if args.requests_per_phase is None:
         args.requests_per_phase = 400 if args.quick else 10000
+    if args.scope_requests is None:
+        args.scope_requests = args.requests_per_phase
+    if args.scope_requests < 1:
+        ap.error("--scope-requests must be at least 1, not %d" % args.scope_requests)
     if args.fault_rate is None:
         args.fault_rate = 0.04 if args.quick else 0.01
     if args.conversations is None:
@@ -171,6 +245,11 @@ def main() -> int:
         reset()
         metrics = kvkey.Metrics()
         ours = run(engines.KvkeyEngine(store, metrics), args, metrics)
+        scopes = []
+        for mode in engines.SCOPE_MODES:  # the shared-scope scenario, each mode on an empty store
+            reset()
+            scopes.append(run_scope(engines.ScopeEngine(store, mode, None if mode == "legacy" else kvkey.Metrics()),
+                                    args))
         reset()
     finally:
         if holder is not None:
@@ -187,20 +266,27 @@ def main() -> int:
           % (args.store, args.seed, args.requests_per_phase, args.conversations, args.fault_rate))
     report(legacy)
     report(ours)
+    report_scopes(scopes)
     for reason, fields in sorted(final["rejected_blocks"].items()):
         for field, n in sorted(fields.items()):
             print("soak: kvkey rejections reason=%s field=%s count=%d" % (reason, field, n))
     if args.json_out:
         with open(args.json_out, "w") as f:
             json.dump({"seed": args.seed, "legacy": dataclasses.asdict(legacy), "kvkey": dataclasses.asdict(ours),
-                       "metrics": final}, f)
+                       "metrics": final, "scopes": [dataclasses.asdict(r) for r in scopes]}, f)
     if args.plot:
         import plot
         plot.draw(args.plot, legacy, ours, final, args)
         print("soak: plot written to %s" % args.plot)
-    print("soak: legacy wrong loads %d, kvkey wrong loads %d, kvkey rejections %d, kvkey false hits %d"
-          % (legacy.wrong, ours.wrong, final["rejections"], final["false_hits"]))
-    return 1 if ours.wrong else 0
+    by = {r.name: r for r in scopes}
+    kvkey_scope_wrong = by["isolated"].served.wrong + by["scoped"].served.wrong
+    print("soak: legacy wrong loads %d, kvkey wrong loads %d, kvkey rejections %d, kvkey false hits %d, "
+          "scoped prefix hits %d/%d, isolated prefix hits %d/%d, cross-tenant private loads legacy %d kvkey %d"
+          % (legacy.wrong, ours.wrong + kvkey_scope_wrong, final["rejections"], final["false_hits"],
+             by["scoped"].served.prefix_used, by["scoped"].served.prefix_blocks,
+             by["isolated"].served.prefix_used, by["isolated"].served.prefix_blocks,
+             by["legacy"].served.cross_tenant, by["isolated"].served.cross_tenant + by["scoped"].served.cross_tenant))
+    return 1 if ours.wrong or kvkey_scope_wrong else 0
 
 
 if __name__ == "__main__":

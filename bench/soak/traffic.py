@@ -13,6 +13,12 @@ see the same requests and the same faults in the same order.
 - Faults hit a block of a recent request on one rank: a bit flip in the
   payload, a torn value (its tail from another object), a truncated value,
   or a foreign object (another lineage's block) under the live key.
+
+The shared-scope scenario (scope_events) is a second stream: more tenants, one
+model state, a common system prompt that the operator declares as a shared scope
+(a new revision every SCOPE_REVISION_REQUESTS requests) and private suffixes, some
+the same canned first turn in several tenants; its faults splice one tenant's
+private block under another tenant's key for the same tokens.
 """
 
 import dataclasses
@@ -171,3 +177,104 @@ def events(seed: int, requests_per_phase: int, fault_rate: float, conversations:
                 choices = ["tenant", "epoch", "dtype"] + (["adapter"] if target.adapter else [])
                 yield Fault(kind, target, rng.randrange(blocks), rng.randrange(TP_SIZE), rng.random(),
                             rng.choice(choices))
+
+
+# The shared-scope scenario.
+SCOPE = "support-bot"
+SCOPE_OWNER = "_scope." + SCOPE  # the scope namespace's tenant: the owner of its blocks' KV bytes
+SCOPE_PUBLISHERS = ("team-a", "team-b")
+SCOPE_READERS = ("team-c", "team-d", "team-e")
+SCOPE_UNGRANTED = ("team-f",)  # carries the same system prompt, may not read the scope
+SCOPE_TENANTS = SCOPE_PUBLISHERS + SCOPE_READERS + SCOPE_UNGRANTED
+SCOPE_BLOCKS = 8  # the system prompt's full blocks: the scope's part of each request
+SCOPE_REVISION_REQUESTS = 100  # the system prompt is replaced after this many requests
+SCOPE_CONVERSATIONS = 16  # concurrent conversations in a revision
+CANNED_TURNS = 3  # first user turns sent verbatim by every tenant (2 blocks each)
+CANNED_BLOCKS = 2
+
+
+@dataclasses.dataclass(frozen=True)
+class ScopedRequest:
+    """A request whose first scope_tokens tokens the serving side declares as the scope's."""
+
+    index: int
+    revision: int
+    tenant: str
+    tokens: List[int]
+    scope_tokens: int
+
+    def lineage(self, rank: int, tenant: Optional[str] = None) -> Lineage:
+        """The KV lineage of a block owned by tenant (default: the requester) in the scenario's one state."""
+        st = PHASES[0].state
+        return Lineage(tenant or self.tenant, st.epoch, None, st.dtype, rank)
+
+
+@dataclasses.dataclass(frozen=True)
+class Splice:
+    """Tenant source.tenant's private block `block` of source, written under tenant's key for the same tokens."""
+
+    source: ScopedRequest
+    tenant: str
+    block: int
+    rank: int
+
+
+def scope_events(seed: int, requests: int, fault_rate: float) -> Iterator[Union[ScopedRequest, Splice]]:
+    """The scenario: `requests` requests from SCOPE_CONVERSATIONS concurrent conversations of
+    SCOPE_TENANTS, every one starting with the current revision of the system prompt;
+    after a request, with probability fault_rate, a splice between two active
+    conversations of different tenants that share a canned turn."""
+    rng = random.Random("scope-%d" % seed)
+    scope_tokens = SCOPE_BLOCKS * BLOCK_SIZE
+
+    def tokens(n: int) -> List[int]:
+        return [rng.randrange(1, 150000) for _ in range(n)]
+
+    canned = [tokens(CANNED_BLOCKS * BLOCK_SIZE) for _ in range(CANNED_TURNS)]
+    per_revision = SCOPE_REVISION_REQUESTS
+    revision, system = 0, tokens(scope_tokens)
+
+    def new_conversation(tenants: Tuple[str, ...] = SCOPE_TENANTS) -> dict:
+        c = rng.randrange(-CANNED_TURNS, CANNED_TURNS)  # half of them open with a canned turn
+        return {"tenant": rng.choice(tenants), "tokens": list(system), "turns": rng.randint(2, 7),
+                "canned": c, "first": list(canned[c]) if c >= 0 else None}
+
+    def roll_out() -> List[dict]:
+        """A revision's conversations. The first one's request comes first: a publisher's, as the
+        deployment publishes the new prompt when it rolls it out, so that readers do not wait for one.
+        Revision 0 starts cold instead: a reader's request comes first (it computes the prompt and
+        may not store it in the scope), then a publisher's."""
+        head = [new_conversation(SCOPE_PUBLISHERS)]
+        if revision == 0:
+            head.insert(0, new_conversation(SCOPE_READERS))
+        return head + [new_conversation() for _ in range(SCOPE_CONVERSATIONS - len(head))]
+
+    active = roll_out()
+    last: List[Optional[ScopedRequest]] = [None] * len(active)
+    for index in range(requests):
+        at = index % per_revision
+        if index and at == 0:  # the operator rolls out a new system prompt
+            revision, system = revision + 1, tokens(scope_tokens)
+            active = roll_out()
+            last = [None] * len(active)
+        heads = 2 if revision == 0 else 1  # the conversations roll_out put first, in request order
+        slot = at if at < heads else rng.randrange(len(active))
+        conv = active[slot]
+        conv["tokens"] += conv.pop("first", None) or tokens(rng.randint(8, 40))  # the user's turn
+        req = ScopedRequest(index, revision, conv["tenant"], list(conv["tokens"]), scope_tokens)
+        yield req
+        last[slot] = req
+        conv["tokens"] += tokens(rng.randint(16, 64))  # the answer
+        conv["turns"] -= 1
+        if conv["turns"] == 0 or len(conv["tokens"]) > 40 * BLOCK_SIZE:
+            active[slot], last[slot] = new_conversation(), None
+        if rng.random() < fault_rate:
+            pairs = [(s, v) for s in range(len(active)) for v in range(len(active))
+                     if last[s] is not None and active[s]["canned"] >= 0
+                     and active[v]["canned"] == active[s]["canned"] and active[v]["tenant"] != active[s]["tenant"]]
+            if pairs:
+                s, v = rng.choice(pairs)
+                source = last[s]
+                assert source is not None
+                yield Splice(source, active[v]["tenant"], SCOPE_BLOCKS + rng.randrange(CANNED_BLOCKS),
+                             rng.randrange(TP_SIZE))

@@ -45,7 +45,7 @@ from ._kvkey import (  # noqa: F401  (re-exports)
     store_key_tag,
     u64_projection,
 )
-from .scope import SharedScope, scoped_block_hashes  # noqa: F401
+from .scope import ScopedConnector, SharedScope, scoped_block_hashes  # noqa: F401
 from . import compat  # noqa: F401
 from . import stores  # noqa: F401
 from .connector import Connector, Slots  # noqa: F401
@@ -89,6 +89,7 @@ __all__ = [
     "metrics_field_names",
     "previous_store_key_tag",
     "reusable_prefix",
+    "ScopedConnector",
     "scoped_block_hashes",
     "secret_id",
     "secret_key_prefix",

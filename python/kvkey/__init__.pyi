@@ -12,6 +12,7 @@ from . import stores as stores
 from . import testing as testing
 from .connector import Connector as Connector
 from .connector import Slots as Slots
+from .scope import ScopedConnector as ScopedConnector
 from .scope import SharedScope as SharedScope
 from .scope import scoped_block_hashes as scoped_block_hashes
 
@@ -323,7 +324,7 @@ def fingerprint_file(path: _StrPath) -> bytes: ...
 __all__ = [
     "Adapter", "Chain", "CryptoError", "Error", "Identity", "IdentityError", "InputError", "IoError",
     "KeyNamespace", "Kv", "KvDtype", "Metrics", "Model", "OpenedValue", "Quant", "ReusablePrefix", "ScopeError",
-    "SharedScope", "Shard", "Slice",
+    "ScopedConnector", "SharedScope", "Shard", "Slice",
     "TenantSecret", "Verdict", "compat", "Connector", "Slots", "dtype_bits", "dtype_itemsize", "envelope_size", "fingerprint",
     "fingerprint_file", "format_version", "glob_escape", "kv_dtype_from_engine", "kv_dtype_from_string",
     "metrics_field_names", "previous_store_key_tag", "reusable_prefix", "scoped_block_hashes", "secret_id", "secret_key_prefix", "single_tenant_name", "store_key_tag", "stores", "testing",
