@@ -503,8 +503,9 @@ class Connector {
   /// rejected (a payload of another size than its destination included:
   /// size_mismatch) leaves every part of its destination untouched.
   /// input_error, before anything is read, when the destinations are not one
-  /// per block, a part is null, or (where this deployment's payload size is
-  /// known) a destination does not hold exactly one payload.
+  /// per block, a part is null, two parts share memory (two blocks, or two
+  /// parts of one, written into the same bytes), or (where this deployment's
+  /// payload size is known) a destination does not hold exactly one payload.
   std::vector<LoadResult> load_into(const std::vector<Digest>& blocks,
                                     const std::vector<std::vector<MutableBuffer>>& destinations,
                                     std::size_t rank = 0) const {
@@ -527,6 +528,7 @@ class Connector {
                                          " bytes, this deployment's blocks have " + std::to_string(*want));
       }
     }
+    check_disjoint(destinations);
     // Staging for a store that reads into memory: connector-owned (registered where the store registers memory).
     std::unique_ptr<std::uint8_t[]> heap;
     std::shared_ptr<RegisteredMemory> registered;
@@ -807,6 +809,43 @@ class Connector {
                                      "-byte payloads, this deployment's blocks have " + std::to_string(*want));
     }
     return idx;
+  }
+
+  // input_error naming them when two destination parts share a byte: the
+  // caller's bug, refused before anything is read (a later block would
+  // overwrite an earlier one's verified bytes).
+  static void check_disjoint(const std::vector<std::vector<MutableBuffer>>& dest) {
+    struct Part {
+      std::uintptr_t begin, end;
+      std::size_t block, part;
+    };
+    std::vector<Part> parts;
+    for (std::size_t i = 0; i < dest.size(); ++i) {
+      for (std::size_t j = 0; j < dest[i].size(); ++j) {
+        const auto begin = reinterpret_cast<std::uintptr_t>(dest[i][j].data);
+        if (dest[i][j].size != 0) parts.push_back({begin, begin + dest[i][j].size, i, j});
+      }
+    }
+    const auto by_address = [](const Part& a, const Part& b) { return a.begin < b.begin; };
+    if (!std::is_sorted(parts.begin(), parts.end(), by_address)) {  // an engine's blocks: mostly in order
+      std::sort(parts.begin(), parts.end(), by_address);
+    }
+    const auto name = [&](const Part& p) {
+      std::string n = "buffers[" + std::to_string(p.block) + "]";
+      if (dest[p.block].size() > 1) n += "[" + std::to_string(p.part) + "]";
+      return n;
+    };
+    for (std::size_t k = 1, far = 0; k < parts.size(); ++k) {  // far: the part reaching furthest so far
+      if (parts[k].begin < parts[far].end) {
+        const bool first =
+            std::make_pair(parts[far].block, parts[far].part) < std::make_pair(parts[k].block, parts[k].part);
+        const Part& a = first ? parts[far] : parts[k];
+        const Part& b = first ? parts[k] : parts[far];
+        throw input_error("buffers", "load_into: " + name(b) + " overlaps " + name(a) +
+                                         " (two destinations written into the same memory)");
+      }
+      if (parts[k].end > parts[far].end) far = k;
+    }
   }
 
   // A value whose bytes may change under the connector is copied first.

@@ -13,9 +13,10 @@ from __future__ import annotations
 
 import asyncio
 import concurrent.futures
+import ctypes
 import inspect
 import threading
-from typing import Any, Callable, List, Optional, Sequence, Set, TypeVar, Union
+from typing import Any, Callable, List, Optional, Sequence, Set, Tuple, TypeVar, Union
 
 from . import KeyNamespace
 from .connector import BlockResult, Connector as _SyncConnector, Slots, _Namespaces
@@ -24,7 +25,9 @@ from .stores.protocol import StoreError
 __all__ = ["Connector"]
 
 _T = TypeVar("_T")
-_METHODS = ("get", "get_prefix", "get_into", "put", "exists", "delete")
+# The store methods the compiled connector calls, registered memory (the zero-copy path) included.
+_METHODS = ("get", "get_prefix", "get_into", "put", "exists", "delete", "put_from", "get_into_registered",
+            "register_memory")
 
 
 class _Cancelled(BaseException):
@@ -120,6 +123,53 @@ class _Bridge:
             self._local.call = None
 
 
+_Saved = List[List[Tuple[Any, bytearray]]]
+
+
+def _bytes_of(buffer: Any) -> Any:
+    """A ctypes array over a writable, C-contiguous buffer (None when empty), holding its
+    export: the memory cannot move while it lives. TypeError, ValueError or
+    NotImplementedError for anything else."""
+    mv = memoryview(buffer)
+    flat = mv if mv.format == "B" and mv.ndim == 1 else mv.cast("B")
+    return (ctypes.c_char * flat.nbytes).from_buffer(flat) if flat.nbytes else None
+
+
+def _saved(buffers: Sequence[Any]) -> Optional[_Saved]:
+    """Per block, (the part's memory, a copy of its bytes now) for each destination part,
+    to put back when the call is cancelled after it wrote them; None when a destination is
+    no writable C-contiguous buffer (the connector then refuses it, naming it, and writes
+    nothing). The copies are ctypes.memmove calls, which release the GIL: the event loop
+    runs on meanwhile."""
+    try:
+        out = []
+        for block in buffers:
+            parts = []
+            for p in block if isinstance(block, (list, tuple)) else [block]:
+                memory = _bytes_of(p)
+                copy = bytearray(ctypes.sizeof(memory) if memory is not None else 0)
+                if memory is not None:
+                    ctypes.memmove((ctypes.c_char * len(copy)).from_buffer(copy), memory, len(copy))
+                parts.append((memory, copy))
+            out.append(parts)
+        return out
+    except (TypeError, ValueError, NotImplementedError):  # not a writable buffer, or one memoryview cannot cast
+        return None
+
+
+def _put_back(saved: Optional[_Saved], results: List[BlockResult]) -> None:
+    """The destinations of the blocks a cancelled load_into wrote, as they were before it
+    (then the copies go, and with them the destinations' exports)."""
+    if saved is None:
+        return
+    for parts, r in zip(saved, results):
+        if r.loaded:
+            for memory, before in parts:
+                if memory is not None:
+                    ctypes.memmove(memory, (ctypes.c_char * len(before)).from_buffer(before), len(before))
+    saved.clear()
+
+
 async def _ended(work: "asyncio.Future[Any]") -> None:
     """Waits until work has ended (however often the waiting task is cancelled again)."""
     while not work.done():
@@ -139,9 +189,10 @@ class Connector:
     A cancelled call (``task.cancel()``, ``asyncio.wait_for``) cancels the store coroutines
     it started, makes no further store call, and waits until its work has ended before
     ``CancelledError`` reaches the caller: once it has, nothing reads the payloads or writes
-    into the buffers of that call. A store read cancelled this way serves nothing (its
-    blocks are not loaded and no store error is counted); a sync store's method, which runs
-    in the worker and cannot be interrupted, is waited for and its reply is not used."""
+    into the buffers of that call, and ``load_into``'s destinations are as they were. A
+    store read cancelled this way serves nothing (its blocks are not loaded and no store
+    error is counted); a sync store's method, which runs in the worker and cannot be
+    interrupted, is waited for and its reply is not used."""
 
     def __init__(self, store: Any, ns: _Namespaces, *, executor: Optional[concurrent.futures.Executor] = None,
                  **options: Any) -> None:
@@ -175,10 +226,13 @@ class Connector:
         return Connector(self.store, [r.with_epoch(epoch) for r in self.ranks], executor=self.executor,
                          **self._options)
 
-    async def _run(self, f: Callable[..., _T], *args: Any, **kwargs: Any) -> _T:
+    async def _run(self, f: Callable[..., _T], *args: Any, undo: Optional[Callable[[_T], None]] = None,
+                   **kwargs: Any) -> _T:
         """f(*args, **kwargs) in the executor. Cancelled, the call cancels the store
         coroutines it started and waits until its work has ended before CancelledError
-        reaches the caller: nothing touches the caller's buffers after that."""
+        reaches the caller: nothing touches the caller's buffers after that. Where the work
+        had already finished (the cancel came too late to stop it), undo(its result) runs
+        in the executor, and is waited for, before CancelledError."""
         loop = asyncio.get_running_loop()
         current = _Call(loop)
         bridge = self._bridge
@@ -192,6 +246,9 @@ class Connector:
         except asyncio.CancelledError:
             current.cancel()
             await _ended(future)
+            done = None if future.cancelled() or future.exception() is not None else future.result()
+            if undo is not None and done is not None:
+                await _ended(loop.run_in_executor(self.executor, undo, done))
             raise
         return result  # type: ignore[return-value]  # None only for a cancelled call
 
@@ -213,8 +270,28 @@ class Connector:
     async def load_into(self, block_hashes: Sequence[bytes], buffers: Union[Sequence[Any], Slots], *,
                         rank: int = 0, indices: Optional[Sequence[int]] = None) -> List[BlockResult]:
         """``kvkey.Connector.load_into``: verified, then written into the destinations
-        (or, with ``kvkey.Slots``, read into the slots and verified there)."""
-        return await self._run(self._sync.load_into, block_hashes, buffers, rank=rank, indices=indices)
+        (or, with ``kvkey.Slots``, read into the slots and verified there). Cancelled, the
+        call leaves the destinations as they were: a cancel that lands while verified bytes
+        are being written waits for the write and puts the bytes back before
+        ``CancelledError`` (the worker keeps a copy of the destinations for this). Slots
+        of a cancelled call are as slots whose block is not loaded: never use them."""
+        if isinstance(buffers, Slots):
+            return await self._run(self._sync.load_into, block_hashes, buffers, rank=rank, indices=indices)
+        sync, dest = self._sync, buffers
+
+        def load() -> Tuple[Optional[_Saved], List[BlockResult]]:
+            saved = _saved(dest)
+            try:
+                return saved, sync.load_into(block_hashes, dest, rank=rank, indices=indices)
+            except BaseException:
+                if saved is not None:
+                    saved.clear()  # the copies hold the destinations' exports: not past the call
+                raise
+
+        saved, results = await self._run(load, undo=lambda done: _put_back(*done))
+        if saved is not None:
+            saved.clear()
+        return results
 
     async def save_from(self, block_hashes: Sequence[bytes], slots: Slots, indices: Optional[Sequence[int]] = None,
                         *, rank: int = 0) -> int:

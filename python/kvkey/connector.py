@@ -91,12 +91,20 @@ _STORE_METHODS = ("get", "get_prefix", "get_into", "put", "exists", "delete", "p
                   "register_memory")
 
 
+def _is_async(method: Any) -> bool:
+    """A coroutine (or async generator) function, or a callable object whose __call__ is one."""
+    if method is None:
+        return False
+    if inspect.iscoroutinefunction(method) or inspect.isasyncgenfunction(method):
+        return True
+    call = None if inspect.isroutine(method) else getattr(type(method), "__call__", None)
+    return call is not None and (inspect.iscoroutinefunction(call) or inspect.isasyncgenfunction(call))
+
+
 def _refuse_async_store(store: Any) -> None:
     """TypeError for a store whose methods are coroutines (an asyncio store, such as
     kvkey.stores.aio.RedisStore): this connector would get coroutine objects, never values."""
-    methods = [m for m in _STORE_METHODS
-               if inspect.iscoroutinefunction(getattr(store, m, None)) or
-               inspect.isasyncgenfunction(getattr(store, m, None))]
+    methods = [m for m in _STORE_METHODS if _is_async(getattr(store, m, None))]
     if methods:
         kind = type(store)
         raise TypeError(f"kvkey.Connector: the store {kind.__module__}.{kind.__qualname__} is an asyncio store "

@@ -33,7 +33,7 @@ import traceback
 from typing import Any, Callable, Dict, List, Optional, Sequence, Set, Tuple
 
 import kvkey as kv
-from .connector import Connector, Slots
+from .connector import Connector, Slots, _is_async as _is_async_method
 from .stores import Store
 
 __all__ = ["CaseResult", "Report", "check_store"]
@@ -692,7 +692,7 @@ class _Loop:
 
 
 def _is_async(store: Any) -> bool:
-    return any(inspect.iscoroutinefunction(getattr(store, m, None)) for m in ("get", "put"))
+    return any(_is_async_method(getattr(store, m, None)) for m in ("get", "put"))
 
 
 class _SyncStore:

@@ -428,6 +428,12 @@ class PyStore : public kvkey::Store {
   template <class F>
   void each(const py::object& reply, std::size_t n, const char* call, F&& f) const {
     if (!PyList_Check(reply.ptr()) && !PyTuple_Check(reply.ptr())) {
+      if (PyCoro_CheckExact(reply.ptr())) {  // never awaited: closed, and the store named for what it is
+        reply.attr("close")();
+        throw kvkey::store_error("protocol", std::string(call) +
+                                                 " answered a coroutine, not a list: an asyncio store, for "
+                                                 "kvkey.aio.Connector");
+      }
       throw kvkey::store_error("protocol", std::string(call) + " answered a " + type_name(reply) + ", not a list");
     }
     const py::sequence seq = py::reinterpret_borrow<py::sequence>(reply);

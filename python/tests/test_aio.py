@@ -6,6 +6,7 @@ per-key error reply, and one task's failure never closes another task's connecti
 kvkey.Connector refuses an async store."""
 
 import asyncio
+import concurrent.futures
 import secrets
 import threading
 
@@ -341,6 +342,88 @@ def test_a_cancelled_save_waits_for_the_payloads_to_be_read():
     asyncio.run(run())
 
 
+class HeldExecutor(concurrent.futures.ThreadPoolExecutor):
+    """Runs the first job it is given, then holds its result until `release` is set: a
+    connector call whose work has verified and written the destinations, not yet ended."""
+
+    def __init__(self):
+        super().__init__(max_workers=2)
+        self.finished, self.release, self.first = threading.Event(), threading.Event(), True
+
+    def submit(self, fn, /, *args, **kwargs):
+        if not self.first:
+            return super().submit(fn, *args, **kwargs)
+        self.first = False
+
+        def held():
+            try:
+                return fn(*args, **kwargs)
+            finally:
+                self.finished.set()
+                self.release.wait(30)
+
+        return super().submit(held)
+
+
+@pytest.mark.parametrize("into", [False, True], ids=["get", "get_into"])
+def test_a_cancel_that_lands_after_the_destinations_were_written_puts_them_back(into):
+    """The window where the worker has verified and copied into the destinations when the
+    cancel lands: the copy is waited for and undone before CancelledError, per-layer parts
+    included; the blocks that were not loaded were never written."""
+    store = GatedStore(into=into)
+    ns, hashes, payloads = saved(store)
+    store.inner.values.pop(ns.store_key(hashes[2]))  # a missing block among loaded ones
+    half = ns.payload_size // 2
+
+    async def run():
+        executor = HeldExecutor()
+        conn = kvkey.aio.Connector(store, ns, log=False, executor=executor)
+        bufs = [bytearray(b"\xee" * ns.payload_size) for _ in hashes]
+        dest = [[memoryview(b)[:half], memoryview(b)[half:]] if i % 2 else b for i, b in enumerate(bufs)]
+        task = asyncio.ensure_future(conn.load_into(hashes, dest))
+        while not executor.finished.is_set():
+            await asyncio.sleep(0.001)
+        assert [bytes(b) for i, b in enumerate(bufs) if i != 2] == [p for i, p in enumerate(payloads) if i != 2]
+        task.cancel()
+        await asyncio.sleep(0.01)
+        executor.release.set()
+        with pytest.raises(asyncio.CancelledError):
+            await task
+        assert all(b == b"\xee" * ns.payload_size for b in bufs)
+        res = await conn.load_into(hashes, dest)  # the next call serves
+        assert [r.status for r in res] == ["loaded", "loaded", "missing", "loaded"]
+        assert bytes(bufs[3]) == payloads[3] and bufs[2] == b"\xee" * ns.payload_size
+        executor.shutdown()
+
+    asyncio.run(run())
+
+
+def test_the_copy_kept_for_a_cancel_never_outlives_the_call():
+    """The worker's copy of the destinations holds their memory while the call runs only:
+    once it has returned, failed or been cancelled, a bytearray destination can be resized."""
+    store = GatedStore()
+    ns, hashes, payloads = saved(store)
+
+    async def run():
+        conn = kvkey.aio.Connector(store, ns, log=False)
+        bufs = [bytearray(ns.payload_size) for _ in hashes]
+        assert all(r.loaded for r in await conn.load_into(hashes, bufs))
+        bufs[0].extend(b"x")
+        with pytest.raises(kvkey.InputError, match=r"buffers\[1\]"):
+            await conn.load_into(hashes[:2], [bufs[1], bytearray(5)])
+        bufs[1].extend(b"x")
+        store.hold, store.gate, store.entered = True, asyncio.Event(), asyncio.Event()
+        task = asyncio.ensure_future(conn.load_into(hashes[2:], bufs[2:]))
+        await store.entered.wait()
+        task.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await task
+        for b in bufs[2:]:
+            b.extend(b"x")
+
+    asyncio.run(run())
+
+
 def test_wait_for_a_timeout_on_a_connector_call():
     store = GatedStore()
     ns, hashes, _ = saved(store)
@@ -369,6 +452,36 @@ def test_a_sync_connector_refuses_an_async_store():
 
     with pytest.raises(TypeError, match=r"OneAsync is an asyncio store \(exists is a coroutine\)"):
         kvkey.Connector(OneAsync(), ns)
+
+    class Coroutines:
+        async def __call__(self, keys):
+            return [None] * len(keys)
+
+    class CallableAsync(MemoryStore):  # a method that is an object with an async __call__
+        get = Coroutines()
+
+    with pytest.raises(TypeError, match=r"CallableAsync is an asyncio store \(get is a coroutine\)"):
+        kvkey.Connector(CallableAsync(), ns)
+
+
+def test_a_store_method_that_returns_a_coroutine_is_named_and_closed():
+    """Unseen at construction (a plain def that returns a coroutine): each call is a
+    protocol error naming it, a miss, and the coroutine is closed, never left unawaited."""
+    ns = kvkey.KeyNamespace(make_identity())
+    made = []
+
+    class Hidden(MemoryStore):
+        async def _get(self, keys):
+            return [None] * len(keys)
+
+        def get(self, keys):
+            made.append(self._get(keys))
+            return made[-1]
+
+    conn = kvkey.Connector(Hidden(), ns, log=False)
+    assert conn.load(ns.block_hashes(range(64))) == [None]
+    assert conn.last_error.kind == "protocol" and "kvkey.aio.Connector" in str(conn.last_error)
+    assert made and made[0].cr_frame is None  # closed
 
 
 def test_a_sync_connector_refuses_the_async_redis_store():

@@ -3,6 +3,7 @@
 ownership, replies checked at the seam, and store failures logged."""
 
 import logging
+import re
 
 import pytest
 
@@ -345,3 +346,31 @@ def test_argument_errors_carry_id_and_field():
             call()
         assert (e.value.id, e.value.field) == ("kvkey.input_error", field)
         assert str(e.value).startswith(f"[kvkey.input_error] {field}: ")
+
+
+def test_load_into_refuses_destinations_that_share_memory():
+    """Two blocks (or two parts of one) written into the same bytes are the caller's
+    bug: InputError naming the buffers, before anything is read, nothing counted."""
+    np = pytest.importorskip("numpy")
+    store, ns = MemoryStore(), kvkey.KeyNamespace(identity())
+    m = kvkey.Metrics()
+    c = kvkey.Connector(store, ns, metrics=m)
+    hashes = ns.block_hashes(tokens(8))
+    assert c.save(hashes, [pattern(PAYLOAD, 1), pattern(PAYLOAD, 2)]) == 2
+    before = snapshot(m)
+    mem = np.full(2 * PAYLOAD, 0xEE, np.uint8)
+    half = PAYLOAD // 2
+    cases = [
+        ("buffers[1] overlaps buffers[0]", [mem[:PAYLOAD], mem[:PAYLOAD]]),  # one buffer twice
+        ("buffers[1] overlaps buffers[0]", [mem[half:half + PAYLOAD], mem[:PAYLOAD]]),  # a half
+        ("buffers[0][1] overlaps buffers[0][0]", [[mem[:half], mem[half - 1:PAYLOAD - 1]], mem[PAYLOAD:]]),
+        ("buffers[1][1] overlaps buffers[0]", [mem[:PAYLOAD], [mem[PAYLOAD:PAYLOAD + half], mem[half:PAYLOAD]]]),
+    ]
+    for named, dest in cases:
+        with pytest.raises(kvkey.InputError, match=re.escape(named)) as e:
+            c.load_into(hashes, dest)
+        assert e.value.field == "buffers"
+    assert (mem == 0xEE).all() and snapshot(m) == before
+    res = c.load_into(hashes, [mem[:PAYLOAD], mem[PAYLOAD:]])  # adjacent: fine
+    assert [r.status for r in res] == ["loaded", "loaded"]
+    assert mem[:PAYLOAD].tobytes() == pattern(PAYLOAD, 1) and mem[PAYLOAD:].tobytes() == pattern(PAYLOAD, 2)

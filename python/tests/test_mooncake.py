@@ -108,6 +108,14 @@ def test_without_a_lease_ttl_removes_are_refused_unless_forced(store, master):
         gentle.delete([k])
     assert e.value.kind == "server" and "-706" in str(e.value)
     assert store.delete([k]) == 1
+    # One key refused among others fails that key alone: the rest are removed.
+    held, free = f"kvk-test-{secrets.token_hex(4)}/held", f"kvk-test-{secrets.token_hex(4)}/free"
+    assert store.put([held, free], [b"x" * 100, b"y" * 100]) == [True, True]
+    assert gentle.get([held]) == [b"x" * 100]
+    assert gentle.delete([held, free]) == 1
+    assert gentle.key_errors["server"] == 1 and "-706" in str(gentle.last_key_error)
+    assert store.exists([held, free]) == [True, False]
+    assert store.delete([held]) == 1
 
 
 def test_the_connector_on_mooncake(store):

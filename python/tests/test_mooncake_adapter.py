@@ -123,7 +123,7 @@ class FakeMooncake:
 
     # removes
     def batch_remove(self, keys, force=False):
-        return [OK if self.values.pop(k, None) is not None else NOT_FOUND for k in keys]
+        return [self._fault(k) or (OK if self.values.pop(k, None) is not None else NOT_FOUND) for k in keys]
 
     def remove_by_regex(self, pattern, force=False):
         rx = re.compile(pattern)
@@ -146,6 +146,14 @@ def test_options_that_disable_a_behaviour_are_refused(option, value, error):
     with pytest.raises(error, match=option):
         MooncakeStore(FakeMooncake(), **{option: value})
     MooncakeStore(FakeMooncake(), busy_retries=0, busy_wait=0)  # the least values that still mean something
+
+
+@pytest.mark.parametrize("option", ["global_segment_size", "local_buffer_size"])
+def test_connect_refuses_a_negative_size_before_connecting(option):
+    with pytest.raises(ValueError, match=f"{option} is -1, must be at least 0"):
+        MooncakeStore.connect("127.0.0.1:1", **{option: -1})
+    with pytest.raises(TypeError, match=option):
+        MooncakeStore.connect("127.0.0.1:1", **{option: 1.5})
 
 
 def test_registered_memory_round_trip_through_the_connector():
@@ -174,6 +182,40 @@ def test_registered_memory_round_trip_through_the_connector():
     assert len(fake.regions) == 1  # closed slots unregister their memory; the store's header scratch stays
     store.close()
     assert fake.regions == {}
+
+
+def test_the_aio_connector_takes_the_zero_copy_path_of_a_sync_store():
+    """kvkey.aio.Connector over MooncakeStore: save_from and load_into with Slots move the
+    values from and into the registered slots (batch_upsert_from, batch_get_into), as the
+    sync connector does, not through copies (upsert_batch, get_batch)."""
+    import asyncio
+
+    import kvkey.aio
+
+    fake = FakeMooncake()
+    calls = []
+    for name in ("batch_upsert_from", "batch_get_into", "upsert_batch", "get_batch"):
+        def counted(*args, _f=getattr(fake, name), _n=name):
+            calls.append(_n)
+            return _f(*args)
+        setattr(fake, name, counted)
+    store = MooncakeStore(fake)
+    ns = namespace()
+    hashes = ns.block_hashes(range(64 * 3))
+
+    async def run():
+        conn = kvkey.aio.Connector(store, ns, log=False)
+        with kvkey.Slots(store, 3, ns.payload_size) as out, kvkey.Slots(store, 3, ns.payload_size) as into:
+            for i in range(3):
+                out.payload(i)[:] = bytes([i + 7]) * ns.payload_size
+            assert await conn.save_from(hashes, out) == 3
+            res = await conn.load_into(hashes, into)
+            assert all(r.loaded for r in res)
+            assert bytes(into.payload(2)) == bytes([9]) * ns.payload_size
+
+    asyncio.run(run())
+    assert calls == ["batch_upsert_from", "batch_get_into"]
+    store.close()
 
 
 def test_one_negative_code_fails_that_key_alone_and_is_counted():
@@ -210,6 +252,22 @@ def test_one_negative_code_fails_that_key_alone_and_is_counted():
         store.get_into_registered([ns.store_key(h) for h in hashes], [1] * 4, [1] * 4)
     assert e.value.kind == "connection"
     store.close()
+
+
+def test_one_negative_code_in_a_remove_fails_that_key_alone():
+    fake = FakeMooncake()
+    store = MooncakeStore(fake, key_batch=2)
+    keys = [f"k{i}" for i in range(4)]
+    for k in keys:
+        fake.values[k] = b"x"
+    fake.fail["k1"] = TRANSFER_FAIL
+    assert store.delete(keys) == 3  # the other keys, in both batches, are removed
+    assert list(fake.values) == ["k1"]
+    assert store.key_errors["connection"] == 1 and "-800" in str(store.last_key_error)
+    fake.fail["k1"] = -706  # every key refused: the call fails, naming the code
+    with pytest.raises(StoreError, match="-706") as e:
+        store.delete(["k1"])
+    assert e.value.kind == "server"
 
 
 def test_a_failing_header_read_waits_for_the_reads_it_started():

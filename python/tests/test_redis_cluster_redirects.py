@@ -233,6 +233,29 @@ def test_a_redirect_to_a_node_that_cannot_be_reached_fails_that_key_alone(fake):
     assert list(store.get(keys)) == [b"v"] * 4
 
 
+@pytest.mark.parametrize("text", ["MOVED abc {host}:1", "MOVED {slot}", "ASK", "MOVED {slot} {host}",
+                                  "ASK {slot} {host}:port", "MOVED {slot} [::1]:x"])
+def test_a_redirect_redis_py_cannot_parse_fails_that_key_alone(fake, text):
+    """redis-py raises inside its reply parser for these, which broke the whole pipeline
+    (every key of the call failed): the key alone fails, the parser is left as it was."""
+    c, client = fake["cluster"], fake["client"]
+    keys = keys_on((0, 8191), 3) + keys_on((8192, 15999), 2, "m")
+    for k in keys:
+        c.data[k.encode()] = b"v"
+    c.redirects[(fake["a"], keys[1].encode())] = text.format(slot=key_slot(keys[1].encode()), host=HOST)
+    before = client_view(client)
+    store = RedisClusterStore(client)
+    got = store.get(keys)
+    assert [g for g in got] == [b"v", None, b"v", b"v", b"v"]
+    assert got.errors[1].kind == "protocol" and "not followed" in str(got.errors[1])
+    assert client_view(client) == before
+    parsers = [conn._parser for n in client.get_nodes() if n.redis_connection is not None
+               for conn in n.redis_connection.connection_pool._available_connections]
+    assert parsers and all("EXCEPTION_CLASSES" not in vars(p) for p in parsers)  # put back as it was
+    c.redirects.clear()
+    assert list(store.get(keys)) == [b"v"] * 5
+
+
 def test_a_redirect_inside_the_cluster_is_followed_without_changing_the_client(fake):
     c, client = fake["cluster"], fake["client"]
     keys = keys_on((0, 8191), 3)

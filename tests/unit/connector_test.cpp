@@ -219,6 +219,50 @@ TEST_CASE("Connector::load_into: destinations that cannot hold a payload are the
   CHECK(s.false_hits == before.false_hits);
 }
 
+TEST_CASE("Connector::load_into: destinations that share memory are the caller's error", "[connector]") {
+  kvkey::MemoryStore store;
+  const kvkey::KeyNamespace<> ns(small_identity());
+  kvkey::Metrics m;
+  const kvkey::Connector<> c(store, ns, &m);
+  const std::vector<kvkey::Digest> blocks = ns.block_hashes(kvkey_test::tokens(8));
+  REQUIRE(c.save(blocks, views({pattern(payload_bytes, 3), pattern(payload_bytes, 4)})) == 2);
+  const kvkey::MetricsSnapshot before = m.snapshot();
+  Bytes mem(3 * payload_bytes, 0x11);
+  std::uint8_t* b = mem.data();
+  const std::size_t half = payload_bytes / 2;
+  struct Case {
+    std::vector<std::vector<kvkey::MutableBuffer>> d;
+    std::string named;
+  };
+  const std::vector<Case> cases = {
+      {{{{b, payload_bytes}}, {{b, payload_bytes}}}, "buffers[1] overlaps buffers[0]"},  // one buffer twice
+      {{{{b + half, payload_bytes}}, {{b, payload_bytes}}}, "buffers[1] overlaps buffers[0]"},  // a half
+      {{{{b, half}, {b + half - 1, payload_bytes - half}}, {{b + payload_bytes, payload_bytes}}},
+       "buffers[0][1] overlaps buffers[0][0]"},  // one byte, two parts of one block
+      {{{{b + 2 * half, half}, {b + 3 * half, half}}, {{b, half}, {b + 3 * half + 1, half}}},
+       "buffers[1][1] overlaps buffers[0][1]"},  // one block's part reaching into another's
+  };
+  for (const Case& k : cases) {
+    try {
+      (void)c.load_into(blocks, k.d);
+      FAIL("no input_error for " + k.named);
+    } catch (const kvkey::input_error& e) {
+      CHECK(e.field() == "buffers");
+      CHECK(std::string(e.what()).find(k.named) != std::string::npos);
+    }
+  }
+  CHECK(mem == Bytes(3 * payload_bytes, 0x11));
+  const kvkey::MetricsSnapshot s = m.snapshot();
+  CHECK(s.load_loaded == before.load_loaded);
+  CHECK(s.load_rejected == before.load_rejected);
+  CHECK(s.false_hits == before.false_hits);
+  // Adjacent, not overlapping: loaded.
+  const std::vector<kvkey::MutableBuffer> adjacent = {{b, payload_bytes}, {b + payload_bytes, payload_bytes}};
+  const auto r = c.load_into(blocks, adjacent);
+  CHECK((r[0].loaded() && r[1].loaded()));
+  CHECK(Bytes(b, b + payload_bytes) == pattern(payload_bytes, 3));
+}
+
 TEST_CASE("Connector serves the bytes it verified, whatever the store does with its buffers", "[connector]") {
   ArenaStore store;
   const kvkey::KeyNamespace<> ns(small_identity());

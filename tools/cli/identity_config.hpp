@@ -53,6 +53,15 @@ kvkey::AnyKeyNamespace reader_namespace_for(const IdentityConfig& config, const 
 void require_secret_for(const kvkey::EnvelopeContents& header, const std::string& header_path,
                         const kvkey::AnyKeyNamespace& reader, const char* command);
 
+/// The reader's verdict on a header whose payload is not given (inspect of a
+/// header file, verify --size): every check but the digest or tag over the
+/// bytes. A keyed reader's own size-only check never accepts (it authenticates
+/// every payload it serves), which would call a valid header a payload
+/// mismatch; here that check alone is left out, so a header without a tag is
+/// still refused.
+kvkey::Verdict verify_without_payload(const kvkey::AnyKeyNamespace& reader, const std::vector<std::uint8_t>& header,
+                                      const kvkey::Digest& block, std::uint64_t payload_size);
+
 /// load_identity_config + namespace_for.
 kvkey::KeyNamespace<> load_namespace(const std::string& path);
 

@@ -153,7 +153,7 @@ int append_reader_check(std::string& out, const InspectOptions& o, const ValueFi
     size = value.payload->size();
     v = ns.verify(h.data(), h.size(), c.block_hash, kvkey::Payload(value.payload->data(), value.payload->size()));
   } else {
-    v = ns.verify(h.data(), h.size(), c.block_hash, size);
+    v = verify_without_payload(ns, h, c.block_hash, size);
   }
   append_row(out, "verdict", fmt::format("{}", v), label_width);
   if (!v.ok()) append_mismatch(out, c, v, ns, c.block_hash, size, label_width);

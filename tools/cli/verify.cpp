@@ -55,7 +55,7 @@ int run_verify(const VerifyOptions& o, std::string& out) {
     v = ns.verify(h.data(), h.size(), block, kvkey::Payload(bytes.data(), bytes.size()));
   } else {
     size = parse_uint_option(o.size, 64, "--size");
-    v = ns.verify(h.data(), h.size(), block, size);
+    v = verify_without_payload(ns, h, block, size);
   }
 
   print(out, "verdict: {}\n", v);

@@ -685,10 +685,21 @@ class PayloadTest(ToolTest):
         rc, out, err = run("verify", config, header, "--block", block, "--payload", self.tmp_path("kv.bin"),
                            "--secret-file", secret)
         self.assertEqual((rc, err, out.splitlines()[0]), (0, "", "verdict: ok"), out)
-        # Size only: a keyed reader's check of everything but the tag, never a namespace_kind mismatch.
+        # Size only: a keyed reader's check of everything but the tag, never a namespace_kind or
+        # payload mismatch for a valid header; another size is still refused.
         rc, out, _ = run("verify", config, header, "--block", block, "--size", str(case["payload_size"]),
                          "--secret-file", secret)
-        self.assertNotIn("namespace_kind", out)
+        self.assertEqual((rc, out.splitlines()[0]), (0, "verdict: ok"), out)
+        self.assertIn("size only: the payload bytes were not checked", out)
+        rc, out, _ = run("verify", config, header, "--block", block, "--size", str(case["payload_size"] + 1),
+                         "--secret-file", secret)
+        self.assertEqual((rc, out.splitlines()[0]), (1, "verdict: size_mismatch (payload_size)"), out)
+        rc, out, _ = run("inspect", header, "--identity", config, "--secret-file", secret, "--key", keyed["keys"][1])
+        self.assertEqual((rc, row(out, "verdict")), (0, "ok"), out)
+        self.assertIn("header only: the payload was not checked", out)
+        rc, out, _ = run("verify", config, header, "--block", block, "--size", str(case["payload_size"]),
+                         "--secret-file", rotated)
+        self.assertEqual(rc, 1, out)
         # Without the secret the header cannot be checked: an error naming the option, not a rejection.
         self.assert_error(["verify", config, header, "--block", block, "--payload", self.tmp_path("kv.bin")],
                           r"keyed namespace \(secret id %s\)" % keyed["secret_id"], r"--secret-file")

@@ -224,7 +224,10 @@ class MooncakeStore(_KeyErrors):
         metadata_server, global_segment_size, local_buffer_size, protocol, rdma_devices,
         master_server_addr)``. ``global_segment_size`` is the memory this process lends
         the store (0: none; its objects then live in other processes); ``options`` go to
-        the store's constructor. ``close()`` tears the client down."""
+        the store's constructor. ``close()`` tears the client down. A negative size (``-1``
+        meaning "unlimited" by accident) is refused before anything connects."""
+        global_segment_size = _option_int("global_segment_size", global_segment_size, 0)
+        local_buffer_size = _option_int("local_buffer_size", local_buffer_size, 0)
         try:
             from mooncake.store import MooncakeDistributedStore  # type: ignore
         except ImportError as e:
@@ -570,16 +573,23 @@ class MooncakeStore(_KeyErrors):
         return self._replies(out, errors)
 
     def delete(self, keys: Sequence[str]) -> int:
-        """``batch_remove`` (forced unless ``force_remove`` is False); how many existed."""
+        """``batch_remove`` (forced unless ``force_remove`` is False); how many existed. A
+        negative code fails that key alone (counted in ``key_errors`` and
+        ``last_key_error``); the call fails when every key failed."""
         keys = list(dict.fromkeys(keys))
         removed = 0
+        failed: Dict[int, int] = {}  # key index -> its code
         for a, b in self._chunks(len(keys), self.key_batch):
             codes = self._codes("batch_remove", self._call("batch_remove", self.client.batch_remove, keys[a:b],
                                                            self.force_remove), b - a)
-            bad = [c for c in codes if c < 0 and c not in _MISS]
-            if bad:
-                raise self._fail("batch_remove", bad[0], len(bad))
+            failed.update((a + j, c) for j, c in enumerate(codes) if c < 0 and c not in _MISS)
             removed += sum(1 for c in codes if c == OK)
+        if failed and len(failed) == len(keys):
+            raise self._fail("batch_remove", failed[min(failed)], len(failed))
+        if failed:
+            self.last_code = failed[min(failed)]
+        self._replies([], {i: StoreError(code_kind(c), f"mooncake batch_remove: {_name(c)}")
+                           for i, c in failed.items()})
         return removed
 
     def exists(self, keys: Sequence[str]) -> List[bool]:

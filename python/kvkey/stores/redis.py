@@ -259,6 +259,7 @@ class _RedisBase(_KeyErrors):
         conn = pool.get_connection("MULTI")
         pipe.connection = conn
         pipe.connection_pool = _HeldPool(pool)
+        restore = self._reading(conn)
         if until is not None:
             left = max(0.0, until - time.monotonic())
 
@@ -300,9 +301,15 @@ class _RedisBase(_KeyErrors):
             in_step = True
             return replies
         finally:
+            restore()
             if not in_step:
                 conn.disconnect()  # never back to the pool open: it may be out of step
             pool.release(conn)
+
+    def _reading(self, conn: Any) -> Callable[[], None]:
+        """Prepares conn, held by this call alone, to read its replies; returns what
+        puts it back as it was before it goes back to the pool (here: nothing to do)."""
+        return lambda: None
 
     def get(self, keys: Sequence[str]) -> Replies:
         replies = self._each("get", keys, lambda p, k: p.execute_command("GET", _wire(k)))

@@ -127,6 +127,26 @@ class RedisClusterStore(_RedisBase):
         _close_idle(node)
         return StoreError(e.kind, f"{during}: redirected to {node.name}: {e}")
 
+    def _reading(self, conn: Any) -> Callable[[], None]:
+        """A redirect whose text redis-py cannot parse ("MOVED x", an address without a
+        port) raises inside its reply parser, which fails the whole pipeline: while this
+        call holds conn, its parser makes such a redirect that key's reply instead (a
+        redirect the store does not follow), and is put back as it was after."""
+        parser: Any = getattr(conn, "_parser", None)
+        classes = getattr(parser, "EXCEPTION_CLASSES", None)
+        if not isinstance(classes, dict) or "MOVED" not in classes or not hasattr(parser, "__dict__"):
+            return lambda: None
+        own = "EXCEPTION_CLASSES" in vars(parser)
+        parser.EXCEPTION_CLASSES = {**classes, **_loose_redirects()}
+
+        def restore() -> None:
+            if own:
+                parser.EXCEPTION_CLASSES = classes
+            else:
+                del parser.EXCEPTION_CLASSES
+
+        return restore
+
     def _redirect(self, e: Any, key: str, during: str) -> Union[Tuple[Any, bool], StoreError]:
         """Where a redirected key goes next: (node, with ASKING); or, for a redirect the store
         does not follow, the key's failure: a slot that is not the key's, or an address that is
@@ -136,6 +156,9 @@ class RedisClusterStore(_RedisBase):
         rex: Any = importlib.import_module("redis.exceptions")
         rcrc: Any = importlib.import_module("redis.crc")
         what = "MOVED" if isinstance(e, rex.MovedError) else "ASK"
+        if getattr(e, "slot_id", None) is None:
+            return StoreError("protocol", f"{during}: {what} {getattr(e, 'message', '')!r}, a redirect that names no "
+                              "slot and address: not followed")
         slot = rcrc.key_slot(_wire(key))
         if e.slot_id != slot:
             return StoreError("protocol", f"{during}: {what} {e.slot_id} {e.host}:{e.port}, but the key's slot is {slot}:"
@@ -164,6 +187,30 @@ class RedisClusterStore(_RedisBase):
     def scan_prefix(self, prefix: str) -> Iterator[str]:
         for node in self.primaries():
             yield from self._scan_node(self.client.get_redis_connection(node), prefix)
+
+
+_LOOSE: Dict[str, Any] = {}
+
+
+def _loose_redirects() -> Dict[str, Any]:
+    """MOVED and ASK as redis-py's classes, except that a text they cannot parse makes an
+    error whose slot_id is None instead of raising inside the reply parser."""
+    if not _LOOSE:
+        rex: Any = importlib.import_module("redis.exceptions")
+
+        def loose(base: Any) -> Any:
+            def __init__(self: Any, resp: str) -> None:
+                try:
+                    base.__init__(self, resp)
+                except (ValueError, TypeError, AttributeError):
+                    self.args, self.message = (resp,), resp
+                    self.slot_id, self.host, self.port = None, None, None
+                    self.node_addr = (None, None)
+
+            return type(base.__name__, (base,), {"__init__": __init__, "__module__": __name__})
+
+        _LOOSE.update({"MOVED": loose(rex.MovedError), "ASK": loose(rex.AskError)})
+    return dict(_LOOSE)
 
 
 def _close_idle(node: Any) -> None:
