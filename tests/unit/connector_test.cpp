@@ -235,7 +235,7 @@ TEST_CASE("Connector::load_into: destinations that share memory are the caller's
     std::string named;
   };
   const std::vector<Case> cases = {
-      {{{{b, payload_bytes}}, {{b, payload_bytes}}}, "buffers[1] overlaps buffers[0]"},  // one buffer twice
+      {{{{b, payload_bytes}}, {{b, payload_bytes}}}, "buffers[1] overlaps buffers[0]"},         // one buffer twice
       {{{{b + half, payload_bytes}}, {{b, payload_bytes}}}, "buffers[1] overlaps buffers[0]"},  // a half
       {{{{b, half}, {b + half - 1, payload_bytes - half}}, {{b + payload_bytes, payload_bytes}}},
        "buffers[0][1] overlaps buffers[0][0]"},  // one byte, two parts of one block
