@@ -19,7 +19,13 @@
 # declared dependencies are far more than the parts the project imports need; the file then
 # pins those needs itself).
 #
-# The venv is ${KVKEY_VENV:-$HOME/.cache/kvkey/venv}. A requirement file whose
+# A requirement file holding the line `# venv.sh: venv=NAME` goes into its own venv,
+# $HOME/.cache/kvkey/venv-NAME (for a package whose pins cannot share the project venv's:
+# vllm.txt's torch and transformers differ from lmdeploy.txt's). The files of one call
+# must agree on their venv.
+#
+# The venv is ${KVKEY_VENV:-$HOME/.cache/kvkey/venv} (KVKEY_VENV, when set, wins over a
+# file's venv= line). A requirement file whose
 # pinned versions are all installed already is not installed again (pip is not
 # even started), so a second call returns at once. A package that cannot be had fails the call,
 # naming the package and the requirement file. Progress goes to stderr.
@@ -112,6 +118,27 @@ case "${1:-}" in
   -h | --help | help) usage ;;
   -*) usage ;;
 esac
+
+# The venv a requirement file asks for (its `# venv.sh: venv=NAME` line), or the default.
+file_venv() {
+  local file="$reqdir/$1.txt" own
+  [ -f "$file" ] || { echo "$venv"; return 0; }
+  own="$(sed -nE 's/^# venv\.sh: venv=([A-Za-z0-9_-]+)$/\1/p' "$file" | head -n 1)"
+  if [ -n "$own" ] && [ -z "${KVKEY_VENV:-}" ]; then
+    echo "$HOME/.cache/kvkey/venv-$own"
+  else
+    echo "$venv"
+  fi
+}
+
+if [ "$#" -gt 0 ]; then
+  chosen="$(file_venv "$1")"
+  for name in "$@"; do
+    [ "$(file_venv "$name")" = "$chosen" ] ||
+      die "python/requirements/$name.txt goes into $(file_venv "$name"), python/requirements/$1.txt into $chosen: install them in separate calls"
+  done
+  venv="$chosen"
+fi
 
 mkdir -p "$(dirname "$venv")"
 # One caller at a time per venv (CI stages and developers' shells may share it).
