@@ -7,11 +7,12 @@
 ``write-model`` writes ``config.json`` (LlamaForCausalLM: 2 layers, hidden 64, 4 heads of
 32, 2 KV heads, vocab 512) and ``model.safetensors`` (bf16 weights drawn from ``--seed``:
 another seed is another checkpoint of the same model). ``run`` starts ``vllm.LLM`` on
-the CPU (``skip_tokenizer_init``, ``enforce_eager``, block size 32) with the connector
+the CPU (``skip_tokenizer_init``, ``enforce_eager``, block size 32, ``--dtype`` default bfloat16) with the connector
 given by ``--kv-transfer-config`` as vLLM takes it, runs each request of REQUESTS_JSON
-(a list of ``{"tokens": [...], "salt": null | "s", "weight_version": null | "v"}``, one
-``generate`` each, greedy, ``--max-tokens``; ``weight_version`` first calls
-``LLMEngine.set_weight_version``), and prints ``{"results": [{"tokens", "cached"}],
+(a list of ``{"tokens": [...], "salt": null | "s", "weight_version": null | "v", "before": null |
+argv}``, one ``generate`` each, greedy, ``--max-tokens``; ``weight_version`` first calls
+``LLMEngine.set_weight_version``, ``before`` first runs a command, e.g. one that stops
+the store), and prints ``{"results": [{"tokens", "cached"}],
 "kvkey": kvkey.integrations.vllm.metrics().as_dict()}`` on its last line. The engine
 runs in this process (``VLLM_ENABLE_V1_MULTIPROCESSING=0``) so the metrics are its
 connector's.
@@ -22,6 +23,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import subprocess
 import sys
 from typing import Any, Dict, List
 
@@ -65,10 +67,12 @@ def run(args: argparse.Namespace, requests: List[Dict[str, Any]]) -> Dict[str, A
     kv = json.loads(args.kv_transfer_config) if args.kv_transfer_config else None
     llm = LLM(model=args.model, served_model_name=args.name, skip_tokenizer_init=True, max_model_len=512,
               enforce_eager=True, block_size=BLOCK, kv_transfer_config=kv, max_num_seqs=4,
-              kv_cache_dtype=args.kv_cache_dtype, dtype="bfloat16", seed=0)
+              kv_cache_dtype=args.kv_cache_dtype, dtype=args.dtype, seed=0)
     results = []
     params = SamplingParams(temperature=0, max_tokens=args.max_tokens, ignore_eos=True)
     for r in requests:
+        if r.get("before"):
+            subprocess.run(r["before"], check=True)
         if r.get("weight_version") is not None:
             llm.llm_engine.set_weight_version(str(r["weight_version"]))
         prompt = TokensPrompt(prompt_token_ids=list(r["tokens"]))
@@ -95,6 +99,7 @@ def main(argv: List[str]) -> int:
     r.add_argument("--name", default="tiny-llama")
     r.add_argument("--kv-transfer-config", default=None)
     r.add_argument("--kv-cache-dtype", default="auto")
+    r.add_argument("--dtype", default="bfloat16")
     r.add_argument("--max-tokens", type=int, default=8)
     r.add_argument("requests")
     args = ap.parse_args(argv)

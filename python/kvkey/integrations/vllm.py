@@ -342,7 +342,22 @@ _memory_stores: Dict[str, Any] = {}
 _memory_lock = threading.Lock()
 
 
+_ADDRESS_KEY = {"memory": "memory_name", "redis": "redis_url", "redis-cluster": "redis_nodes",
+                "mooncake": "mooncake_master"}
+
+
 def _make_store(s: Settings) -> Any:
+    """The store the settings name; one that cannot be reached at start is ``ConfigError``
+    naming its address key (once running, a failing store is misses: kvkey.Connector)."""
+    from kvkey.stores import StoreError
+
+    try:
+        return _open_store(s)
+    except (StoreError, OSError) as e:
+        raise ConfigError(_ADDRESS_KEY[s.store], f"cannot reach the {s.store} store: {e}") from None
+
+
+def _open_store(s: Settings) -> Any:
     o = dict(s.store_options)
     if s.store == "memory":
         from kvkey.stores import MemoryStore
