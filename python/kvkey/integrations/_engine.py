@@ -36,8 +36,13 @@ def model_identity(error: Callable[[str, str], Exception], model_path: str, *, a
         setting = "adapters" if adapter_dir else "model_path"
         raise error(setting, f"cannot read {adapter_dir if adapter_dir else model_path!r}: {e}") from None
     except kvkey.Error as e:
-        setting = getattr(e, "field", None) or ("revision" if "revision" in str(e) else "model_path")
-        raise error(str(setting), str(e)) from None
+        raise error(setting_of(e), str(e)) from None
+
+
+def setting_of(e: Exception) -> str:
+    """The setting a kvkey error of an identity names: its field, else ``revision`` for a
+    revision kvkey refuses, else ``model_path``."""
+    return str(getattr(e, "field", None) or ("revision" if "revision" in str(e) else "model_path"))
 
 
 def dtype_name(dtype: Any) -> str:
