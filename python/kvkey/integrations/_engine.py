@@ -39,6 +39,19 @@ def model_identity(error: Callable[[str, str], Exception], model_path: str, *, a
         raise error(setting_of(e), str(e)) from None
 
 
+def resolve_tenant(error: Callable[[str, str], Exception], tenant: Any, single_tenant: bool, *, both: str,
+                   missing: str) -> str:
+    """The tenant of the settings: empty with ``single_tenant`` (``error("tenant", both)``
+    when one is given too), else a non-empty string (``error("tenant", missing)``)."""
+    if single_tenant:
+        if tenant:
+            raise error("tenant", both)
+        return ""
+    if not isinstance(tenant, str) or not tenant:
+        raise error("tenant", missing)
+    return tenant
+
+
 def setting_of(e: Exception) -> str:
     """The setting a kvkey error of an identity names: its field, else ``revision`` for a
     revision kvkey refuses, else ``model_path``."""

@@ -194,13 +194,10 @@ def make_settings(*, model_path: Any, tenant: Optional[str] = None, quant_policy
     ``model_config``: lmdeploy's ``ModelConfig`` when the caller has it; else it is made
     with ``ModelConfig.from_pretrained(model_path, dtype=dtype, hf_overrides=overrides)``,
     as the engine makes it. The KV dtype is then lmdeploy's ``_resolve_kv_cache_dtype``."""
-    if single_tenant:
-        if tenant:
-            raise ConfigError("tenant", "single_tenant=True keeps the tenant empty; pass one or the other")
-        tenant = ""
-    elif not isinstance(tenant, str) or not tenant:
-        raise ConfigError("tenant", "a tenant is required (enable(..., tenant='team-a'), or single_tenant=True for a "
-                                    "Mooncake store no other deployment shares)")
+    tenant = _engine.resolve_tenant(
+        ConfigError, tenant, single_tenant, both="single_tenant=True keeps the tenant empty; pass one or the other",
+        missing="a tenant is required (enable(..., tenant='team-a'), or single_tenant=True for a Mooncake store no "
+                "other deployment shares)")
     if model_path is None or not isinstance(model_path, (str, os.PathLike)):
         raise ConfigError("model_path", f"{model_path!r} is not a model directory")
     model_path = os.fspath(model_path)

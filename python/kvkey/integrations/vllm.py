@@ -236,14 +236,10 @@ def settings_from(vllm_config: Any) -> Settings:
     if store not in STORES:
         raise ConfigError("store", f"{store!r} is not a store kvkey knows ({', '.join(STORES)})")
     single = bool(_option(extra, "single_tenant", bool, False))
-    tenant = extra.get("tenant")
-    if single:
-        if tenant:
-            raise ConfigError("tenant", "single_tenant keeps the tenant empty; give one or the other")
-        tenant = ""
-    elif not isinstance(tenant, str) or not tenant:
-        raise ConfigError("tenant", "a tenant is required in kv_connector_extra_config (\"tenant\": \"team-a\"), or "
-                                    "\"single_tenant\": true for a store no other deployment shares")
+    tenant = _engine.resolve_tenant(
+        ConfigError, extra.get("tenant"), single, both="single_tenant keeps the tenant empty; give one or the other",
+        missing="a tenant is required in kv_connector_extra_config (\"tenant\": \"team-a\"), or "
+                "\"single_tenant\": true for a store no other deployment shares")
     policy = _option(extra, "load_failure_policy", str, "recompute")
     if policy not in ("recompute", "fail"):
         raise ConfigError("load_failure_policy", f"{policy!r} is neither recompute nor fail")
