@@ -10,12 +10,14 @@ another seed is another checkpoint of the same model). ``run`` starts ``vllm.LLM
 the CPU (``skip_tokenizer_init``, ``enforce_eager``, block size 32, ``--dtype`` default bfloat16) with the connector
 given by ``--kv-transfer-config`` as vLLM takes it, runs each request of REQUESTS_JSON
 (a list of ``{"tokens": [...], "salt": null | "s", "weight_version": null | "v", "before": null |
-argv}``, one ``generate`` each, greedy, ``--max-tokens``; ``weight_version`` first calls
+argv, "max_tokens": null | n}``, one ``generate`` each, greedy, ``max_tokens`` or
+``--max-tokens``; ``weight_version`` first calls
 ``LLMEngine.set_weight_version``, ``before`` first runs a command, e.g. one that stops
-the store), and prints ``{"results": [{"tokens", "cached"}],
+the store), and prints ``{"results": [{"tokens", "cached", "seconds"}],
 "kvkey": kvkey.integrations.vllm.metrics().as_dict()}`` on its last line. The engine
 runs in this process (``VLLM_ENABLE_V1_MULTIPROCESSING=0``) so the metrics are its
-connector's.
+connector's. ``seconds`` is the wall time of the request's ``generate``: with
+``max_tokens`` 1 its time to first token.
 """
 
 from __future__ import annotations
@@ -25,6 +27,7 @@ import json
 import os
 import subprocess
 import sys
+import time
 from typing import Any, Dict, List
 
 HIDDEN, INTER, LAYERS, HEADS, KV_HEADS, HEAD_DIM, VOCAB = 64, 128, 2, 4, 2, 32, 512
@@ -69,8 +72,8 @@ def run(args: argparse.Namespace, requests: List[Dict[str, Any]]) -> Dict[str, A
               enforce_eager=True, block_size=BLOCK, kv_transfer_config=kv, max_num_seqs=4,
               kv_cache_dtype=args.kv_cache_dtype, dtype=args.dtype, seed=0)
     results = []
-    params = SamplingParams(temperature=0, max_tokens=args.max_tokens, ignore_eos=True)
     for r in requests:
+        params = SamplingParams(temperature=0, max_tokens=int(r.get("max_tokens") or args.max_tokens), ignore_eos=True)
         if r.get("before"):
             subprocess.run(r["before"], check=True)
         if r.get("weight_version") is not None:
@@ -78,8 +81,11 @@ def run(args: argparse.Namespace, requests: List[Dict[str, Any]]) -> Dict[str, A
         prompt = TokensPrompt(prompt_token_ids=list(r["tokens"]))
         if r.get("salt") is not None:
             prompt["cache_salt"] = r["salt"]
+        t0 = time.perf_counter()
         out = llm.generate([prompt], params, use_tqdm=False)[0]
-        results.append({"tokens": list(out.outputs[0].token_ids), "cached": int(out.num_cached_tokens or 0)})
+        seconds = time.perf_counter() - t0
+        results.append({"tokens": list(out.outputs[0].token_ids), "cached": int(out.num_cached_tokens or 0),
+                        "seconds": seconds})
     kvkey_metrics = None
     if kv and kv.get("kv_connector") == "KvkeyConnector":
         from kvkey.integrations import vllm as kvkey_vllm

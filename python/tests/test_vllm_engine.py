@@ -27,6 +27,9 @@ BLOCK = 32
 A = [(i * 7 + 3) % 500 + 5 for i in range(100)]  # 3 full blocks and a tail
 B = [(i * 11 + 1) % 500 + 5 for i in range(100)]
 D = [(i * 13 + 2) % 500 + 5 for i in range(100)]
+T = [(i * 17 + 4) % 500 + 5 for i in range(100)]  # timed: a hit (saved by the writers)
+U = [(i * 19 + 6) % 500 + 5 for i in range(100)]  # timed: a miss
+TIMED = [{"tokens": T, "max_tokens": 1}, {"tokens": U, "max_tokens": 1}]
 
 
 def _kvkey(redis_url, **extra):
@@ -92,11 +95,11 @@ def _run(world, key, *args, **kwargs):
 
 def baseline(world):
     """No KV tier: vLLM computes every token (the reference outputs)."""
-    return _run(world, "none", world["m1"], [{"tokens": A}, {"tokens": B}, {"tokens": D}])
+    return _run(world, "none", world["m1"], [{"tokens": A}, {"tokens": B}, {"tokens": D}] + TIMED)
 
 
 def writer(world):
-    return _run(world, "k1", world["m1"], [{"tokens": A}, {"tokens": B, "salt": "s1"}, {"tokens": D}],
+    return _run(world, "k1", world["m1"], [{"tokens": A}, {"tokens": B, "salt": "s1"}, {"tokens": D}, {"tokens": T}],
                 _kvkey(world["redis"]))
 
 
@@ -107,15 +110,16 @@ def reader(world):
         {"tokens": B, "salt": "s1"},                     # the same salt: hits
         {"tokens": B, "salt": "s2"},                     # another salt: none
         {"tokens": B},                                   # no salt: none
+    ] + TIMED + [                                        # T: a hit, U: a miss
         {"tokens": D, "weight_version": "2"},            # after a weight update: none
     ], _kvkey(world["redis"]))
 
 
 def test_the_first_engine_computes_everything_and_saves_the_full_blocks(world):
     base, w = baseline(world), writer(world)
-    assert [r["cached"] for r in w["results"]] == [0, 0, 0]
-    assert [r["tokens"] for r in w["results"]] == [r["tokens"] for r in base["results"]]
-    assert w["kvkey"]["save_blocks"] == {"saved": 9, "failed": 0}      # 3 full blocks of 3 prompts
+    assert [r["cached"] for r in w["results"]] == [0, 0, 0, 0]
+    assert [r["tokens"] for r in w["results"][:3]] == [r["tokens"] for r in base["results"][:3]]
+    assert w["kvkey"]["save_blocks"] == {"saved": 12, "failed": 0}     # 3 full blocks of 4 prompts
     assert w["kvkey"]["lookup_blocks"]["hit"] == 0
 
 
@@ -125,8 +129,9 @@ def test_a_second_engine_gets_the_first_ones_prefix_and_the_same_outputs(world):
     assert r["results"][0]["tokens"] == base["results"][0]["tokens"]
     assert r["results"][1]["cached"] == 3 * BLOCK
     assert r["results"][1]["tokens"] == base["results"][1]["tokens"]
-    assert r["kvkey"]["load_blocks"] == {"loaded": 6, "missing": 0, "rejected": 0}
-    assert r["kvkey"]["payload_verified_bytes"] == 6 * 2 * 2 * 2 * BLOCK * 32 * 2   # bf16, both layers, K and V
+    assert r["results"][4]["cached"] == 3 * BLOCK and r["results"][5]["cached"] == 0   # T, U
+    assert r["kvkey"]["load_blocks"] == {"loaded": 9, "missing": 0, "rejected": 0}
+    assert r["kvkey"]["payload_verified_bytes"] == 9 * 2 * 2 * 2 * BLOCK * 32 * 2   # bf16, both layers, K and V
 
 
 def test_a_block_saved_for_one_salt_serves_no_other_salt_and_no_request_without_one(world):
@@ -137,9 +142,9 @@ def test_a_block_saved_for_one_salt_serves_no_other_salt_and_no_request_without_
 
 def test_after_set_weight_version_no_block_of_the_old_version_is_loaded(world):
     base, r = baseline(world), reader(world)
-    assert r["results"][4]["cached"] == 0                                 # D was saved before the update
-    assert r["results"][4]["tokens"] == base["results"][2]["tokens"]
-    assert r["kvkey"]["lookup_blocks"]["hit"] == 6                        # A and B (s1) only
+    assert r["results"][6]["cached"] == 0                                 # D was saved before the update
+    assert r["results"][6]["tokens"] == base["results"][2]["tokens"]
+    assert r["kvkey"]["lookup_blocks"]["hit"] == 9                        # A, B (s1) and T only
 
 
 def _miss(world, key, model, options=None, **extra):
@@ -171,8 +176,9 @@ def test_vllms_own_connector_serves_the_stale_blocks_of_another_checkpoint_and_d
     fp8 cache get the bf16 blocks of the old one as hits, and their outputs differ from
     their recompute."""
     path = str(world["dir"] / "example")
-    x1 = engine(world["m1"], [{"tokens": A}], _example(path))
+    x1 = engine(world["m1"], [{"tokens": A}, {"tokens": T}], _example(path))
     assert x1["results"][0]["cached"] == 0
+    world["runs"]["x-timed"] = engine(world["m1"], TIMED, _example(path))
     stale = engine(world["m2"], [{"tokens": A}], _example(path))
     ref = _miss(world, "k-m2", world["m2"])                                # kvkey: no hit, the recompute
     assert stale["results"][0]["cached"] == 3 * BLOCK                      # the old checkpoint's KV, served
@@ -229,3 +235,18 @@ def test_a_store_that_fails_mid_run_turns_into_misses_and_recompute(world):
     assert [x["tokens"] for x in r["results"]] == [baseline(world)["results"][i]["tokens"] for i in (1, 0)]
     assert r["kvkey"]["store_errors"]["connection"] >= 1
     assert r["kvkey"]["save_blocks"]["saved"] == 3 and r["kvkey"]["save_blocks"]["failed"] == 3
+
+
+def test_time_to_first_token_for_a_hit_and_a_miss(world, capsys):
+    """Measured, not asserted (no timing assertions): one generate of 1 token for T (saved
+    by the writer: an external hit) and U (a miss), with no KV tier, through kvkey over
+    redis, and through vLLM's ExampleConnector (files)."""
+    rows = {"no KV tier": baseline(world)["results"][3:5], "kvkey (redis)": reader(world)["results"][4:6]}
+    if "x-timed" in world["runs"]:
+        rows["vLLM ExampleConnector"] = world["runs"]["x-timed"]["results"]
+    assert rows["kvkey (redis)"][0]["cached"] == 3 * BLOCK and rows["no KV tier"][0]["cached"] == 0
+    with capsys.disabled():
+        for name, (hit, miss) in rows.items():
+            print(f"\nTTFT {name}: T {hit['seconds'] * 1000:.1f} ms ({hit['cached']} tokens cached), "
+                  f"U {miss['seconds'] * 1000:.1f} ms ({miss['cached']} cached)", end="")
+        print()
