@@ -250,3 +250,23 @@ def test_time_to_first_token_for_a_hit_and_a_miss(world, capsys):
             print(f"\nTTFT {name}: T {hit['seconds'] * 1000:.1f} ms ({hit['cached']} tokens cached), "
                   f"U {miss['seconds'] * 1000:.1f} ms ({miss['cached']} cached)", end="")
         print()
+
+
+def test_a_damaged_value_is_rejected_at_load_and_vllm_recomputes_the_block(world):
+    """The tenant run saved A's three blocks under team-b; one payload byte of one of them
+    is changed in redis (its header still verifies, so the lookup counts it). The load
+    rejects it (``payload``), get_block_ids_with_load_errors reports it, vLLM recomputes:
+    the output equals the recompute."""
+    import redis
+
+    _miss(world, "k-tenant", world["m1"], tenant="team-b")
+    client = redis.Redis(unix_socket_path=world["redis"][len("unix://"):])
+    keys = sorted(client.scan_iter(match="kvk4/team-b/*"))
+    assert len(keys) == 3
+    value = client.get(keys[1])
+    client.setrange(keys[1], 2048, bytes([value[2048] ^ 0x40]))
+    r = engine(world["m1"], [{"tokens": A}], _kvkey(world["redis"], tenant="team-b"))
+    assert r["kvkey"]["lookup_blocks"]["hit"] == 3                         # headers verify
+    assert r["kvkey"]["rejected_blocks"] == {"payload_mismatch": {"payload": 1}}
+    assert r["kvkey"]["load_blocks"]["rejected"] == 1
+    assert r["results"][0]["tokens"] == baseline(world)["results"][0]["tokens"]
