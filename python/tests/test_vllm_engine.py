@@ -44,15 +44,23 @@ def _example(path):
             "kv_connector_extra_config": {"shared_storage_path": path}}
 
 
-def engine(model, requests, kv=None, kv_cache_dtype="auto", check=True, dtype="bfloat16"):
+def engine(model, requests, kv=None, kv_cache_dtype="auto", check=True, dtype="bfloat16", multiprocessing=False):
+    """One engine process; ``multiprocessing``: vLLM's default, the engine core and the
+    worker in processes of their own (kvkey's metrics are theirs, not reported)."""
     cmd = [sys.executable, ENGINE, "run", "--model", model, "--kv-cache-dtype", kv_cache_dtype, "--dtype", dtype]
+    env = dict(os.environ, VLLM_ENABLE_V1_MULTIPROCESSING="1" if multiprocessing else "0")
     if kv is not None:
         cmd += ["--kv-transfer-config", json.dumps(kv)]
-    p = subprocess.run(cmd + [json.dumps(requests)], capture_output=True, text=True, timeout=300)
+    p = subprocess.run(cmd + [json.dumps(requests)], capture_output=True, text=True, timeout=300, env=env)
     if not check:
         return p
     assert p.returncode == 0, p.stderr[-3000:]
-    return json.loads(p.stdout.strip().splitlines()[-1])
+    return _result(p.stdout)
+
+
+def _result(stdout):
+    """engine.py's JSON line (vLLM's shutdown may log after it)."""
+    return json.loads([line for line in stdout.splitlines() if line.startswith('{"results"')][-1])
 
 
 def _dtype_change():
@@ -134,6 +142,17 @@ def test_a_second_engine_gets_the_first_ones_prefix_and_the_same_outputs(world):
     assert r["kvkey"]["payload_verified_bytes"] == 9 * 2 * 2 * 2 * BLOCK * 32 * 2   # bf16, both layers, K and V
 
 
+def test_the_same_with_vllms_default_engine_core_and_worker_processes(world):
+    """VLLM_ENABLE_V1_MULTIPROCESSING=1: the scheduler's connector in the engine core
+    process, the worker's in the worker process, the metadata pickled between them."""
+    base = baseline(world)
+    writer(world)
+    r = engine(world["m1"], [{"tokens": A}, {"tokens": B, "salt": "s2"}], _kvkey(world["redis"]),
+               multiprocessing=True)
+    assert [x["cached"] for x in r["results"]] == [3 * BLOCK, 0]
+    assert [x["tokens"] for x in r["results"]] == [base["results"][0]["tokens"], base["results"][1]["tokens"]]
+
+
 def test_a_block_saved_for_one_salt_serves_no_other_salt_and_no_request_without_one(world):
     base, r = baseline(world), reader(world)
     assert r["results"][2]["cached"] == 0 and r["results"][3]["cached"] == 0
@@ -186,7 +205,7 @@ def test_vllms_own_connector_serves_the_stale_blocks_of_another_checkpoint_and_d
     change = _dtype_change()
     p = engine(world["m1"], [{"tokens": A}], _example(path), check=False, **change)
     if p.returncode == 0:  # the bf16 blocks went into the other dtype's cache as they were
-        stale_dtype = json.loads(p.stdout.strip().splitlines()[-1])["results"][0]
+        stale_dtype = _result(p.stdout)["results"][0]
         ref_dtype = _run(world, "none-dtype", world["m1"], [{"tokens": A}], **change)["results"][0]
         what = (f"{stale_dtype['cached']} tokens served, "
                 f"{sum(a != b for a, b in zip(stale_dtype['tokens'], ref_dtype['tokens']))}/8 output tokens differ")

@@ -492,12 +492,16 @@ class KvkeyConnector(KVConnectorBase_V1):  # type: ignore[misc,valid-type]
                           prompt_len=len(prompt))
             self._requests[request.request_id] = st
         st.load = None
+        st.saved = max(st.saved, num_computed_tokens // self._block_size)
         if not self._loads_enabled or st.epoch != self.epoch or not st.hashes:
             return 0, False
         n = self._connector(st.adapter, st.epoch, "all").lookup(st.hashes, max_tokens=st.prompt_len - 1)
         st.hit_blocks = n
-        st.saved = max(st.saved, n)
         first = num_computed_tokens // self._block_size
+        # Saved are the blocks this request computes: not those the store has (n), nor vLLM's
+        # local hits (first, above), which the request that computed them saved under its
+        # own epoch (after a weight update they may predate it).
+        st.saved = max(st.saved, n)
         if n <= first:
             return 0, False
         st.load = (first, n)
