@@ -125,3 +125,14 @@ def test_the_factory_builds_the_connector_by_name_and_it_refuses_a_bad_config(kv
 def test_a_model_that_is_no_directory_nor_cached_is_refused_naming_model(kv, tmp_path):
     e = refused(kv, config(str(tmp_path / "absent"), {"store": "memory", "tenant": "a"}))
     assert e.setting == "model"
+
+
+def test_the_stub_declares_the_public_names(kv):
+    from test_stubs import STUBS, declared
+
+    names = declared(STUBS / "integrations" / "vllm.pyi")
+    assert set(kv.__all__) <= set(names), set(kv.__all__) - set(names)
+    assert all(hasattr(kv, n) for n in names)
+    assert names["Settings"] == set(kv.Settings.__dataclass_fields__)
+    instance_attributes = {"settings", "epoch", "weight_version"}  # set by __init__
+    assert all(hasattr(kv.KvkeyConnector, m) for m in names["KvkeyConnector"] - instance_attributes)
