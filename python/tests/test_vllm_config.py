@@ -136,3 +136,46 @@ def test_the_stub_declares_the_public_names(kv):
     assert names["Settings"] == set(kv.Settings.__dataclass_fields__)
     instance_attributes = {"settings", "epoch", "weight_version"}  # set by __init__
     assert all(hasattr(kv.KvkeyConnector, m) for m in names["KvkeyConnector"] - instance_attributes)
+
+
+def _scheduler(kv, model, **extra):
+    from vllm.distributed.kv_transfer.kv_connector.v1.base import KVConnectorRole
+
+    cfg = config(model, dict({"store": "memory", "tenant": "a", "memory_name": "test_vllm_config"}, **extra))
+    return kv.KvkeyConnector(cfg, KVConnectorRole.SCHEDULER, None)
+
+
+def _request(req_id, tokens, lora=None, salt=None):
+    return types.SimpleNamespace(request_id=req_id, prompt_token_ids=tokens, lora_request=lora, cache_salt=salt)
+
+
+def test_a_request_kvkey_cannot_key_goes_without_the_tier_and_the_scheduler_runs_on(kv, model, caplog):
+    conn = _scheduler(kv, model)
+    lora = types.SimpleNamespace(lora_name="x", lora_int_id=1, lora_path="/nonexistent/adapter")
+    with caplog.at_level("WARNING", logger="kvkey.integrations.vllm"):
+        assert conn.get_num_new_matched_tokens(_request("r1", list(range(100)), lora=lora), 0) == (0, False)
+    assert "r1 goes without the KV tier" in caplog.text and "lora_request" in caplog.text
+    assert conn._requests["r1"].hashes == []                     # nothing of it is ever saved
+
+
+def test_an_adapter_salt_and_weight_version_each_give_other_block_hashes(kv, model, tmp_path):
+    """The scheduler's hashes (and so the keys) of one prompt differ per LoRA adapter
+    weights, per cache_salt and per weights epoch."""
+    import json
+
+    adapter = tmp_path / "lora"
+    adapter.mkdir()
+    (adapter / "adapter_config.json").write_text(json.dumps({"r": 8, "lora_alpha": 16, "target_modules": ["q_proj"]}))
+    (adapter / "adapter_model.safetensors").write_bytes(b"\x08\0\0\0\0\0\0\0{}      ")
+    conn = _scheduler(kv, model)
+    tokens = list(range(100))
+    lora = types.SimpleNamespace(lora_name="x", lora_int_id=1, lora_path=str(adapter))
+    seen = []
+    for i, (l, salt) in enumerate([(None, None), (lora, None), (None, "s1"), (None, "s2")]):
+        conn.get_num_new_matched_tokens(_request(f"r{i}", tokens, lora=l, salt=salt), 0)
+        seen.append(conn._requests[f"r{i}"].hashes[0])
+    assert conn.set_weight_version("step-7") == kv.weights_epoch_of("step-7")
+    conn.get_num_new_matched_tokens(_request("r9", tokens), 0)
+    assert conn._requests["r9"].epoch == conn.epoch != 0
+    seen.append(conn._requests["r9"].hashes[0])
+    assert len(set(seen)) == 5

@@ -484,12 +484,17 @@ class KvkeyConnector(KVConnectorBase_V1):  # type: ignore[misc,valid-type]
     def get_num_new_matched_tokens(self, request: Any, num_computed_tokens: int) -> Tuple[Optional[int], bool]:
         st = self._requests.get(request.request_id)
         if st is None:
-            adapter = _adapter_of(getattr(request, "lora_request", None))
             prompt = list(request.prompt_token_ids or [])
-            ns = self._ids.namespace(adapter, self.epoch, 0, 0)
-            salt = getattr(request, "cache_salt", None)
-            st = _Request(adapter=adapter, epoch=self.epoch, hashes=ns.block_hashes(prompt, salt=salt),
-                          prompt_len=len(prompt))
+            try:
+                adapter = _adapter_of(getattr(request, "lora_request", None))
+                ns = self._ids.namespace(adapter, self.epoch, 0, 0)
+                hashes = ns.block_hashes(prompt, salt=getattr(request, "cache_salt", None))
+            except (ConfigError, kvkey.Error) as e:
+                # A request kvkey cannot key (an adapter without a local directory, ...) goes
+                # without the KV tier: never loaded, never saved; the engine runs on.
+                logger.warning("kvkey connector: request %s goes without the KV tier: %s", request.request_id, e)
+                adapter, hashes = None, []
+            st = _Request(adapter=adapter, epoch=self.epoch, hashes=hashes, prompt_len=len(prompt))
             self._requests[request.request_id] = st
         st.load = None
         st.saved = max(st.saved, num_computed_tokens // self._block_size)
