@@ -143,11 +143,11 @@ def test_a_second_engine_gets_the_first_ones_prefix_and_the_same_outputs(world):
 
 
 def test_the_same_with_vllms_default_engine_core_and_worker_processes(world):
-    """VLLM_ENABLE_V1_MULTIPROCESSING=1: the scheduler's connector in the engine core
+    """VLLM_ENABLE_V1_MULTIPROCESSING=1 (a salt nobody saved: no hit): the scheduler's connector in the engine core
     process, the worker's in the worker process, the metadata pickled between them."""
     base = baseline(world)
     writer(world)
-    r = engine(world["m1"], [{"tokens": A}, {"tokens": B, "salt": "s2"}], _kvkey(world["redis"]),
+    r = engine(world["m1"], [{"tokens": A}, {"tokens": B, "salt": "mp"}], _kvkey(world["redis"]),
                multiprocessing=True)
     assert [x["cached"] for x in r["results"]] == [3 * BLOCK, 0]
     assert [x["tokens"] for x in r["results"]] == [base["results"][0]["tokens"], base["results"][1]["tokens"]]
