@@ -143,8 +143,9 @@ def test_a_second_engine_gets_the_first_ones_prefix_and_the_same_outputs(world):
 
 
 def test_the_same_with_vllms_default_engine_core_and_worker_processes(world):
-    """VLLM_ENABLE_V1_MULTIPROCESSING=1 (a salt nobody saved: no hit): the scheduler's connector in the engine core
-    process, the worker's in the worker process, the metadata pickled between them."""
+    """VLLM_ENABLE_V1_MULTIPROCESSING=1 (B with a salt no run saved: no hit): the
+    scheduler's connector in the engine core process, the worker's in the worker process,
+    the metadata pickled between them."""
     base = baseline(world)
     writer(world)
     r = engine(world["m1"], [{"tokens": A}, {"tokens": B, "salt": "mp"}], _kvkey(world["redis"]),

@@ -64,7 +64,8 @@ def dtype_name(dtype: Any) -> str:
     return str(dtype).replace("torch.", "")
 
 
-def namespace_of(error: Callable[[str, str], Exception], identity: kvkey.Identity, **options: Any) -> kvkey.KeyNamespace:
+def namespace_of(error: Callable[[str, str], Exception], identity: kvkey.Identity,
+                 **options: Any) -> kvkey.KeyNamespace:
     """``kvkey.KeyNamespace(identity, **options)`` with an invalid identity raised as
     ``error(field, detail)``."""
     try:
