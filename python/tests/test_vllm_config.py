@@ -179,3 +179,26 @@ def test_an_adapter_salt_and_weight_version_each_give_other_block_hashes(kv, mod
     assert conn._requests["r9"].epoch == conn.epoch != 0
     seen.append(conn._requests["r9"].hashes[0])
     assert len(set(seen)) == 5
+
+
+def test_vllms_engine_core_moves_the_connector_on_a_weight_update(kv, model):
+    """vLLM's own EngineCore.set_weight_version and collective_rpc, on an engine core whose
+    scheduler holds the connector (the executor is the only fake)."""
+    from vllm.v1.engine.core import EngineCore
+
+    conn = _scheduler(kv, model)
+    calls = []
+    core = types.SimpleNamespace(
+        scheduler=types.SimpleNamespace(get_kv_connector=lambda: conn),
+        model_executor=types.SimpleNamespace(collective_rpc=lambda *a, **k: calls.append(a[0]) or []))
+    EngineCore.set_weight_version(core, "41")
+    assert conn.epoch == 41 and core._weight_version == "41"
+    EngineCore.collective_rpc(core, "compute_weight_checksums")        # reads the weights: no change
+    assert conn.epoch == 41
+    EngineCore.collective_rpc(core, "finish_weight_update")            # in place, no version yet
+    fresh = conn.epoch
+    assert fresh not in (0, 41) and calls == ["compute_weight_checksums", "finish_weight_update"]
+    EngineCore.collective_rpc(core, "reload_weights")
+    assert conn.epoch not in (0, 41, fresh)
+    EngineCore.set_weight_version(core, "42")
+    assert conn.epoch == 42

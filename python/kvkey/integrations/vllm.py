@@ -37,8 +37,9 @@ Worker side:
 
 Weight updates: ``EngineCore.set_weight_version(v)`` (what ``AsyncLLM.finish_weight_update``
 and ``LLMEngine.set_weight_version`` call) also moves the scheduler connector to the
-weights epoch of ``v`` (``weights_epoch_of``): requests admitted after it neither read nor
-write blocks of the old epoch. Every lookup, load, save and rejection is counted in
+weights epoch of ``v`` (``weights_epoch_of``), and a weight-changing ``collective_rpc``
+(``WEIGHT_RPCS``) to an epoch of this engine's own until a version is set: requests
+admitted after it neither read nor write blocks of the old epoch. Every lookup, load, save and rejection is counted in
 ``metrics()``. docs/integration/vllm.md has the extra-config keys and where each identity
 field comes from.
 """
@@ -67,6 +68,7 @@ __all__ = [
     "EXTRA_KEYS",
     "LAYOUT",
     "STORES",
+    "WEIGHT_RPCS",
     "ConfigError",
     "KvkeyConnector",
     "KvkeyConnectorMetadata",
@@ -436,6 +438,7 @@ class KvkeyConnector(KVConnectorBase_V1):  # type: ignore[misc,valid-type]
         self._connectors: Dict[Tuple[Any, ...], kvkey.Connector] = {}
         self.epoch = 0
         self.weight_version = "default"
+        self._updates = 0
         # scheduler state
         self._requests: Dict[str, _Request] = {}
         # worker state
@@ -478,6 +481,17 @@ class KvkeyConnector(KVConnectorBase_V1):  # type: ignore[misc,valid-type]
         self._ids._cache.retain(lambda k: k[1] == epoch)
         logger.info("kvkey connector: weight version %r, weights epoch %d", str(version), epoch)
         return epoch
+
+    def weights_changed(self, how: str) -> int:
+        """The weights changed in place (``how``: the worker method) without a version yet:
+        moves to an epoch no other engine uses (``weights_epoch_of`` of this connector's
+        engine id and update count). Returns the epoch."""
+        with self._lock:
+            self._updates += 1
+            n = self._updates
+        engine = getattr(self._vllm_config.kv_transfer_config, "engine_id", None) or id(self)
+        logger.info("kvkey connector: weights changed (%s) without a version yet", how)
+        return self.set_weight_version(f"kvkey.unversioned:{engine}:{n}")
 
     # ------------------------------------------------------------ scheduler side
 
@@ -636,26 +650,46 @@ class KvkeyConnector(KVConnectorBase_V1):  # type: ignore[misc,valid-type]
 # ---------------------------------------------------------------- weight versions
 
 
+#: The worker methods that change the weights in place (``collective_rpc`` names, vLLM 0.32's
+#: ``gpu_worker.py``, which the CPU worker inherits).
+WEIGHT_RPCS = frozenset({"update_weights", "finish_weight_update", "reload_weights", "reset_weights"})
+
+
+def _kvkey_connector_of(engine_core: Any) -> Optional["KvkeyConnector"]:
+    scheduler = getattr(engine_core, "scheduler", None)
+    conn = scheduler.get_kv_connector() if scheduler is not None and hasattr(scheduler, "get_kv_connector") else None
+    return conn if isinstance(conn, KvkeyConnector) else None
+
+
 def _install_weight_version_hook() -> None:
-    """``EngineCore.set_weight_version`` also moves the scheduler's kvkey connector."""
+    """``EngineCore.set_weight_version(v)`` also moves the scheduler's kvkey connector to
+    the epoch of ``v``; ``EngineCore.collective_rpc`` of a method in ``WEIGHT_RPCS`` moves
+    it to an epoch of its own (this engine's n-th update: shared with no other engine
+    until a weight version names the weights)."""
     try:
         from vllm.v1.engine.core import EngineCore  # type: ignore
     except ImportError:  # pragma: no cover
         return
-    original = EngineCore.set_weight_version
-    if getattr(original, "_kvkey", False):
+    if getattr(EngineCore.set_weight_version, "_kvkey", False):
         return
+    set_version, rpc = EngineCore.set_weight_version, EngineCore.collective_rpc
 
     def set_weight_version(self: Any, weight_version: str) -> None:
-        original(self, weight_version)
-        scheduler = getattr(self, "scheduler", None)
-        conn = scheduler.get_kv_connector() if scheduler is not None and hasattr(scheduler, "get_kv_connector") \
-            else None
-        if isinstance(conn, KvkeyConnector):
+        set_version(self, weight_version)
+        conn = _kvkey_connector_of(self)
+        if conn is not None:
             conn.set_weight_version(weight_version)
+
+    def collective_rpc(self: Any, method: Any, *args: Any, **kwargs: Any) -> Any:
+        result = rpc(self, method, *args, **kwargs)
+        conn = _kvkey_connector_of(self) if isinstance(method, str) and method in WEIGHT_RPCS else None
+        if conn is not None:
+            conn.weights_changed(method)
+        return result
 
     set_weight_version._kvkey = True  # type: ignore[attr-defined]
     EngineCore.set_weight_version = set_weight_version
+    EngineCore.collective_rpc = collective_rpc
 
 
 _install_weight_version_hook()
