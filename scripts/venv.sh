@@ -19,7 +19,13 @@
 # declared dependencies are far more than the parts the project imports need; the file then
 # pins those needs itself).
 #
-# The venv is ${KVKEY_VENV:-$HOME/.cache/kvkey/venv}. A requirement file whose
+# A requirement file holding the line `# venv.sh: venv=NAME` goes into its own venv,
+# $HOME/.cache/kvkey/venv-NAME (for a package whose pins cannot share the project venv's:
+# vllm.txt's torch and transformers differ from lmdeploy.txt's). A call naming files of
+# several venvs installs each into its own; `env` and the last line name the first file's.
+#
+# The venv is ${KVKEY_VENV:-$HOME/.cache/kvkey/venv} (KVKEY_VENV, when set, wins over a
+# file's venv= line). A requirement file whose
 # pinned versions are all installed already is not installed again (pip is not
 # even started), so a second call returns at once. A package that cannot be had fails the call,
 # naming the package and the requirement file. Progress goes to stderr.
@@ -36,7 +42,7 @@ die() {
 }
 
 usage() {
-  sed -n '2,25p' "$0" | sed 's/^# \{0,1\}//' >&2
+  sed -n '2,31p' "$0" | sed 's/^# \{0,1\}//' >&2
   exit 2
 }
 
@@ -113,13 +119,35 @@ case "${1:-}" in
   -*) usage ;;
 esac
 
-mkdir -p "$(dirname "$venv")"
-# One caller at a time per venv (CI stages and developers' shells may share it).
-exec 9>"$venv.lock"
-flock 9
-make_venv
-for name in "$@"; do install_requirements "$name"; done
-flock -u 9
+# The venv a requirement file asks for (its `# venv.sh: venv=NAME` line), or the default.
+file_venv() {
+  local file="$reqdir/$1.txt" own
+  [ -f "$file" ] || { echo "$default_venv"; return 0; }
+  own="$(sed -nE 's/^# venv\.sh: venv=([A-Za-z0-9_-]+)$/\1/p' "$file" | head -n 1)"
+  if [ -n "$own" ] && [ -z "${KVKEY_VENV:-}" ]; then
+    echo "$HOME/.cache/kvkey/venv-$own"
+  else
+    echo "$default_venv"
+  fi
+}
+
+# Each file goes into its venv, one venv at a time under that venv's lock (CI stages and
+# developers' shells may share it); the venv printed is the first file's.
+default_venv="$venv"
+first="$venv"
+[ "$#" -eq 0 ] || first="$(file_venv "$1")"
+for target in $( { echo "$first"; for name in "$@"; do file_venv "$name"; done; } | awk '!seen[$0]++'); do
+  venv="$target"
+  mkdir -p "$(dirname "$venv")"
+  exec 9>"$venv.lock"
+  flock 9
+  make_venv
+  for name in "$@"; do
+    if [ "$(file_venv "$name")" = "$venv" ]; then install_requirements "$name"; fi
+  done
+  flock -u 9
+done
+venv="$first"
 
 case "$cmd" in
   env) printf 'KVKEY_VENV=%q\nKVKEY_PYTHON=%q\n' "$venv" "$venv/bin/python" ;;

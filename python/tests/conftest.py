@@ -16,13 +16,14 @@ PROBE_PROMPT = FRAGMENT * 12
 
 def pytest_configure(config):
     # Tests that need a live server carry one of these markers: stage 30-python (and ctest's
-    # python label) deselect them with -m "not redis and not redis_cluster and not mooncake";
+    # python label) deselect them with -m "not redis and not redis_cluster and not mooncake and not vllm";
     # stages 40-redis, 42-redis-cluster and 44-mooncake start the servers and run them.
     # Selected without their server they fail.
     config.addinivalue_line("markers", "redis: needs a redis-server (KVKEY_REDIS_PORT, stage 40-redis)")
     config.addinivalue_line("markers",
                             "redis_cluster: needs a Redis Cluster (KVKEY_CLUSTER_NODES, stage 42-redis-cluster)")
     config.addinivalue_line("markers", "mooncake: needs a Mooncake master (MOONCAKE_MASTER_ADDR, stage 44-mooncake)")
+    config.addinivalue_line("markers", "vllm: needs vLLM's CPU build (scripts/venv.sh vllm, stage 47-vllm)")
 
 
 def server_env(var, stage, marker):

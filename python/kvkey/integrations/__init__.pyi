@@ -1,3 +1,4 @@
 from . import lmdeploy as lmdeploy
+from . import vllm as vllm
 
-__all__ = ["lmdeploy"]
+__all__ = ["lmdeploy", "vllm"]

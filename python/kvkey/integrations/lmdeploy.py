@@ -63,6 +63,8 @@ from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple
 
 import kvkey
 
+from . import _engine
+
 __all__ = [
     "LAYOUT",
     "NO_ADAPTER",
@@ -95,12 +97,10 @@ _QUANT_POLICIES = {0: "none", 4: "int4", 8: "int8", 16: "fp8", 17: "fp8_e5m2", 4
 _MODEL_DTYPES = ("auto", "float16", "bfloat16", "float32")
 
 
-class ConfigError(ValueError):
+class ConfigError(_engine.EngineConfigError):
     """A configuration kvkey cannot make an identity from. ``setting`` names it."""
 
-    def __init__(self, setting: str, detail: str) -> None:
-        super().__init__(f"kvkey.integrations.lmdeploy: {setting}: {detail}")
-        self.setting = setting
+    integration = "kvkey.integrations.lmdeploy"
 
 
 # ---------------------------------------------------------------- settings
@@ -194,13 +194,10 @@ def make_settings(*, model_path: Any, tenant: Optional[str] = None, quant_policy
     ``model_config``: lmdeploy's ``ModelConfig`` when the caller has it; else it is made
     with ``ModelConfig.from_pretrained(model_path, dtype=dtype, hf_overrides=overrides)``,
     as the engine makes it. The KV dtype is then lmdeploy's ``_resolve_kv_cache_dtype``."""
-    if single_tenant:
-        if tenant:
-            raise ConfigError("tenant", "single_tenant=True keeps the tenant empty; pass one or the other")
-        tenant = ""
-    elif not isinstance(tenant, str) or not tenant:
-        raise ConfigError("tenant", "a tenant is required (enable(..., tenant='team-a'), or single_tenant=True for a "
-                                    "Mooncake store no other deployment shares)")
+    tenant = _engine.resolve_tenant(
+        ConfigError, tenant, single_tenant, both="single_tenant=True keeps the tenant empty; pass one or the other",
+        missing="a tenant is required (enable(..., tenant='team-a'), or single_tenant=True for a Mooncake store no "
+                "other deployment shares)")
     if model_path is None or not isinstance(model_path, (str, os.PathLike)):
         raise ConfigError("model_path", f"{model_path!r} is not a model directory")
     model_path = os.fspath(model_path)
@@ -223,7 +220,7 @@ def make_settings(*, model_path: Any, tenant: Optional[str] = None, quant_policy
     from lmdeploy.pytorch.engine.cache_engine.schema import _resolve_kv_cache_dtype  # type: ignore
 
     kv_torch_dtype = _resolve_kv_cache_dtype(model_config, QuantPolicy(int(quant_policy)))
-    model_dtype = str(model_config.dtype).replace("torch.", "")
+    model_dtype = _engine.dtype_name(model_config.dtype)
     head_dim = int(model_config.head_dim or 0)
     mla_dtype = getattr(model_config, "mla_kv_cache_dtype", None)
     kv_dtype, scheme, group, zero = kv_format(quant_policy, kv_torch_dtype, model_dtype, head_dim, mla_dtype)
@@ -351,19 +348,14 @@ class _Identities:
                 quant = kvkey.Quant(scheme=s.quant_scheme, group_size=s.quant_group_size,
                                     scale_dtype=kvkey.kv_dtype_from_engine(s.model_dtype) if s.quant_zero_point
                                     else None, zero_point=s.quant_zero_point)
-            i = kvkey.Identity.from_model_dir(
-                s.model_path, tenant=s.tenant if not s.single_tenant else None, kv_dtype=kv_dtype,
-                block_size=self.block_size, layout=LAYOUT, tp_size=self.tp_size, tp_rank=tp_rank,
-                adapter_dir=self._dirs.get(adapter) if adapter else None, adapter_name=adapter,
-                revision=s.revision, name=s.model_name, weights_epoch=epoch,
-                overrides=dict(s.overrides) if s.overrides else None, single_tenant=s.single_tenant, quant=quant)
-        except kvkey.IoError as e:
-            setting = "adapters" if adapter else "model_path"
-            raise ConfigError(setting, f"cannot read {self._dirs.get(adapter) if adapter else s.model_path!r}: "
-                                       f"{e}") from None
         except kvkey.Error as e:
-            setting = getattr(e, "field", None) or ("revision" if "revision" in str(e) else "model_path")
-            raise ConfigError(str(setting), str(e)) from None
+            raise ConfigError(_engine.setting_of(e), str(e)) from None
+        i = _engine.model_identity(
+            ConfigError, s.model_path, tenant=s.tenant if not s.single_tenant else None, kv_dtype=kv_dtype,
+            block_size=self.block_size, layout=LAYOUT, tp_size=self.tp_size, tp_rank=tp_rank,
+            adapter_dir=self._dirs.get(adapter) if adapter else None, adapter_name=adapter,
+            revision=s.revision, name=s.model_name, weights_epoch=epoch,
+            overrides=dict(s.overrides) if s.overrides else None, single_tenant=s.single_tenant, quant=quant)
         i.kv.mla = i.kv.mla or s.mla
         return i
 
@@ -373,10 +365,8 @@ class _Identities:
         with self._lock:
             ns = self._ns.get(k)
         if ns is None:
-            try:
-                ns = kvkey.KeyNamespace(self._identity(adapter, e, tp_rank), single_tenant=self.s.single_tenant)
-            except kvkey.IdentityError as err:
-                raise ConfigError(str(getattr(err, "field", None) or "identity"), str(err)) from None
+            ns = _engine.namespace_of(ConfigError, self._identity(adapter, e, tp_rank),
+                                      single_tenant=self.s.single_tenant)
             with self._lock:
                 self._ns[k] = ns
         return ns

@@ -2,13 +2,13 @@ from typing import Any, Mapping, Optional, Sequence, Tuple
 
 import kvkey
 
+from ._engine import EngineConfigError
+
 SETTING: str
 LAYOUT: str
 NO_ADAPTER: bytes
 
-class ConfigError(ValueError):
-    setting: str
-    def __init__(self, setting: str, detail: str) -> None: ...
+class ConfigError(EngineConfigError): ...
 
 class Settings:
     model_path: str

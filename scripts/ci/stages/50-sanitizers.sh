@@ -54,4 +54,4 @@ fi
 (cd / && LD_PRELOAD="$asan_runtime" \
   ASAN_OPTIONS="detect_leaks=0:abort_on_error=1:strict_string_checks=1:detect_stack_use_after_return=1" \
   PYTHONPATH="$pyasan/python" KVKEY_EXPECT_MODULE_DIR="$pyasan/python/kvkey" PYTHONDONTWRITEBYTECODE=1 \
-  "$py" -m pytest -q -p no:cacheprovider -m "not redis and not redis_cluster and not mooncake" "$root/python/tests")
+  "$py" -m pytest -q -p no:cacheprovider -m "not redis and not redis_cluster and not mooncake and not vllm" "$root/python/tests")
