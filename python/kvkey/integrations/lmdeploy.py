@@ -324,7 +324,8 @@ class _Identities:
         self.tp_size = tp_size
         self.epoch = s.weights_epoch
         self._lock = threading.Lock()
-        self._ns: Dict[Tuple[Optional[str], int, int], kvkey.KeyNamespace] = {}
+        self._cache = _engine.NamespaceCache(
+            lambda k: _engine.namespace_of(ConfigError, self._identity(*k), single_tenant=s.single_tenant))
         self._tags = {adapter_tag(name): name for name, _ in s.adapters}
         self._tags[NO_ADAPTER] = None
         self._dirs = dict(s.adapters)
@@ -360,22 +361,13 @@ class _Identities:
         return i
 
     def namespace(self, adapter: Optional[str], tp_rank: int, epoch: Optional[int] = None) -> kvkey.KeyNamespace:
-        e = self.epoch if epoch is None else epoch
-        k = (adapter, e, tp_rank)
-        with self._lock:
-            ns = self._ns.get(k)
-        if ns is None:
-            ns = _engine.namespace_of(ConfigError, self._identity(adapter, e, tp_rank),
-                                      single_tenant=self.s.single_tenant)
-            with self._lock:
-                self._ns[k] = ns
-        return ns
+        return self._cache.get((adapter, self.epoch if epoch is None else epoch, tp_rank))
 
     def rotate(self, epoch: Optional[int] = None) -> int:
         with self._lock:
-            self.epoch = self.epoch + 1 if epoch is None else int(epoch)
-            self._ns = {k: v for k, v in self._ns.items() if k[1] == self.epoch}
-            return self.epoch
+            self.epoch = e = self.epoch + 1 if epoch is None else int(epoch)
+        self._cache.retain(lambda k: k[1] == e)
+        return e
 
 
 def _split(entry: Any) -> Tuple[bytes, bytes]:
