@@ -19,15 +19,12 @@ import threading
 from typing import Any, Callable, List, Optional, Sequence, Set, Tuple, TypeVar, Union
 
 from . import KeyNamespace
-from .connector import BlockResult, Connector as _SyncConnector, Slots, _Namespaces
+from .connector import _STORE_METHODS, BlockResult, Connector as _SyncConnector, Slots, _Namespaces
 from .stores.protocol import StoreError
 
 __all__ = ["Connector"]
 
 _T = TypeVar("_T")
-# The store methods the compiled connector calls, registered memory (the zero-copy path) included.
-_METHODS = ("get", "get_prefix", "get_into", "put", "exists", "delete", "put_from", "get_into_registered",
-            "register_memory")
 
 
 class _Cancelled(BaseException):
@@ -77,7 +74,7 @@ class _Bridge:
         self._store = store
         self._local = threading.local()
         self.owned_values = bool(getattr(store, "owned_values", False))
-        for name in _METHODS:
+        for name in _STORE_METHODS:  # registered memory (the zero-copy path) included
             method = getattr(store, name, None)
             if method is not None:
                 setattr(self, name, self._wrap(method))
