@@ -7,17 +7,14 @@
 #define KVKEY_BATCH_HPP
 
 #include <algorithm>
-#include <atomic>
-#include <condition_variable>
 #include <cstddef>
 #include <cstdint>
 #include <exception>
-#include <mutex>
 #include <numeric>
-#include <thread>
 #include <vector>
 
 #include "kvkey/config.hpp"
+#include "kvkey/detail/work_pool.hpp"
 #include "kvkey/digest.hpp"
 #include "kvkey/errors.hpp"
 #include "kvkey/key_namespace.hpp"
@@ -47,21 +44,9 @@ class BatchHasher {
  public:
   /// threads >= 1 (0 is taken as 1): the threads that work on a batch, the
   /// calling thread included.
-  explicit BatchHasher(unsigned threads) {
-    const unsigned n = threads == 0 ? 1 : threads;
-    workers_.reserve(n - 1);
-    try {
-      for (unsigned i = 1; i < n; ++i) workers_.emplace_back([this] { work(); });
-    } catch (...) {
-      stop();
-      throw;
-    }
-  }
-  BatchHasher(const BatchHasher&) = delete;
-  BatchHasher& operator=(const BatchHasher&) = delete;
-  ~BatchHasher() { stop(); }
+  explicit BatchHasher(unsigned threads) : pool_(threads) {}
 
-  unsigned threads() const noexcept { return static_cast<unsigned>(workers_.size()) + 1; }
+  unsigned threads() const noexcept { return pool_.threads(); }
 
   /// Batches of fewer tokens are hashed on the calling thread alone: waking a
   /// worker costs tens of microseconds.
@@ -136,10 +121,10 @@ class BatchHasher {
       }
     };
     const std::size_t items = (requests.size() + 1) / 2;
-    if (workers_.empty() || items < 2 || tokens < min_parallel_tokens) {
+    if (pool_.threads() == 1 || items < 2 || tokens < min_parallel_tokens) {
       for (std::size_t i = 0; i < items; ++i) task(i);
     } else {
-      run(items, task);
+      pool_.run(items, task);
     }
     for (std::size_t r = 0; r < requests.size(); ++r) {
       if (errors[r]) std::rethrow_exception(errors[r]);
@@ -158,79 +143,7 @@ class BatchHasher {
   }
 
  private:
-  using Thunk = void (*)(void* task, std::size_t index);
-
-  // Runs task(0 .. count-1) on the pool and the calling thread; task must not throw.
-  template <class Task>
-  void run(std::size_t count, Task& task) {
-    std::lock_guard<std::mutex> one_batch(batch_mutex_);
-    {
-      std::lock_guard<std::mutex> lock(mutex_);
-      thunk_ = [](void* t, std::size_t i) { (*static_cast<Task*>(t))(i); };
-      task_ = &task;
-      count_ = count;
-      next_.store(0, std::memory_order_relaxed);
-      busy_ = workers_.size();
-      ++generation_;
-    }
-    wake_.notify_all();
-    drain();
-    {
-      std::unique_lock<std::mutex> lock(mutex_);
-      done_.wait(lock, [this] { return busy_ == 0; });
-      task_ = nullptr;
-    }
-  }
-
-  // Takes work items until none is left.
-  void drain() noexcept {
-    for (;;) {
-      const std::size_t i = next_.fetch_add(1, std::memory_order_relaxed);
-      if (i >= count_) return;
-      thunk_(task_, i);
-    }
-  }
-
-  void work() {
-    std::uint64_t seen = 0;
-    for (;;) {
-      {
-        std::unique_lock<std::mutex> lock(mutex_);
-        wake_.wait(lock, [&] { return stopping_ || generation_ != seen; });
-        if (stopping_) return;
-        seen = generation_;
-      }
-      drain();
-      {
-        std::lock_guard<std::mutex> lock(mutex_);
-        if (--busy_ == 0) done_.notify_one();
-      }
-    }
-  }
-
-  void stop() noexcept {
-    {
-      std::lock_guard<std::mutex> lock(mutex_);
-      stopping_ = true;
-    }
-    wake_.notify_all();
-    for (auto& w : workers_) {
-      if (w.joinable()) w.join();
-    }
-  }
-
-  std::vector<std::thread> workers_;
-  std::mutex batch_mutex_;  // one batch at a time
-  std::mutex mutex_;        // guards the fields below except next_
-  std::condition_variable wake_;
-  std::condition_variable done_;
-  bool stopping_ = false;
-  std::uint64_t generation_ = 0;
-  std::size_t busy_ = 0;
-  Thunk thunk_ = nullptr;
-  void* task_ = nullptr;
-  std::size_t count_ = 0;
-  std::atomic<std::size_t> next_{0};
+  detail::WorkPool pool_;
 };
 
 /// One-call form: hashes the batch on `threads` threads (the caller's
