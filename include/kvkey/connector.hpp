@@ -13,7 +13,9 @@
 //   auto res = c.load_into(blocks, destinations, 0);            // verified, then scattered per layer
 //   kvkey::Slots slots(store, blocks.size(), payload_size);     // registered memory: the zero-copy path
 //   c.save_from(blocks, slots);                                 // sealed in place, written from the slots
+//   c.save(blocks, payloads, slots);                            // gathered into the slots, then as save_from
 //   auto in = c.load_into(blocks, slots);                       // read into the slots, verified there
+//   c.load_into(blocks, destinations, slots);                   // through the slots into destinations
 //
 // Lookups read each value's header and count a block only when its header
 // verifies on every rank; loads verify header and payload. A value that does
@@ -42,6 +44,7 @@
 
 #include "kvkey/any_key_namespace.hpp"
 #include "kvkey/config.hpp"
+#include "kvkey/detail/work_pool.hpp"
 #include "kvkey/digest.hpp"
 #include "kvkey/envelope.hpp"
 #include "kvkey/errors.hpp"
@@ -232,7 +235,16 @@ class Connector {
     /// then at most one line per log_interval, with the count since the last.
     std::function<void(const StoreFailureLog&)> log;
     std::chrono::milliseconds log_interval{10000};
+    /// Threads that verify a load's values (and copy them into their
+    /// destinations) after its one read, the calling thread included: 1, the
+    /// calling thread alone. More start with the connector and work on loads
+    /// of at least parallel_verify_bytes; a load that finds them busy with
+    /// another verifies on its own thread.
+    unsigned verify_threads = 1;
   };
+  /// Loads of fewer payload bytes are verified on the calling thread alone:
+  /// waking a worker costs tens of microseconds.
+  static constexpr std::size_t parallel_verify_bytes = std::size_t{1} << 18;
 
   /// One rank (rank 0).
   Connector(Store& store, const Namespace& ns, Metrics* metrics = nullptr)
@@ -253,6 +265,10 @@ class Connector {
       }
     }
     if (opt_.lookup_batch == 0) throw input_error("lookup_batch", "Connector: lookup_batch is 0, must be at least 1");
+    if (opt_.verify_threads == 0) {
+      throw input_error("verify_threads", "Connector: verify_threads is 0, must be at least 1");
+    }
+    if (opt_.verify_threads > 1) pool_ = std::make_shared<detail::WorkPool>(opt_.verify_threads);
   }
 
   const Namespace& key_namespace(std::size_t rank = 0) const { return ranks_.at(rank); }
@@ -321,6 +337,49 @@ class Connector {
   /// One block.
   bool save(const Digest& block, Payload payload, std::size_t rank = 0) const {
     return save(std::vector<Digest>{block}, std::vector<Payload>{payload}, rank) == 1;
+  }
+
+  /// save through registered staging memory the caller keeps (the engine's
+  /// path: nothing allocated or registered per call, no copy by the store):
+  /// block n's payload (its parts, gathered) is copied into
+  /// staging.payload(indices[n]) (indices empty: slot n), sealed there while
+  /// in cache, and the slots' values written with one write_from. Returns how
+  /// many values the store took. input_error, before anything is written, as
+  /// for save and save_from, and when a payload does not hold the slots'
+  /// payload size or a part lies in the staging memory.
+  std::size_t save(const std::vector<Digest>& blocks, const std::vector<Payload>& payloads, const Slots& staging,
+                   const std::vector<std::size_t>& indices = {}, std::size_t rank = 0) const {
+    const Namespace& ns = at(rank);
+    if (blocks.size() != payloads.size()) {
+      throw input_error("payloads", "save: " + std::to_string(blocks.size()) + " block hashes but " +
+                                        std::to_string(payloads.size()) + " payloads");
+    }
+    const std::vector<std::size_t> idx = slot_indices(blocks.size(), staging, indices, rank, "save");
+    for (std::size_t i = 0; i < payloads.size(); ++i) {
+      if (payloads[i].size() != staging.payload_size()) {
+        throw input_error("payloads", "save: payloads[" + std::to_string(i) + "] has " +
+                                          std::to_string(payloads[i].size()) + " bytes, the staging slots hold " +
+                                          std::to_string(staging.payload_size()));
+      }
+      outside(staging, payloads[i].begin(), payloads[i].end(), "payloads", "save", i);
+    }
+    const std::vector<std::string> keys = keys_of(ns, blocks);
+    return put(keys, [&] {
+      std::vector<ConstBuffer> values;
+      values.reserve(blocks.size());
+      for (std::size_t i = 0; i < blocks.size(); ++i) {
+        const MutableBuffer v = staging.value(idx[i]);
+        auto* at = static_cast<std::uint8_t*>(v.data) + envelope_size;
+        for (const ConstBuffer& part : payloads[i]) {
+          if (part.size != 0) std::memcpy(at, part.data, part.size);
+          at += part.size;
+        }
+        const MutableBuffer p = staging.payload(idx[i]);
+        seal(ns, blocks[i], Payload(p.data, p.size), static_cast<std::uint8_t*>(v.data), v.size);
+        values.push_back({v.data, v.size});
+      }
+      return store_->write_from(keys, values);
+    });
   }
 
   /// The zero-copy save: block n's payload is in slots.payload(indices[n])
@@ -510,25 +569,7 @@ class Connector {
                                     const std::vector<std::vector<MutableBuffer>>& destinations,
                                     std::size_t rank = 0) const {
     const Namespace& ns = at(rank);
-    if (destinations.size() != blocks.size()) {
-      throw input_error("buffers", "load_into: " + std::to_string(blocks.size()) + " blocks but " +
-                                       std::to_string(destinations.size()) + " destinations");
-    }
-    const std::optional<std::uint64_t> want = payload_size(rank);
-    std::vector<std::size_t> sizes(blocks.size(), 0);
-    for (std::size_t i = 0; i < blocks.size(); ++i) {
-      for (const MutableBuffer& b : destinations[i]) {
-        if (b.data == nullptr && b.size != 0) {
-          throw input_error("buffers", "load_into: buffers[" + std::to_string(i) + "] has a null part");
-        }
-        sizes[i] += b.size;
-      }
-      if (want && sizes[i] != *want) {
-        throw input_error("buffers", "load_into: buffers[" + std::to_string(i) + "] holds " + std::to_string(sizes[i]) +
-                                         " bytes, this deployment's blocks have " + std::to_string(*want));
-      }
-    }
-    check_disjoint(destinations);
+    const std::vector<std::size_t> sizes = destination_sizes(blocks.size(), destinations, payload_size(rank));
     // Staging for a store that reads into memory: connector-owned (registered where the store registers memory).
     std::unique_ptr<std::uint8_t[]> heap;
     std::shared_ptr<RegisteredMemory> registered;
@@ -549,15 +590,33 @@ class Connector {
       }
     }
     std::vector<LoadedView> out(blocks.size());
-    read_verified(ns, blocks, stage, sizes, out);
-    for (std::size_t i = 0; i < blocks.size(); ++i) {
-      if (!out[i].result.loaded()) continue;
-      const auto* src = static_cast<const std::uint8_t*>(out[i].payload.data);
-      for (const MutableBuffer& d : destinations[i]) {
-        if (d.size != 0) std::memcpy(d.data, src, d.size);
-        src += d.size;
-      }
+    read_verified(ns, blocks, stage, sizes, out, scatter_into(destinations));
+    return results(out);
+  }
+
+  /// load_into the destinations through registered staging memory the caller
+  /// keeps (the engine's path: no allocation or registration per call, no
+  /// copy by the store): block n's value is read into
+  /// staging.value(indices[n]) (indices empty: slot n) with one read_into,
+  /// verified there, and its payload copied into destinations[n] right after
+  /// it verifies, while it is in cache. A block that is missing or rejected
+  /// leaves every part of its destination untouched (its slot may hold the
+  /// rejected bytes). input_error, before anything is read, as for load_into
+  /// with destinations and with Slots, and when a part lies in the staging
+  /// memory or a destination does not hold the slots' payload size.
+  std::vector<LoadResult> load_into(const std::vector<Digest>& blocks,
+                                    const std::vector<std::vector<MutableBuffer>>& destinations, const Slots& staging,
+                                    const std::vector<std::size_t>& indices = {}, std::size_t rank = 0) const {
+    const Namespace& ns = at(rank);
+    const std::vector<std::size_t> idx = slot_indices(blocks.size(), staging, indices, rank, "load_into");
+    const std::vector<std::size_t> sizes = destination_sizes(blocks.size(), destinations, staging.payload_size());
+    for (std::size_t i = 0; i < destinations.size(); ++i) {
+      outside(staging, destinations[i].begin(), destinations[i].end(), "buffers", "load_into", i);
     }
+    std::vector<MutableBuffer> into(blocks.size());
+    for (std::size_t i = 0; i < blocks.size(); ++i) into[i] = staging.value(idx[i]);
+    std::vector<LoadedView> out(blocks.size());
+    read_verified(ns, blocks, into, sizes, out, scatter_into(destinations));
     return results(out);
   }
 
@@ -595,6 +654,9 @@ class Connector {
   }
 
  private:
+  struct NoCopy {  // serve's on_loaded when the payload stays where it was verified
+    void operator()(std::size_t, const ConstBuffer&) const {}
+  };
   struct State {
     std::mutex mu;
     std::list<Digest> order;  // most recent last
@@ -708,37 +770,65 @@ class Connector {
   // Serves the values one read returned for blocks: a key's error recorded,
   // each present value opened (verified) in into[i] (no staging when into is
   // empty) against expect(i); out[i] loaded with a view of the verified
-  // payload, or rejected.
-  template <class Expect>
+  // payload, or rejected. on_loaded(i, payload) runs as soon as block i
+  // verifies (its bytes still in cache).
+  template <class Expect, class OnLoaded = NoCopy>
   void serve(ConnectorCall& call, const Namespace& ns, const std::vector<Digest>& blocks,
              std::vector<StoreValue>& values, const std::vector<MutableBuffer>& into, Expect expect, const char* failed,
-             std::vector<LoadedView>& out) const {
+             std::vector<LoadedView>& out, OnLoaded&& on_loaded = {}) const {
+    std::vector<std::size_t> present;
+    std::size_t bytes = 0;
     for (std::size_t i = 0; i < blocks.size(); ++i) {
       StoreValue& v = values[i];
       if (!v.error.empty()) key_failed(call, v.error, failed);
       if (!v.present) continue;
-      const MutableBuffer stage = into.empty() ? MutableBuffer{} : into[i];
-      if (!staged(v, stage)) pin(v);
-      OpenedValue o = open(ns, v, stage, blocks[i], expect(i));
+      if (!staged(v, into.empty() ? MutableBuffer{} : into[i])) pin(v);
+      present.push_back(i);
+      bytes += v.size;
+    }
+    std::vector<std::exception_ptr> errors(pool_ ? present.size() : 0);
+    auto one = [&](std::size_t k) {
+      const std::size_t i = present[k];
+      StoreValue& v = values[i];
+      OpenedValue o = open(ns, v, into.empty() ? MutableBuffer{} : into[i], blocks[i], expect(i));
       if (!o.ok()) {
         out[i].result = {LoadResult::Status::rejected, std::move(o.verdict), 0};
-        continue;
+        return;
       }
       out[i].payload = o.payload;
+      on_loaded(i, o.payload);
       if (o.plaintext) {
         out[i].owner = std::make_shared<const PlaintextOwner>(std::move(o.plaintext));
       } else {
         out[i].owner = std::move(v.owner);
       }
       out[i].result = {LoadResult::Status::loaded, std::move(o.verdict), o.payload.size};
+    };
+    if (!pool_ || present.size() < 2 || bytes < parallel_verify_bytes) {
+      for (std::size_t k = 0; k < present.size(); ++k) one(k);
+      return;
+    }
+    auto guarded = [&](std::size_t k) {  // the pool's tasks must not throw: the first error is rethrown after
+      try {
+        one(k);
+      } catch (...) {
+        errors[k] = std::current_exception();
+      }
+    };
+    pool_->run_or_inline(present.size(), guarded);
+    for (const std::exception_ptr& e : errors) {
+      if (e) std::rethrow_exception(e);
     }
   }
 
   // One read_into of blocks' keys into `into` (empty entries: no staging),
   // each value verified (open) against sizes[i]: out[i] loaded with a view of
   // the verified payload, rejected or missing; recorded as one load.
+  // on_loaded as for serve.
+  template <class OnLoaded = NoCopy>
   void read_verified(const Namespace& ns, const std::vector<Digest>& blocks, const std::vector<MutableBuffer>& into,
-                     const std::vector<std::size_t>& sizes, std::vector<LoadedView>& out) const {
+                     const std::vector<std::size_t>& sizes, std::vector<LoadedView>& out,
+                     OnLoaded&& on_loaded = {}) const {
     ConnectorCall call;
     call.op = ConnectorCall::Op::load;
     const std::vector<std::string> keys = keys_of(ns, blocks);
@@ -751,7 +841,7 @@ class Connector {
     }
     serve(
         call, ns, blocks, values, into, [&](std::size_t i) { return std::optional<std::uint64_t>(sizes[i]); },
-        "get_into: a key failed", out);
+        "get_into: a key failed", out, on_loaded);
     finish_load(call, blocks, out, nullptr);
   }
 
@@ -809,6 +899,56 @@ class Connector {
                                      "-byte payloads, this deployment's blocks have " + std::to_string(*want));
     }
     return idx;
+  }
+
+  // input_error naming field[i][j] when part j of [begin, end) shares memory with the staging slots.
+  template <class It>
+  static void outside(const Slots& staging, It begin, It end, const char* field, const char* call, std::size_t i) {
+    const MutableBuffer memory = staging.memory().buffer();
+    const auto lo = reinterpret_cast<std::uintptr_t>(memory.data);
+    const std::uintptr_t hi = lo + memory.size;
+    for (std::size_t j = 0; begin != end; ++begin, ++j) {
+      const auto b = reinterpret_cast<std::uintptr_t>(begin->data);
+      if (begin->size != 0 && b < hi && lo < b + begin->size) {
+        throw input_error(field, std::string(call) + ": " + field + "[" + std::to_string(i) + "][" + std::to_string(j) +
+                                     "] lies in the staging slots");
+      }
+    }
+  }
+  // Copies a verified payload into destinations[i], part by part.
+  static auto scatter_into(const std::vector<std::vector<MutableBuffer>>& destinations) {
+    return [&destinations](std::size_t i, const ConstBuffer& payload) {
+      const auto* src = static_cast<const std::uint8_t*>(payload.data);
+      for (const MutableBuffer& d : destinations[i]) {
+        if (d.size != 0) std::memcpy(d.data, src, d.size);
+        src += d.size;
+      }
+    };
+  }
+  // Each destination's size in all, checked (one per block, no null part,
+  // want bytes where want is known, no two parts sharing memory).
+  static std::vector<std::size_t> destination_sizes(std::size_t n,
+                                                    const std::vector<std::vector<MutableBuffer>>& destinations,
+                                                    std::optional<std::uint64_t> want) {
+    if (destinations.size() != n) {
+      throw input_error("buffers", "load_into: " + std::to_string(n) + " blocks but " +
+                                       std::to_string(destinations.size()) + " destinations");
+    }
+    std::vector<std::size_t> sizes(n, 0);
+    for (std::size_t i = 0; i < n; ++i) {
+      for (const MutableBuffer& b : destinations[i]) {
+        if (b.data == nullptr && b.size != 0) {
+          throw input_error("buffers", "load_into: buffers[" + std::to_string(i) + "] has a null part");
+        }
+        sizes[i] += b.size;
+      }
+      if (want && sizes[i] != *want) {
+        throw input_error("buffers", "load_into: buffers[" + std::to_string(i) + "] holds " + std::to_string(sizes[i]) +
+                                         " bytes, this deployment's blocks have " + std::to_string(*want));
+      }
+    }
+    check_disjoint(destinations);
+    return sizes;
   }
 
   // input_error naming them when two destination parts share a byte: the
@@ -990,6 +1130,7 @@ class Connector {
   std::vector<Namespace> ranks_;
   Options opt_;
   std::shared_ptr<State> state_;
+  std::shared_ptr<detail::WorkPool> pool_;  // verify_threads > 1
 };
 
 /// Connector::lookup over ranks given as pointers (kept for existing callers):

@@ -223,6 +223,11 @@ class Connector:
     that keeps failing is logged on the ``kvkey.connector`` logger (WARNING), at most
     once per ``log_interval`` seconds; ``log=False`` turns that off.
 
+    ``verify_threads``: threads that verify a load's values (and copy them into their
+    destinations) after its one read, the calling thread included; the default 1 is
+    the calling thread alone. Loads of at least 256 KiB use the others (started with
+    the connector); a load that finds them busy with another verifies on its own.
+
     A connector is safe to share between threads when its store is. An asyncio store
     (coroutine methods, ``kvkey.stores.aio.RedisStore``) is a ``TypeError`` here: use
     ``kvkey.aio.Connector`` with it.
@@ -230,13 +235,18 @@ class Connector:
 
     def __init__(self, store: Store, ns: _Namespaces, *, metrics: Any = None,
                  payload_size: Optional[int] = None, raise_errors: bool = False,
-                 lookup_batch: int = 512, log: bool = True, log_interval: float = 10.0) -> None:
+                 lookup_batch: int = 512, log: bool = True, log_interval: float = 10.0,
+                 verify_threads: int = 1) -> None:
         ranks = [ns] if isinstance(ns, KeyNamespace) else list(ns)
         if payload_size is not None:
             payload_size = _non_negative(payload_size, "payload_size", "must be a non-negative int or None")
         lookup_batch = _integer(lookup_batch, "lookup_batch")
         if lookup_batch < 1:
             raise _input_error("lookup_batch", f"Connector: lookup_batch is {lookup_batch!r}, must be at least 1")
+        verify_threads = _integer(verify_threads, "verify_threads")
+        if not 1 <= verify_threads <= 256:
+            raise _input_error("verify_threads",
+                               f"Connector: verify_threads is {verify_threads!r}, must lie in [1, 256]")
         if not isinstance(raise_errors, bool):
             raise TypeError(f"raise_errors must be a bool, not {type(raise_errors).__name__}")
         _refuse_async_store(store)
@@ -246,8 +256,9 @@ class Connector:
         self.lookup_batch = lookup_batch
         self.log = log
         self.log_interval = float(log_interval)
+        self.verify_threads = verify_threads
         self._core: Any = _Connector(store, ranks, metrics, payload_size, raise_errors, lookup_batch,
-                                _log_store_failure if log else None, self.log_interval)
+                                _log_store_failure if log else None, self.log_interval, verify_threads)
         self.ranks: List[KeyNamespace] = ranks
         self._payload_size = payload_size
 
@@ -278,7 +289,8 @@ class Connector:
         namespace rotated with ``ns.with_epoch`` (secret and policy kept)."""
         return Connector(self.store, [r.with_epoch(epoch) for r in self.ranks], metrics=self.metrics,
                          payload_size=self._payload_size, raise_errors=self.raise_errors,
-                         lookup_batch=self.lookup_batch, log=self.log, log_interval=self.log_interval)
+                         lookup_batch=self.lookup_batch, log=self.log, log_interval=self.log_interval,
+                         verify_threads=self.verify_threads)
 
     def _rank(self, rank: int) -> int:
         return _non_negative(rank, "rank", f"must lie in [0, {len(self.ranks)})")
@@ -287,11 +299,25 @@ class Connector:
     def _max_tokens(max_tokens: Optional[int]) -> Optional[int]:
         return None if max_tokens is None else _non_negative(max_tokens, "max_tokens")
 
-    def save(self, block_hashes: Sequence[bytes], payloads: Sequence[Any], *, rank: int = 0) -> int:
+    def save(self, block_hashes: Sequence[bytes], payloads: Sequence[Any], *, rank: int = 0,
+             staging: Optional[Slots] = None, indices: Optional[Sequence[int]] = None) -> int:
         """Stores each payload as one value, ``ns.seal_value(h, payload)``, under
         ``ns.store_key(h)``, in one ``store.put``. A payload is any C-contiguous
         bytes-like object (a numpy array), or a list of them (per-layer K and V: the
-        value holds their concatenation). Returns how many values the store took."""
+        value holds their concatenation). Returns how many values the store took.
+
+        With ``staging`` (a ``Slots``: an engine's path out of its own KV memory): block
+        ``n``'s payload is copied into ``staging.payload(indices[n])`` (default: slot
+        ``n``), sealed there and written from there with one ``store.put_from``, without
+        the GIL and with nothing allocated or registered per call. A payload that does
+        not hold the slots' payload size, or lies in the staging memory, is
+        ``InputError``, before anything is written."""
+        if staging is not None:
+            if not isinstance(staging, Slots):
+                raise TypeError(f"save: staging is a {type(staging).__name__}, expected kvkey.Slots")
+            return int(self._core.save_staged(block_hashes, payloads, staging, indices, self._rank(rank)))
+        if indices is not None:
+            raise _input_error("indices", "save: indices are for staging Slots only")
         return int(self._core.save(block_hashes, payloads, self._rank(rank)))
 
     def lookup(self, block_hashes: Sequence[bytes], *, max_tokens: Optional[int] = None) -> int:
@@ -328,7 +354,8 @@ class Connector:
         return int(self._core.save_from(block_hashes, slots, indices, self._rank(rank)))
 
     def load_into(self, block_hashes: Sequence[bytes], buffers: Union[Sequence[Any], Slots], *,
-                  rank: int = 0, indices: Optional[Sequence[int]] = None) -> List[BlockResult]:
+                  rank: int = 0, indices: Optional[Sequence[int]] = None,
+                  staging: Optional[Slots] = None) -> List[BlockResult]:
         """Writes each block's verified payload into its destination: a writable,
         C-contiguous buffer (a numpy array), or a list of them (per-layer K and V) whose
         sizes add up to the payload's. The whole value is verified before anything is
@@ -336,14 +363,26 @@ class Connector:
         untouched. A destination that does not hold exactly this deployment's payload
         size (where it is known) is ``InputError``, before anything is read.
 
-        With ``Slots`` (the zero-copy load): reads block ``n``'s value into
-        ``slots.value(indices[n])`` (default: slot ``n``; registered memory, one
-        ``store.get_into_registered``) and verifies it there; a block is ``loaded`` only
-        when header and payload verify, its payload is then ``slots.payload(i)``. A slot
-        whose result is ``missing`` or ``rejected`` may hold the rejected bytes: never
-        use it. Returns one ``BlockResult`` per block."""
+        With ``staging`` (a ``Slots``: an engine's path into its own KV memory): block
+        ``n``'s value is read into ``staging.value(indices[n])`` (default: slot ``n``;
+        registered memory, one ``store.get_into_registered``, nothing allocated or
+        registered per call), verified there, and its payload copied into its
+        destination as soon as it verifies, without the GIL. A destination that does not
+        hold the slots' payload size, or lies in the staging memory, is ``InputError``.
+
+        With ``Slots`` as ``buffers`` (the zero-copy load): reads block ``n``'s value into
+        ``slots.value(indices[n])`` (default: slot ``n``) and verifies it there; a block
+        is ``loaded`` only when header and payload verify, its payload is then
+        ``slots.payload(i)``. A slot whose result is ``missing`` or ``rejected`` may hold
+        the rejected bytes: never use it. Returns one ``BlockResult`` per block."""
         if isinstance(buffers, Slots):
+            if staging is not None:
+                raise _input_error("staging", "load_into: staging is for destinations; the Slots are the destination")
             res = self._core.load_into_slots(block_hashes, buffers, indices, self._rank(rank))
+        elif staging is not None:
+            if not isinstance(staging, Slots):
+                raise TypeError(f"load_into: staging is a {type(staging).__name__}, expected kvkey.Slots")
+            res = self._core.load_into_staged(block_hashes, buffers, staging, indices, self._rank(rank))
         else:
             if indices is not None:
                 raise _input_error("indices", "load_into: indices are for Slots only")

@@ -604,7 +604,7 @@ class PyConnector {
 
   PyConnector(const py::object& store, const py::object& ranks, const py::object& metrics,
               const py::object& payload_size, bool raise_errors, std::size_t lookup_batch, const py::object& log,
-              double log_interval)
+              double log_interval, unsigned verify_threads)
       : store_(std::make_shared<PyStore>(store)),
         recorder_(std::make_shared<PyOwner>(metrics.ptr())),
         log_(std::make_shared<PyOwner>(log.ptr())) {
@@ -620,6 +620,7 @@ class PyConnector {
     if (!payload_size.is_none()) opt.payload_size = to_uint<std::uint64_t>(payload_size, "payload_size");
     opt.raise_errors = raise_errors;
     opt.lookup_batch = lookup_batch;
+    opt.verify_threads = verify_threads;
     if (py::isinstance<kvkey::Metrics>(metrics)) {
       opt.metrics = &metrics.cast<kvkey::Metrics&>();  // recorded without the GIL; recorder_ keeps it alive
     } else if (!metrics.is_none()) {
@@ -639,6 +640,16 @@ class PyConnector {
     const std::vector<kvkey::Digest> blocks = to_digests(hashes, "block_hashes");
     const HeldPayloads held(payloads, "payloads");
     return guarded([&] { return core_->save(blocks, held.payloads, rank); });
+  }
+
+  // save through the staging Slots (gathered there, sealed, written from there).
+  std::size_t save_staged(const py::object& hashes, const py::object& payloads, const py::object& staging,
+                          const py::object& indices, std::size_t rank) {
+    const std::vector<kvkey::Digest> blocks = to_digests(hashes, "block_hashes");
+    const HeldPayloads held(payloads, "payloads");
+    const kvkey::Slots s = to_slots(staging);
+    const std::vector<std::size_t> idx = to_indices(indices);
+    return guarded([&] { return core_->save(blocks, held.payloads, s, idx, rank); });
   }
 
   std::size_t lookup(const py::object& hashes, const py::object& max_tokens, bool existing) {
@@ -687,6 +698,19 @@ class PyConnector {
                                               std::to_string(dest.parts.size()) + " buffers");
     }
     return results(guarded([&] { return core_->load_into(blocks, dest.parts, rank); }));
+  }
+  // load_into the buffers through the staging Slots (read and verified there, then copied).
+  py::list load_into_staged(const py::object& hashes, const py::object& buffers, const py::object& staging,
+                            const py::object& indices, std::size_t rank) {
+    const std::vector<kvkey::Digest> blocks = to_digests(hashes, "block_hashes");
+    const HeldDestinations dest(buffers, "buffers");
+    if (dest.parts.size() != blocks.size()) {
+      throw kvkey::input_error("buffers", "load_into: " + std::to_string(blocks.size()) + " block hashes but " +
+                                              std::to_string(dest.parts.size()) + " buffers");
+    }
+    const kvkey::Slots s = to_slots(staging);
+    const std::vector<std::size_t> idx = to_indices(indices);
+    return results(guarded([&] { return core_->load_into(blocks, dest.parts, s, idx, rank); }));
   }
 
   // (status, Verdict or None, nbytes) per block.
@@ -804,15 +828,17 @@ void bind_connector(py::module_& m) {
   using C = PyConnector<Ns, VerdictT>;
   py::class_<C>(m, "_Connector", "kvkey::Connector over a Python store (wrapped by kvkey.Connector).")
       .def(py::init<const py::object&, const py::object&, const py::object&, const py::object&, bool, std::size_t,
-                    const py::object&, double>(),
+                    const py::object&, double, unsigned>(),
            py::arg("store"), py::arg("ranks"), py::arg("metrics"), py::arg("payload_size"), py::arg("raise_errors"),
-           py::arg("lookup_batch"), py::arg("log"), py::arg("log_interval"))
+           py::arg("lookup_batch"), py::arg("log"), py::arg("log_interval"), py::arg("verify_threads") = 1)
       .def("save", &C::save)
+      .def("save_staged", &C::save_staged)
       .def("lookup", &C::lookup)
       .def("load", &C::load)
       .def("load_into", &C::load_into)
       .def("save_from", &C::save_from)
       .def("load_into_slots", &C::load_into_slots)
+      .def("load_into_staged", &C::load_into_staged)
       .def("last_error", &C::last_error)
       .def("clear_last_error", &C::clear_last_error)
       .def("payload_size", &C::payload_size);

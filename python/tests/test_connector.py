@@ -2,6 +2,7 @@
 several ranks, epoch rotation, store errors and the metrics it reports."""
 
 import collections
+import ctypes
 
 import numpy as np
 import pytest
@@ -437,49 +438,51 @@ def test_the_zero_copy_path_over_any_store(setup):
         conn.save_from(hashes, [bytearray(512)] * 4)
 
 
+class Registered(MemoryStore):
+    """register_memory, put_from, get_into_registered (addresses) over a MemoryStore; a
+    write from or read into memory it did not register fails the test."""
+
+    def __init__(self):
+        super().__init__()
+        self.regions, self.calls = [], collections.Counter()
+
+    def register_memory(self, address, size):
+        region = (address, size)
+        self.regions.append(region)
+        store = self
+
+        class Handle:
+            def close(self):
+                store.regions.remove(region)
+
+        return Handle()
+
+    def _inside(self, address, size):
+        assert any(a <= address and address + size <= a + n for a, n in self.regions), "not registered"
+
+    def put_from(self, keys, addresses, sizes):
+        self.calls["put_from"] += 1
+        for a, n in zip(addresses, sizes):
+            self._inside(a, n)
+        return self.put(keys, [ctypes.string_at(a, n) for a, n in zip(addresses, sizes)])
+
+    def get_into_registered(self, keys, addresses, sizes):
+        self.calls["get_into_registered"] += 1
+        out = []
+        for k, a, n in zip(keys, addresses, sizes):
+            self._inside(a, n)
+            v = self.values.get(k)
+            if v is not None:
+                ctypes.memmove(a, v, min(len(v), n))
+            out.append(None if v is None else len(v))
+        return out
+
+
 def test_the_zero_copy_path_over_a_store_with_registered_memory(setup):
     """A Python store with the capability: register_memory, put_from, get_into_registered
     (addresses); the connector writes from and reads into the slots through them, one
     call per batch."""
-    import ctypes
-
     ns, _, _, hashes = setup
-
-    class Registered(MemoryStore):
-        def __init__(self):
-            super().__init__()
-            self.regions, self.calls = [], collections.Counter()
-
-        def register_memory(self, address, size):
-            region = (address, size)
-            self.regions.append(region)
-            store = self
-
-            class Handle:
-                def close(self):
-                    store.regions.remove(region)
-
-            return Handle()
-
-        def _inside(self, address, size):
-            assert any(a <= address and address + size <= a + n for a, n in self.regions), "not registered"
-
-        def put_from(self, keys, addresses, sizes):
-            self.calls["put_from"] += 1
-            for a, n in zip(addresses, sizes):
-                self._inside(a, n)
-            return self.put(keys, [ctypes.string_at(a, n) for a, n in zip(addresses, sizes)])
-
-        def get_into_registered(self, keys, addresses, sizes):
-            self.calls["get_into_registered"] += 1
-            out = []
-            for k, a, n in zip(keys, addresses, sizes):
-                self._inside(a, n)
-                v = self.values.get(k)
-                if v is not None:
-                    ctypes.memmove(a, v, min(len(v), n))
-                out.append(None if v is None else len(v))
-            return out
 
     store = Registered()
     conn = kvkey.Connector(store, ns, payload_size=512)
@@ -496,3 +499,60 @@ def test_the_zero_copy_path_over_a_store_with_registered_memory(setup):
         assert all(r.loaded for r in conn.load_into(hashes[:3], bufs))
         assert len(store.regions) == 1  # the staging was unregistered after the call
     assert store.regions == []
+
+
+def test_staging_slots_gather_and_scatter_the_rows_in_one_call(setup):
+    """save(..., staging=) and load_into(..., staging=): an engine's per-layer rows
+    gathered into registered slots, sealed and written from there; read into them,
+    verified there, and only verified blocks scattered back into the rows."""
+    ns, _, _, hashes = setup
+    store = Registered()
+    metrics = kvkey.Metrics()
+    conn = kvkey.Connector(store, ns, payload_size=512, metrics=metrics, verify_threads=2)
+    rows = [np.random.default_rng(7 + r).integers(0, 256, 4 * 128, dtype=np.uint8) for r in range(4)]
+
+    def blocks(rs):
+        return [[row[b * 128:(b + 1) * 128] for row in rs] for b in range(4)]
+
+    with kvkey.Slots(store, 6, 512) as slots:
+        assert conn.save(hashes, blocks(rows), staging=slots, indices=[5, 0, 2, 1]) == 4
+        assert store.calls == {"put_from": 1}
+        for b, h in enumerate(hashes):  # the values save would have stored
+            assert store.values[ns.store_key(h)] == ns.seal_value(h, b"".join(r[b * 128:(b + 1) * 128].tobytes()
+                                                                              for r in rows))
+        v = bytearray(store.values[ns.store_key(hashes[2])])
+        v[H + 3] ^= 0x40
+        store.values[ns.store_key(hashes[2])] = bytes(v)
+        del store.values[ns.store_key(hashes[3])]
+        out = [np.full(4 * 128, 0xEE, dtype=np.uint8) for _ in range(4)]
+        res = conn.load_into(hashes, blocks(out), staging=slots)
+        assert [r.status for r in res] == ["loaded", "loaded", "rejected", "missing"]
+        assert res[2].verdict.reason == "payload_mismatch"
+        assert store.calls == {"put_from": 1, "get_into_registered": 1}
+        for r, o in zip(rows, out):
+            assert (o[:256] == r[:256]).all()
+            assert (o[256:] == 0xEE).all()  # nothing of the rejected or the missing block
+        assert metrics.as_dict()["load_blocks"]["rejected"] == 1
+
+        # The caller's errors, before the store is asked.
+        calls = dict(store.calls)
+        inside = blocks(out)
+        inside[1][0] = slots.payload(4)[:128]
+        with pytest.raises(kvkey.InputError, match=r"buffers\[1\]\[0\] lies in the staging slots"):
+            conn.load_into(hashes, inside, staging=slots)
+        with pytest.raises(kvkey.InputError, match=r"payloads\[1\]\[0\] lies in the staging slots"):
+            conn.save(hashes, inside, staging=slots)
+        with pytest.raises(kvkey.InputError, match="given twice"):
+            conn.save(hashes, blocks(rows), staging=slots, indices=[0, 0, 1, 2])
+        with pytest.raises(kvkey.InputError, match="staging slots hold 512"):
+            conn.save(hashes, [[r[:100]] for r in rows], staging=slots)
+        with pytest.raises(kvkey.InputError, match="staging is for destinations"):
+            conn.load_into(hashes, slots, staging=slots)
+        with pytest.raises(kvkey.InputError, match="indices are for staging Slots only"):
+            conn.save(hashes, blocks(rows), indices=[0, 1, 2, 3])
+        with pytest.raises(TypeError, match="expected kvkey.Slots"):
+            conn.load_into(hashes, blocks(out), staging=bytearray(4096))
+        assert store.calls == calls
+    for bad in (0, 257, 1.5, True):
+        with pytest.raises((kvkey.InputError, TypeError), match="verify_threads"):
+            kvkey.Connector(store, ns, verify_threads=bad)

@@ -1,14 +1,19 @@
-// One const KeyNamespace shared read-only by many threads. Built and run under
-// ThreadSanitizer by scripts/ci/stages/50-sanitizers.sh; in the ordinary suite
-// it checks that concurrent results equal single-threaded ones.
+// One const KeyNamespace shared read-only by many threads, and one Connector
+// whose loads verify on a pool of threads shared by many callers. Built and run
+// under ThreadSanitizer by scripts/ci/stages/50-sanitizers.sh; in the ordinary
+// suite it checks that concurrent results equal single-threaded ones.
 #include <catch2/catch.hpp>
 
 #include <algorithm>
 #include <atomic>
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <thread>
 #include <vector>
+
+#include <kvkey/connector.hpp>
+#include <kvkey/store.hpp>
 
 #include "support/fixtures.hpp"
 
@@ -112,4 +117,49 @@ TEST_CASE("A const KeyNamespace<HmacSha256> is shared safely by 8 threads", "[se
   const kvkey::KeyNamespace<kvkey::HmacSha256> writer{kvkey_test::sharded_identity(),
                                                       kvkey::TenantSecret{kvkey_test::secret_bytes('b')}};
   check_shared_namespace(ns, writer.seal(writer.root(), payload));
+}
+
+TEST_CASE("A Connector with verify_threads is shared safely by 4 threads", "[concurrency]") {
+  kvkey::Identity id = kvkey_test::base_identity();
+  id.kv = kvkey::Kv{kvkey::KvDtype::bf16, kvkey::Quant{}, 16, 2, 2, 128, "kvkey.test.v1", false};
+  const kvkey::KeyNamespace<> ns(id);
+  const std::size_t size = 2 * 2 * 2 * 128 * 16 * 2;  // 32 KiB: a load of 16 is past parallel_verify_bytes
+  REQUIRE(16 * size >= kvkey::Connector<>::parallel_verify_bytes);
+  kvkey::MemoryStore store;
+  kvkey::Connector<>::Options o;
+  o.verify_threads = 3;
+  const kvkey::Connector<> c(store, {ns}, o);
+  const std::vector<Digest> blocks = ns.block_hashes(kvkey_test::tokens(16 * 16));
+  std::vector<std::vector<std::uint8_t>> ps;
+  std::vector<kvkey::Payload> views;
+  for (std::size_t n = 0; n < 16; ++n) ps.emplace_back(size, static_cast<std::uint8_t>(n + 1));
+  for (const auto& p : ps) views.emplace_back(p.data(), p.size());
+  REQUIRE(c.save(blocks, views) == 16);
+  std::optional<kvkey::Bytes> v = store.get(ns.store_key(blocks[5]));
+  v->back() ^= 1;
+  store.put(ns.store_key(blocks[5]), v->data(), v->size());
+
+  std::atomic<std::size_t> wrong{0};
+  std::atomic<bool> go{false};
+  std::vector<std::thread> threads;
+  for (std::size_t t = 0; t < 4; ++t) {
+    threads.emplace_back([&] {
+      while (!go.load()) std::this_thread::yield();
+      for (std::size_t r = 0; r < 6; ++r) {
+        std::vector<std::vector<std::uint8_t>> out(16, std::vector<std::uint8_t>(size, 0));
+        std::vector<kvkey::MutableBuffer> dest;
+        for (auto& b : out) dest.push_back({b.data(), b.size()});
+        const std::vector<kvkey::LoadResult> res = c.load_into(blocks, dest);
+        for (std::size_t n = 0; n < 16; ++n) {
+          const bool ok = n == 5 ? res[n].verdict.reason == kvkey::Reason::payload_mismatch &&
+                                       out[n] == std::vector<std::uint8_t>(size, 0)
+                                 : res[n].loaded() && out[n] == ps[n];
+          if (!ok) ++wrong;
+        }
+      }
+    });
+  }
+  go = true;
+  for (auto& th : threads) th.join();
+  CHECK(wrong.load() == 0);
 }

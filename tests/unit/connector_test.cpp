@@ -537,6 +537,166 @@ TEST_CASE("Connector zero-copy path: sealed in place, written from and read into
   CHECK(m.snapshot().store_error("connection") == 1);
 }
 
+TEST_CASE("Connector through staging slots: gathered into them, verified there, scattered out", "[connector]") {
+  RegisteringStore store;
+  const kvkey::KeyNamespace<> ns(small_identity());
+  kvkey::Metrics m;
+  const kvkey::Connector<> c(store, ns, &m);
+  const std::vector<kvkey::Digest> blocks = ns.block_hashes(kvkey_test::tokens(12));
+  REQUIRE(blocks.size() == 3);
+  // An engine's KV rows: block n's payload is its slice of each of two rows.
+  constexpr std::size_t half = payload_bytes / 2;
+  Bytes row0 = pattern(3 * half, 1), row1 = pattern(3 * half, 77);
+  const auto parts_of = [&](Bytes& r0, Bytes& r1, std::size_t n) {
+    return std::vector<kvkey::MutableBuffer>{{r0.data() + n * half, half}, {r1.data() + n * half, half}};
+  };
+  std::vector<std::vector<kvkey::ConstBuffer>> src;
+  for (std::size_t n = 0; n < 3; ++n) {
+    src.push_back({{row0.data() + n * half, half}, {row1.data() + n * half, half}});
+  }
+  std::vector<kvkey::Payload> payloads;
+  for (const auto& s : src) payloads.emplace_back(s.data(), s.size());
+  kvkey::Slots staging(store, 4, payload_bytes);
+  CHECK(c.save(blocks, payloads, staging, {2, 0, 3}) == 3);
+  CHECK(store.writes == 1);
+  CHECK(store.outside == 0);  // written from the registered slots
+  for (std::size_t n = 0; n < 3; ++n) {
+    const std::optional<Bytes> v = store.get(ns.store_key(blocks[n]));
+    REQUIRE(v);
+    Bytes want(payload_bytes);
+    std::memcpy(want.data(), row0.data() + n * half, half);
+    std::memcpy(want.data() + half, row1.data() + n * half, half);
+    CHECK(v == ns.seal_value(blocks[n], kvkey::Payload(want.data(), want.size())));  // what save would store
+  }
+
+  // Block 1 damaged: blocks 0 and 2 land in their slices of the rows, block 1's stay as they were.
+  std::optional<Bytes> v1 = store.get(ns.store_key(blocks[1]));
+  v1->back() ^= 1;
+  store.put(ns.store_key(blocks[1]), v1->data(), v1->size());
+  Bytes in0(3 * half, 0xEE), in1(3 * half, 0xEE);
+  std::vector<std::vector<kvkey::MutableBuffer>> dest;
+  for (std::size_t n = 0; n < 3; ++n) dest.push_back(parts_of(in0, in1, n));
+  const std::size_t reads = store.reads;
+  const std::vector<kvkey::LoadResult> r = c.load_into(blocks, dest, staging, {3, 1, 0});
+  CHECK(store.reads == reads + 1);
+  CHECK(store.outside == 0);  // read into the registered slots
+  REQUIRE(r.size() == 3);
+  CHECK(r[0].loaded());
+  CHECK(r[1].verdict.reason == Reason::payload_mismatch);
+  CHECK(r[2].loaded());
+  for (std::size_t n : {0, 2}) {
+    CHECK(std::equal(in0.begin() + static_cast<std::ptrdiff_t>(n * half),
+                     in0.begin() + static_cast<std::ptrdiff_t>((n + 1) * half),
+                     row0.begin() + static_cast<std::ptrdiff_t>(n * half)));
+    CHECK(std::equal(in1.begin() + static_cast<std::ptrdiff_t>(n * half),
+                     in1.begin() + static_cast<std::ptrdiff_t>((n + 1) * half),
+                     row1.begin() + static_cast<std::ptrdiff_t>(n * half)));
+  }
+  CHECK(std::all_of(in0.begin() + static_cast<std::ptrdiff_t>(half),
+                    in0.begin() + static_cast<std::ptrdiff_t>(2 * half), [](std::uint8_t b) { return b == 0xEE; }));
+  CHECK(std::all_of(in1.begin() + static_cast<std::ptrdiff_t>(half),
+                    in1.begin() + static_cast<std::ptrdiff_t>(2 * half), [](std::uint8_t b) { return b == 0xEE; }));
+  CHECK(m.snapshot().load_rejected == 1);
+
+  // The caller's errors, before anything is read or written.
+  const std::size_t before_reads = store.reads, before_writes = store.writes;
+  auto in_slots = dest;
+  in_slots[2][1] = {static_cast<std::uint8_t*>(staging.payload(3).data), half};  // a destination inside the slots
+  CHECK_THROWS_WITH(c.load_into(blocks, in_slots, staging), Catch::Contains("buffers[2][1] lies in the staging slots"));
+  std::vector<kvkey::ConstBuffer> inside{{staging.payload(1).data, payload_bytes}};
+  std::vector<kvkey::Payload> bad = payloads;
+  bad[0] = kvkey::Payload(inside.data(), inside.size());
+  CHECK_THROWS_WITH(c.save(blocks, bad, staging), Catch::Contains("payloads[0][0] lies in the staging slots"));
+  auto short_dest = dest;
+  short_dest[1].pop_back();
+  CHECK_THROWS_AS(c.load_into(blocks, short_dest, staging), kvkey::input_error);       // not a payload's size
+  CHECK_THROWS_AS(c.load_into(blocks, dest, staging, {0, 0, 1}), kvkey::input_error);  // a slot twice
+  kvkey::Slots two(store, 2, payload_bytes);
+  CHECK_THROWS_AS(c.save(blocks, payloads, two), kvkey::input_error);  // 3 blocks, 2 slots
+  kvkey::Slots other(store, 4, payload_bytes + 8);
+  CHECK_THROWS_AS(c.load_into(blocks, dest, other), kvkey::input_error);  // not this deployment's payload size
+  CHECK(store.reads == before_reads);
+  CHECK(store.writes == before_writes);
+}
+
+TEST_CASE("Connector verify_threads: the same verdicts, bytes and counts as one thread", "[connector]") {
+  // 128 KiB blocks: a load of twelve is past parallel_verify_bytes.
+  kvkey::Identity id = kvkey_test::base_identity();
+  id.kv = kvkey::Kv{kvkey::KvDtype::bf16, kvkey::Quant{}, 16, 4, 4, 128, "kvkey.test.v1", false};
+  const kvkey::KeyNamespace<> ns(id);
+  const std::size_t size = 2 * 4 * 4 * 128 * 16 * 2;
+  REQUIRE(ns.payload_size() == size);
+  REQUIRE(12 * size >= kvkey::Connector<>::parallel_verify_bytes);
+  RegisteringStore store;
+  const std::vector<kvkey::Digest> blocks = ns.block_hashes(kvkey_test::tokens(12 * 16));
+  std::vector<Bytes> ps;
+  for (std::uint8_t i = 0; i < 12; ++i) ps.push_back(pattern(size, static_cast<std::uint8_t>(3 * i + 1)));
+  REQUIRE(kvkey::Connector<>(store, ns).save(blocks, views(ps)) == 12);
+  for (std::size_t n : {3, 7}) {  // a flipped byte, a value one byte short
+    std::optional<Bytes> v = store.get(ns.store_key(blocks[n]));
+    if (n == 3) v->at(kvkey::envelope_size + 5) ^= 0x10;
+    if (n == 7) v->pop_back();
+    store.put(ns.store_key(blocks[n]), v->data(), v->size());
+  }
+  (void)store.remove(ns.store_key(blocks[10]));
+
+  struct Run {
+    std::vector<kvkey::LoadResult> slots, staged, plain;
+    std::vector<Bytes> staged_out, plain_out;
+    kvkey::MetricsSnapshot metrics;
+  };
+  const auto run = [&](unsigned threads) {
+    kvkey::Metrics m;
+    kvkey::Connector<>::Options o;
+    o.metrics = &m;
+    o.verify_threads = threads;
+    const kvkey::Connector<> c(store, {ns}, o);
+    Run out;
+    kvkey::Slots slots(store, 12, size);
+    out.slots = c.load_into(blocks, slots);
+    out.staged_out.assign(12, Bytes(size, 0xEE));
+    out.plain_out.assign(12, Bytes(size, 0xEE));
+    std::vector<std::vector<kvkey::MutableBuffer>> a, b;
+    for (std::size_t n = 0; n < 12; ++n) {
+      a.push_back({{out.staged_out[n].data(), size / 2}, {out.staged_out[n].data() + size / 2, size / 2}});
+      b.push_back({{out.plain_out[n].data(), size}});
+    }
+    out.staged = c.load_into(blocks, a, slots);
+    out.plain = c.load_into(blocks, b);
+    out.metrics = m.snapshot();
+    return out;
+  };
+  const Run one = run(1);
+  for (unsigned threads : {2U, 3U}) {
+    const Run many = run(threads);
+    for (auto which : {&Run::slots, &Run::staged, &Run::plain}) {
+      const std::vector<kvkey::LoadResult>& x = one.*which;
+      const std::vector<kvkey::LoadResult>& y = many.*which;
+      REQUIRE(x.size() == y.size());
+      for (std::size_t n = 0; n < x.size(); ++n) {
+        CHECK(x[n].status == y[n].status);
+        CHECK(x[n].verdict.reason == y[n].verdict.reason);
+        CHECK(x[n].verdict.field == y[n].verdict.field);
+        CHECK(x[n].nbytes == y[n].nbytes);
+      }
+    }
+    CHECK(many.staged_out == one.staged_out);
+    CHECK(many.plain_out == one.plain_out);
+    CHECK(many.metrics.load_loaded == one.metrics.load_loaded);
+    CHECK(many.metrics.load_rejected == one.metrics.load_rejected);
+    CHECK(many.metrics.load_missing == one.metrics.load_missing);
+    CHECK(many.metrics.payload_verified_bytes == one.metrics.payload_verified_bytes);
+  }
+  CHECK(one.metrics.load_loaded == 3 * 9);
+  CHECK(one.metrics.load_rejected == 3 * 2);
+  CHECK(one.staged_out[3] == Bytes(size, 0xEE));
+  CHECK(one.staged_out[4] == ps[4]);
+  CHECK(one.plain_out[11] == ps[11]);
+  kvkey::Connector<>::Options zero;
+  zero.verify_threads = 0;
+  CHECK_THROWS_WITH(kvkey::Connector<>(store, {ns}, zero), Catch::Contains("verify_threads"));
+}
+
 TEST_CASE("Connector zero-copy path over a store without registered memory", "[connector]") {
   kvkey::MemoryStore store;
   const kvkey::KeyNamespace<> ns(small_identity());
