@@ -119,6 +119,38 @@ def test_kvkey_load_equals_recompute(te, world):
         prod.close()
 
 
+def test_values_move_in_fragments_and_read_back_whatever_fragments_wrote_them(te, world):
+    """The staging slot goes to Mooncake in fragments of about 256 KiB (_fragments); a
+    value written in other fragments (lmdeploy's row slices, as earlier releases wrote
+    them) reads back and verifies all the same: the fragments are transfer, not format."""
+    m = integration()
+    for size in (1, 4096, 300 << 10, (1 << 20) + 1024, (4 << 20) + 1024, 20 << 20):
+        parts = m._fragments(size)
+        assert sum(parts) == size and all(p > 0 for p in parts)
+        assert len(parts) == max(1, round(size / (256 << 10)))
+        assert max(parts) - min(parts) <= len(parts)
+    p = prompt(11)
+    prod = engine(te, world, "kv_producer", kvkey=kvkey_opts())
+    cons = engine(te, world, "kv_consumer", kvkey=kvkey_opts())
+    try:
+        k = prod.worker.connector_worker.kvkey
+        assert k.store.fragments == m._fragments(kvkey_envelope() + k.payload_size)
+        k.store.fragments = (kvkey_envelope(), *k.row_sizes)  # one fragment per row slice
+        assert prod.produce(p) == 4
+        got = cons.generate(p, 8)
+        ref = cons.generate(p, 8, use_store=False)
+        assert got["loaded"] == 64 and got["tokens"] == ref["tokens"]
+    finally:
+        cons.close()
+        prod.close()
+
+
+def kvkey_envelope():
+    import kvkey
+
+    return kvkey.envelope_size
+
+
 def test_without_the_setting_lmdeploy_is_unchanged(te, world):
     integration().install()
     p = prompt(2)
@@ -333,7 +365,7 @@ def test_settings_travel_to_worker_processes(te, world):
 
 
 @pytest.mark.parametrize("case", ["no_tenant", "empty_tenant", "dtype", "quant_policy", "model_dir", "adapter",
-                                  "revision"])
+                                  "revision", "verify_threads"])
 def test_bad_configuration_stops_at_start_naming_the_setting(te, world, case):
     m = integration()
     kw = dict(model_path=world["model"], tenant="t", revision="r1")
@@ -357,6 +389,8 @@ def test_bad_configuration_stops_at_start_naming_the_setting(te, world, case):
     elif case == "revision":
         kw.pop("revision")  # a plain directory has no revision kvkey can read
         want = "revision"
+    elif case == "verify_threads":
+        kw["verify_threads"] = 0
     with pytest.raises(m.ConfigError) as e:
         m.make_settings(**kw)
     assert e.value.setting == want, str(e.value)

@@ -44,9 +44,10 @@ lookup RPC with ``lookup_async``, save leases, is lmdeploy's code):
   (``kvkey.Connector.lookup``);
 - a save gathers the block's slice of every registered row into registered staging
   memory and stores ``header || bytes`` sealed with the payload's digest
-  (``Connector.save_from``);
+  (``Connector.save`` with ``staging``);
 - a load reads the value into staging memory, verifies header and bytes
-  (``Connector.load_into``) and only then copies the bytes into the block's rows; a block
+  (``Connector.load_into`` with ``staging``) and only then copies the bytes into the
+  block's rows (host rows in C++, on ``verify_threads`` threads; device rows with torch); a block
   that does not verify is reported as failed, through ``get_finished().invalid_block_ids``,
   which lmdeploy's scheduler turns into a failed load and recomputes;
 - every lookup, load, save and rejection is counted in ``metrics()``.
@@ -54,7 +55,6 @@ lookup RPC with ``lookup_async``, save leases, is lmdeploy's code):
 
 from __future__ import annotations
 
-import ctypes
 import dataclasses
 import logging
 import os
@@ -136,6 +136,7 @@ class Settings:
     single_tenant: bool = False
     staging_blocks: int = 32
     overrides: Optional[Tuple[Tuple[str, Any], ...]] = None
+    verify_threads: int = 2
 
     def __reduce__(self) -> Any:
         return (_restore, (dataclasses.asdict(self),))
@@ -186,10 +187,14 @@ def make_settings(*, model_path: Any, tenant: Optional[str] = None, quant_policy
                   adapters: Optional[Mapping[str, Any]] = None, revision: Optional[str] = None,
                   model_name: Optional[str] = None, weights_epoch: int = 0, single_tenant: bool = False,
                   staging_blocks: int = 32, overrides: Optional[Mapping[str, Any]] = None,
-                  trust_remote_code: bool = False, model_config: Any = None) -> Settings:
+                  trust_remote_code: bool = False, model_config: Any = None, verify_threads: int = 2) -> Settings:
     """Resolves the settings from lmdeploy's own configuration; every refusal is a
     ``ConfigError`` naming the setting (``tenant``, ``model_path``, ``dtype``,
-    ``quant_policy``, ``kv_dtype``, ``adapters``, ``weights_epoch``, ``staging_blocks``).
+    ``quant_policy``, ``kv_dtype``, ``adapters``, ``weights_epoch``, ``staging_blocks``,
+    ``verify_threads``).
+
+    ``verify_threads``: threads per worker that verify a load's blocks (and copy them
+    into the KV cache) after its read (``kvkey.Connector``'s option of that name).
 
     ``model_config``: lmdeploy's ``ModelConfig`` when the caller has it; else it is made
     with ``ModelConfig.from_pretrained(model_path, dtype=dtype, hf_overrides=overrides)``,
@@ -209,6 +214,8 @@ def make_settings(*, model_path: Any, tenant: Optional[str] = None, quant_policy
         raise ConfigError("weights_epoch", f"{weights_epoch!r} must be a non-negative int")
     if isinstance(staging_blocks, bool) or not isinstance(staging_blocks, int) or staging_blocks < 1:
         raise ConfigError("staging_blocks", f"{staging_blocks!r} must be an int of at least 1")
+    if isinstance(verify_threads, bool) or not isinstance(verify_threads, int) or not 1 <= verify_threads <= 256:
+        raise ConfigError("verify_threads", f"{verify_threads!r} must be an int in [1, 256]")
     kv_format(quant_policy, "float16", "float16", 1)  # refuses an unknown quant_policy before reading anything
     if model_config is None:
         try:
@@ -240,7 +247,7 @@ def make_settings(*, model_path: Any, tenant: Optional[str] = None, quant_policy
                  quant_policy=int(quant_policy), quant_scheme=scheme, quant_group_size=group, quant_zero_point=zero,
                  mla=mla_dtype is not None, revision=revision, model_name=model_name, adapters=tuple(pairs),
                  weights_epoch=weights_epoch, single_tenant=single_tenant, staging_blocks=staging_blocks,
-                 overrides=tuple(sorted(overrides.items())) if overrides else None)
+                 overrides=tuple(sorted(overrides.items())) if overrides else None, verify_threads=verify_threads)
     # Build the identity once here, so that an unreadable model directory or adapter, a
     # missing revision or an invalid field stops the caller now, naming it.
     _Identities(s, block_size=64, tp_size=1).namespace(None, 0, 0)
@@ -462,7 +469,7 @@ class _WorkerKvkey:
         self.store: Any = None
         self.rows: List[Any] = []
         self.row_sizes: Tuple[int, ...] = ()
-        self._host_rows: Optional[List[int]] = None
+        self._row_views: Optional[List[memoryview]] = None
         self.payload_size = 0
         self._conns: Dict[Tuple[Optional[str], int, str], kvkey.Connector] = {}
         self._slots: List[kvkey.Slots] = []
@@ -476,11 +483,13 @@ class _WorkerKvkey:
 
         self.rows = [r.reshape(-1).view(torch.uint8) for r in rows]
         self.row_sizes = tuple(row_sizes)
-        # Rows in host memory are copied with memmove: torch's copy_ of many small slices
-        # costs more than the store's transfer of them. Device rows go through torch.
-        self._host_rows = [r.data_ptr() for r in self.rows] if all(r.device.type == "cpu" for r in self.rows) else None
+        # Rows in host memory are gathered and scattered by the connector, in C++ (torch's
+        # copy_ of many small slices costs more than the store's transfer of them); device
+        # rows go through torch.
+        host = all(r.device.type == "cpu" for r in self.rows)
+        self._row_views = [memoryview(r.numpy()) for r in self.rows] if host else None
         self.payload_size = sum(row_sizes)
-        self.store.fragments = (kvkey.envelope_size, *self.row_sizes)
+        self.store.fragments = _fragments(kvkey.envelope_size + self.payload_size)
 
     def connector(self, adapter: Optional[str], kind: str) -> kvkey.Connector:
         epoch = self.ids.epoch
@@ -492,7 +501,8 @@ class _WorkerKvkey:
                 ranks = [self.ids.namespace(adapter, r * self.replicas, epoch) for r in range(self.shards)]
             else:
                 ranks = [self.ids.namespace(adapter, self.tp_rank, epoch)]
-            c = kvkey.Connector(self.store, ranks, metrics=_metrics, payload_size=self.payload_size)
+            c = kvkey.Connector(self.store, ranks, metrics=_metrics, payload_size=self.payload_size,
+                                verify_threads=self.s.verify_threads if kind == "rank" else 1)
             with self._lock:
                 self._conns[k] = c
         return c
@@ -533,20 +543,22 @@ class _WorkerKvkey:
         """Slot ``n``'s payload into the block's slice of every row."""
         self._copy(block_id, slots, n, into_rows=True)
 
-    def _copy(self, block_id: int, slots: kvkey.Slots, n: int, into_rows: bool) -> None:
+    def destinations(self, block_ids: Sequence[int]) -> Optional[List[List[memoryview]]]:
+        """Each block's slice of every row, in registration order (a block's payload):
+        for ``Connector.save`` and ``load_into`` with staging. None: device rows."""
+        if self._row_views is None:
+            return None
+        for b in block_ids:
+            self._check_block(b)
+        return [[v[b * size:(b + 1) * size] for v, size in zip(self._row_views, self.row_sizes)] for b in block_ids]
+
+    def _check_block(self, block_id: int) -> None:
         for row, size in zip(self.rows, self.row_sizes):
             if not 0 <= block_id < row.numel() // size:
                 raise ValueError(f"block id {block_id} is outside the KV cache ({row.numel() // size} blocks)")
-        if self._host_rows is not None:
-            at = slots.address(n) + kvkey.envelope_size
-            for base, size in zip(self._host_rows, self.row_sizes):
-                row_at = base + block_id * size
-                if into_rows:
-                    ctypes.memmove(row_at, at, size)
-                else:
-                    ctypes.memmove(at, row_at, size)
-                at += size
-            return
+
+    def _copy(self, block_id: int, slots: kvkey.Slots, n: int, into_rows: bool) -> None:
+        self._check_block(block_id)
         payload = _payload(_slot_tensor(slots), slots, n)
         at = 0
         for row, size in zip(self.rows, self.row_sizes):
@@ -558,12 +570,24 @@ class _WorkerKvkey:
             at += size
 
 
+_FRAGMENT = 256 << 10
+
+
+def _fragments(value_size: int) -> Tuple[int, ...]:
+    """A staging slot's value as Mooncake transfers it: about 256 KiB per fragment
+    (bench/lmdeploy_bench.py moved 1 MiB and 4 MiB blocks fastest so; one contiguous
+    fragment per value, and lmdeploy's 64 KiB row slices, were slower). The first
+    fragment takes the remainder."""
+    n = max(1, round(value_size / _FRAGMENT))
+    return (value_size - (n - 1) * (value_size // n),) + (value_size // n,) * (n - 1)
+
+
 def _fragmented_store(client: Any) -> Any:
     """A ``kvkey.stores.MooncakeStore`` over lmdeploy's client whose zero-copy writes and
     reads of whole values (``put_from``, ``get_into_registered``: a staging slot, header
     then payload) go as lmdeploy's own transfers go, ``batch_put_from_multi_buffers`` /
-    ``batch_get_into_multi_buffers`` with one fragment per registered row (Mooncake's TCP
-    transport moves one contiguous megabyte slower than the same bytes in row-sized
+    ``batch_get_into_multi_buffers``, the slot in ``fragments`` (``_fragments``: Mooncake's
+    TCP transport moves one contiguous megabyte slower than the same bytes in a few
     fragments). Anything else, and a read whose value is not this deployment's size, is
     ``MooncakeStore``'s."""
     from kvkey.stores.mooncake import OK, MooncakeStore
@@ -669,10 +693,14 @@ class _KvkeySender(_LegacySender):  # type: ignore[misc,valid-type]
             conn = k.connector(adapter, "rank")
             for at in range(0, len(idx), slots.count):
                 part = idx[at:at + slots.count]
-                for n, i in enumerate(part):
-                    k.gather(ids[i], slots, n)
                 hashes = [_split(entries[i])[0] for i in part]
-                stored = conn.save_from(hashes, slots, list(range(len(part))))
+                rows = k.destinations([ids[i] for i in part])
+                if rows is not None:  # host rows: gathered into the slots and sealed in C++
+                    stored = conn.save(hashes, rows, staging=slots, indices=list(range(len(part))))
+                else:
+                    for n, i in enumerate(part):
+                        k.gather(ids[i], slots, n)
+                    stored = conn.save_from(hashes, slots, list(range(len(part))))
                 ok = ok and stored == len(part)
         return ok
 
@@ -700,11 +728,16 @@ class _KvkeyReceiver(_LegacyReceiver):  # type: ignore[misc,valid-type]
             for at in range(0, len(idx), slots.count):
                 part = idx[at:at + slots.count]
                 hashes = [_split(entries[i])[0] for i in part]
-                results = conn.load_into(hashes, slots, indices=list(range(len(part))))
-                for n, (i, r) in enumerate(zip(part, results)):
-                    block_id = request.block_ids[i]
+                ids = [request.block_ids[i] for i in part]
+                dest = k.destinations(ids)
+                if dest is not None:  # host rows: verified in the slots, copied into the rows in C++
+                    results = conn.load_into(hashes, dest, staging=slots, indices=list(range(len(part))))
+                else:
+                    results = conn.load_into(hashes, slots, indices=list(range(len(part))))
+                for n, (block_id, r) in enumerate(zip(ids, results)):
                     if r.loaded:
-                        k.scatter(block_id, slots, n)
+                        if dest is None:
+                            k.scatter(block_id, slots, n)
                     else:
                         failed.add(block_id)
                         if r.verdict is not None:
