@@ -2,15 +2,17 @@
 """Save, lookup and load through lmdeploy's own Mooncake store connector: kvkey vs legacy.
 
 Both runs use lmdeploy 0.18.0's connector classes (scheduler side and worker side, its
-threads, its lookup RPC) on the same real Mooncake master, in one process, alternating
-legacy and kvkey rounds so that both see the same machine. The KV pool is laid out by
-lmdeploy's cache engine for a Llama-shaped model (default: 8 layers, 4 KV heads of 128,
-block size 64, fp16: 1 MiB per block); prompts are filled with random bytes, no model runs.
+threads, its lookup RPC) on the same real Mooncake master, in one process, request by
+request in turn (legacy, kvkey, legacy, ...; the first of each round alternating) so that
+both see the same machine. The KV pool is laid out by lmdeploy's cache engine for a
+Llama-shaped model (default: 8 layers, 4 KV heads of 128, block size 64, fp16: 1 MiB per
+block); prompts are filled with random bytes, no model runs. The segments hold every value
+of the run (the master never evicts), and the engine polls the connector every 0.2 ms.
 
-Reported: save and load throughput (GB/s of KV, the median round) and their kvkey/legacy
-ratios (targets: >= 0.85), and the lookup's median time per request with where it goes
-(legacy: one ``batch_is_exist``; kvkey: one ``batch_get_session_start`` plus ranged header
-reads, and verifying each header).
+Reported: save and load throughput (GB/s of KV, the median request) and their
+kvkey/legacy ratios (targets: >= 0.85), and the lookup's median time per request with
+where it goes (legacy: one ``batch_is_exist``; kvkey: one ``batch_get_session_start`` plus
+ranged header reads, and verifying each header).
 
   eval "$(scripts/mooncake.sh start)"
   PYTHONPATH=build/python/python "$(scripts/venv.sh python)" bench/lmdeploy_bench.py [--json out.json]
@@ -28,6 +30,7 @@ import time
 from typing import Any, Dict, List
 
 HERE = os.path.dirname(os.path.abspath(__file__))
+POLL = 0.0002  # seconds between the engine's polls of the connector (lmdeploy polls once per engine step)
 sys.path.insert(0, os.path.join(HERE, "..", "examples", "lmdeploy"))
 
 
@@ -46,7 +49,10 @@ def bench(args: argparse.Namespace) -> Dict[str, Any]:
     blocks_per_req = args.blocks
     num_blocks = blocks_per_req * args.requests + 8
     with tempfile.TemporaryDirectory(prefix="kvkey-lmdeploy-bench-") as d:
-        seg = max(256 << 20, 3 * num_blocks * args.layers * 2 * bs * args.kv_heads * args.head_dim * 2)
+        # Room in the four segments for every value of the run and half as much again: the
+        # master never evicts (it would evict values a later lookup counts on).
+        every = 2 * args.rounds * args.requests * blocks_per_req * args.layers * 2 * bs * args.kv_heads * args.head_dim * 2
+        seg = max(256 << 20, every * 3 // 2 // 4)
         mc = te.mooncake_config(os.path.join(d, "mc.json"), master, metadata, segment=seg)
         model = te.write_model(os.path.join(d, "m", "bench"), seed=1, geometry=geometry)
         engines = {}
@@ -62,37 +68,41 @@ def bench(args: argparse.Namespace) -> Dict[str, Any]:
         block_bytes = sum(p.tensor[0, 0].numel() for p in engines["legacy"][0].allocation.pools) * args.layers
         results: Dict[str, Dict[str, List[float]]] = {m: {"save": [], "load": [], "lookup": []} for m in engines}
         reads = time_reads(integration, engines["kvkey"][1]) if args.read_breakdown else None
+        req_bytes = blocks_per_req * block_bytes
         seq = 0
         for r in range(args.rounds):
-            for mode in (("legacy", "kvkey") if r % 2 == 0 else ("kvkey", "legacy")):
-                prod, cons = engines[mode]
-                prompts = []
-                for _ in range(args.requests):
+            # Request by request, legacy and kvkey in turn (the first alternating by round):
+            # both see the same machine, minute by minute.
+            order = ("legacy", "kvkey") if r % 2 == 0 else ("kvkey", "legacy")
+            prompts: Dict[str, List[List[int]]] = {m: [] for m in engines}
+            for i in range(args.requests):
+                for mode in order:
                     seq += 1
-                    prompts.append([(seq * 1009 + i * 7) % 50000 for i in range(blocks_per_req * bs + 1)])
-                t = time.perf_counter()
-                for i, p in enumerate(prompts):
+                    p = [(seq * 1009 + j * 7) % 50000 for j in range(blocks_per_req * bs + 1)]
+                    prompts[mode].append(p)
+                    prod = engines[mode][0]
+                    t = time.perf_counter()
                     save_blocks(te, prod, p, list(range(i * blocks_per_req, (i + 1) * blocks_per_req)), seq * 100 + i)
-                results[mode]["save"].append(args.requests * blocks_per_req * block_bytes / (time.perf_counter() - t))
-                lookups, loads = [], 0.0
-                for i, p in enumerate(prompts):
-                    s = te.FakeSequence(seq * 100 + i, p)
+                    results[mode]["save"].append(req_bytes / (time.perf_counter() - t))
+            for i in range(args.requests):
+                for mode in order:
+                    cons = engines[mode][1]
+                    s = te.FakeSequence(10**7 + r * 1000 + i * 2 + (mode == "kvkey"), prompts[mode][i])
                     cons.scheduler.on_new_request(s)
                     t = time.perf_counter()
                     n = poll_lookup(cons, s)
-                    lookups.append(time.perf_counter() - t)
+                    results[mode]["lookup"].append(time.perf_counter() - t)
                     assert n == blocks_per_req * bs, f"{mode}: the lookup found {n} tokens"
                     again = reads["kvkey", "reread"] if reads else 0.0
                     t = time.perf_counter()
                     cons.scheduler.update_state_after_alloc(s, list(range(i * blocks_per_req, (i + 1) * blocks_per_req)),
                                                             n)
                     cons._step()
-                    (res,) = cons._drain("load", {s.seq_id})
-                    loads += time.perf_counter() - t - ((reads["kvkey", "reread"] - again) if reads else 0.0)
+                    (res,) = cons._drain("load", {s.seq_id}, poll=POLL)
+                    spent = time.perf_counter() - t - ((reads["kvkey", "reread"] - again) if reads else 0.0)
+                    results[mode]["load"].append(req_bytes / spent)
                     assert res.success, f"{mode}: a load failed"
                     cons.scheduler.request_finished(s)
-                results[mode]["load"].append(args.requests * blocks_per_req * block_bytes / loads)
-                results[mode]["lookup"].append(statistics.median(lookups))
         med = {m: {k: statistics.median(v) for k, v in x.items()} for m, x in results.items()}
         out = {"block_bytes": block_bytes, "blocks_per_request": blocks_per_req, "requests": args.requests,
                "rounds": args.rounds,
@@ -166,7 +176,7 @@ def save_blocks(te: Any, eng: Any, prompt: List[int], blocks: List[int], seq_id:
     n = len(blocks) * eng.block_size
     meta = eng._step(KVConnectorStepInput(running=[s], connector_token_lens=(n,), connector_block_ids=(tuple(blocks),),
                                           connector_logical_block_ids=(tuple(blocks),)))
-    eng._drain("save", {r.save_id for r in meta.save_requests})
+    eng._drain("save", {r.save_id for r in meta.save_requests}, poll=POLL)
     eng.scheduler.request_finished(s)
 
 
@@ -175,7 +185,7 @@ def poll_lookup(eng: Any, s: Any) -> int:
         n, _ = eng.scheduler.get_num_new_matched_tokens(s, 0)
         if n is not None:
             return int(n)
-        time.sleep(0.0002)
+        time.sleep(POLL)
 
 
 def lookup_breakdown(engines: Dict[str, Any], args: argparse.Namespace, bs: int, nblocks: int) -> Dict[str, float]:
@@ -219,7 +229,7 @@ def main() -> int:
     ap.add_argument("--block-size", type=int, default=64)
     ap.add_argument("--blocks", type=int, default=16, help="blocks per request")
     ap.add_argument("--requests", type=int, default=4, help="requests per round")
-    ap.add_argument("--rounds", type=int, default=5)
+    ap.add_argument("--rounds", type=int, default=15)
     ap.add_argument("--json", help="write the results here")
     ap.add_argument("--read-breakdown", action="store_true",
                     help="also time Mooncake's read call in each load, and kvkey's again at once (the repeat is "
@@ -228,7 +238,7 @@ def main() -> int:
     out = bench(a)
     mb = out["block_bytes"] / (1 << 20)
     print(f"lmdeploy connector on Mooncake, {mb:.2f} MiB per block, {a.blocks} blocks x {a.requests} requests, "
-          f"{a.rounds} rounds (median)")
+          f"{a.rounds} rounds (median request)")
     for mode in ("legacy", "kvkey"):
         r = out[mode]
         print(f"  {mode:6s} save {r['save_GBps']:.3f} GB/s  load {r['load_GBps']:.3f} GB/s  "

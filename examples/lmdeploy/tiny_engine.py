@@ -398,7 +398,7 @@ class TinyEngine:
             self.worker.clear_connector_metadata()
         return meta
 
-    def _drain(self, want: str, ids: set, timeout: float = 60.0) -> Any:
+    def _drain(self, want: str, ids: set, timeout: float = 60.0, poll: float = 0.002) -> Any:
         results = []
         deadline = time.monotonic() + timeout
         while ids:
@@ -409,7 +409,7 @@ class TinyEngine:
             if ids:
                 if time.monotonic() > deadline:
                     raise TimeoutError(f"the connector did not finish its {want} in {timeout} s")
-                time.sleep(0.002)
+                time.sleep(poll)
         return results
 
     def _alloc(self, n: int) -> List[int]:

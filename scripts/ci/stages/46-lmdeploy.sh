@@ -8,7 +8,8 @@
 #   2. python/tests/test_lmdeploy_*.py: lmdeploy's real scheduler- and worker-side connector
 #      classes with kvkey switched on (and off), bad configurations refused;
 #   3. the report's scenario in two processes (examples/lmdeploy/scenario.py --check);
-#   4. lmdeploy's own connector tests when the release's sdist ships them (0.18.0 has no
+#   4. bench/lmdeploy_bench.py for two rounds (it runs; no timing is asserted);
+#   5. lmdeploy's own connector tests when the release's sdist ships them (0.18.0 has no
 #      sdist on PyPI; the stage says so).
 # Anything missing (a package, the probe, the master) fails the stage, naming it. The master
 # is stopped on every exit path.
@@ -46,6 +47,9 @@ echo "46-lmdeploy: $probe against lmdeploy $("$py" -c 'from importlib.metadata i
 "$py" "$probe" || { echo "46-lmdeploy: the probe did not exit 0" >&2; status=1; }
 (cd "$root/python/tests" && "$py" -m pytest -q -p no:cacheprovider test_lmdeploy_*.py) || status=$?
 "$py" "$root/examples/lmdeploy/scenario.py" --check || status=$?
+# The speed bench through lmdeploy's connector, two rounds: that it runs (figures only, no
+# timing is asserted; docs/integration/lmdeploy.md, "Speed", has the measured ones).
+"$py" "$root/bench/lmdeploy_bench.py" --rounds 2 || status=$?
 
 # lmdeploy's own connector tests ship only in a source distribution.
 sdist="$mooncake_state/sdist"
