@@ -235,16 +235,17 @@ class Connector {
     /// then at most one line per log_interval, with the count since the last.
     std::function<void(const StoreFailureLog&)> log;
     std::chrono::milliseconds log_interval{10000};
-    /// Threads that verify a load's values (and copy them into their
-    /// destinations) after its one read, the calling thread included: 1, the
-    /// calling thread alone. More start with the connector and work on loads
-    /// of at least parallel_verify_bytes; a load that finds them busy with
-    /// another verifies on its own thread.
-    unsigned verify_threads = 1;
+    /// Threads that digest a call's values, the calling thread included:
+    /// a load's after its one read (verified, and copied into their
+    /// destinations), a save's from slots before its one write (gathered into
+    /// them, sealed). 1: the calling thread alone. More start with the
+    /// connector and take calls of at least parallel_digest_bytes; a call that
+    /// finds them busy with another works on its own thread.
+    unsigned digest_threads = 1;
   };
-  /// Loads of fewer payload bytes are verified on the calling thread alone:
+  /// Calls of fewer payload bytes are digested on the calling thread alone:
   /// waking a worker costs tens of microseconds.
-  static constexpr std::size_t parallel_verify_bytes = std::size_t{1} << 18;
+  static constexpr std::size_t parallel_digest_bytes = std::size_t{1} << 18;
 
   /// One rank (rank 0).
   Connector(Store& store, const Namespace& ns, Metrics* metrics = nullptr)
@@ -265,10 +266,10 @@ class Connector {
       }
     }
     if (opt_.lookup_batch == 0) throw input_error("lookup_batch", "Connector: lookup_batch is 0, must be at least 1");
-    if (opt_.verify_threads == 0) {
-      throw input_error("verify_threads", "Connector: verify_threads is 0, must be at least 1");
+    if (opt_.digest_threads == 0) {
+      throw input_error("digest_threads", "Connector: digest_threads is 0, must be at least 1");
     }
-    if (opt_.verify_threads > 1) pool_ = std::make_shared<detail::WorkPool>(opt_.verify_threads);
+    if (opt_.digest_threads > 1) pool_ = std::make_shared<detail::WorkPool>(opt_.digest_threads);
   }
 
   const Namespace& key_namespace(std::size_t rank = 0) const { return ranks_.at(rank); }
@@ -365,9 +366,7 @@ class Connector {
     }
     const std::vector<std::string> keys = keys_of(ns, blocks);
     return put(keys, [&] {
-      std::vector<ConstBuffer> values;
-      values.reserve(blocks.size());
-      for (std::size_t i = 0; i < blocks.size(); ++i) {
+      auto one = [&](std::size_t i) {
         const MutableBuffer v = staging.value(idx[i]);
         auto* at = static_cast<std::uint8_t*>(v.data) + envelope_size;
         for (const ConstBuffer& part : payloads[i]) {
@@ -376,6 +375,12 @@ class Connector {
         }
         const MutableBuffer p = staging.payload(idx[i]);
         seal(ns, blocks[i], Payload(p.data, p.size), static_cast<std::uint8_t*>(v.data), v.size);
+      };
+      each(blocks.size(), blocks.size() * staging.payload_size(), one);
+      std::vector<ConstBuffer> values;
+      values.reserve(blocks.size());
+      for (std::size_t i = 0; i < blocks.size(); ++i) {
+        const MutableBuffer v = staging.value(idx[i]);
         values.push_back({v.data, v.size});
       }
       return store_->write_from(keys, values);
@@ -394,12 +399,16 @@ class Connector {
     const std::vector<std::size_t> idx = slot_indices(blocks.size(), slots, indices, rank, "save_from");
     const std::vector<std::string> keys = keys_of(ns, blocks);
     return put(keys, [&] {
+      auto one = [&](std::size_t i) {
+        const MutableBuffer v = slots.value(idx[i]);
+        const MutableBuffer p = slots.payload(idx[i]);
+        seal(ns, blocks[i], Payload(p.data, p.size), static_cast<std::uint8_t*>(v.data), v.size);
+      };
+      each(blocks.size(), blocks.size() * slots.payload_size(), one);
       std::vector<ConstBuffer> values;
       values.reserve(blocks.size());
       for (std::size_t i = 0; i < blocks.size(); ++i) {
         const MutableBuffer v = slots.value(idx[i]);
-        const MutableBuffer p = slots.payload(idx[i]);
-        seal(ns, blocks[i], Payload(p.data, p.size), static_cast<std::uint8_t*>(v.data), v.size);
         values.push_back({v.data, v.size});
       }
       return store_->write_from(keys, values);
@@ -786,7 +795,6 @@ class Connector {
       present.push_back(i);
       bytes += v.size;
     }
-    std::vector<std::exception_ptr> errors(pool_ ? present.size() : 0);
     auto one = [&](std::size_t k) {
       const std::size_t i = present[k];
       StoreValue& v = values[i];
@@ -804,18 +812,28 @@ class Connector {
       }
       out[i].result = {LoadResult::Status::loaded, std::move(o.verdict), o.payload.size};
     };
-    if (!pool_ || present.size() < 2 || bytes < parallel_verify_bytes) {
-      for (std::size_t k = 0; k < present.size(); ++k) one(k);
+    each(present.size(), bytes, one);
+  }
+
+  // f(0 .. n-1), on the digest threads when there are some and the n items
+  // hold at least parallel_digest_bytes (else, or when another call has them,
+  // on this thread); an item's exception is rethrown after all have run (the
+  // first, in item order).
+  template <class F>
+  void each(std::size_t n, std::size_t bytes, F& f) const {
+    if (!pool_ || n < 2 || bytes < parallel_digest_bytes) {
+      for (std::size_t i = 0; i < n; ++i) f(i);
       return;
     }
-    auto guarded = [&](std::size_t k) {  // the pool's tasks must not throw: the first error is rethrown after
+    std::vector<std::exception_ptr> errors(n);
+    auto guarded = [&](std::size_t i) {  // the pool's tasks must not throw
       try {
-        one(k);
+        f(i);
       } catch (...) {
-        errors[k] = std::current_exception();
+        errors[i] = std::current_exception();
       }
     };
-    pool_->run_or_inline(present.size(), guarded);
+    pool_->run_or_inline(n, guarded);
     for (const std::exception_ptr& e : errors) {
       if (e) std::rethrow_exception(e);
     }
@@ -1130,7 +1148,7 @@ class Connector {
   std::vector<Namespace> ranks_;
   Options opt_;
   std::shared_ptr<State> state_;
-  std::shared_ptr<detail::WorkPool> pool_;  // verify_threads > 1
+  std::shared_ptr<detail::WorkPool> pool_;  // digest_threads > 1
 };
 
 /// Connector::lookup over ranks given as pointers (kept for existing callers):

@@ -223,10 +223,11 @@ class Connector:
     that keeps failing is logged on the ``kvkey.connector`` logger (WARNING), at most
     once per ``log_interval`` seconds; ``log=False`` turns that off.
 
-    ``verify_threads``: threads that verify a load's values (and copy them into their
-    destinations) after its one read, the calling thread included; the default 1 is
-    the calling thread alone. Loads of at least 256 KiB use the others (started with
-    the connector); a load that finds them busy with another verifies on its own.
+    ``digest_threads``: threads that digest a call's values, the calling thread
+    included: a load's after its one read (verified, and copied into destinations), a
+    save's from ``Slots`` before its one write (gathered into them, sealed). The default
+    1 is the calling thread alone. Calls of at least 256 KiB use the others (started
+    with the connector); a call that finds them busy with another works on its own.
 
     A connector is safe to share between threads when its store is. An asyncio store
     (coroutine methods, ``kvkey.stores.aio.RedisStore``) is a ``TypeError`` here: use
@@ -236,17 +237,17 @@ class Connector:
     def __init__(self, store: Store, ns: _Namespaces, *, metrics: Any = None,
                  payload_size: Optional[int] = None, raise_errors: bool = False,
                  lookup_batch: int = 512, log: bool = True, log_interval: float = 10.0,
-                 verify_threads: int = 1) -> None:
+                 digest_threads: int = 1) -> None:
         ranks = [ns] if isinstance(ns, KeyNamespace) else list(ns)
         if payload_size is not None:
             payload_size = _non_negative(payload_size, "payload_size", "must be a non-negative int or None")
         lookup_batch = _integer(lookup_batch, "lookup_batch")
         if lookup_batch < 1:
             raise _input_error("lookup_batch", f"Connector: lookup_batch is {lookup_batch!r}, must be at least 1")
-        verify_threads = _integer(verify_threads, "verify_threads")
-        if not 1 <= verify_threads <= 256:
-            raise _input_error("verify_threads",
-                               f"Connector: verify_threads is {verify_threads!r}, must lie in [1, 256]")
+        digest_threads = _integer(digest_threads, "digest_threads")
+        if not 1 <= digest_threads <= 256:
+            raise _input_error("digest_threads",
+                               f"Connector: digest_threads is {digest_threads!r}, must lie in [1, 256]")
         if not isinstance(raise_errors, bool):
             raise TypeError(f"raise_errors must be a bool, not {type(raise_errors).__name__}")
         _refuse_async_store(store)
@@ -256,9 +257,9 @@ class Connector:
         self.lookup_batch = lookup_batch
         self.log = log
         self.log_interval = float(log_interval)
-        self.verify_threads = verify_threads
+        self.digest_threads = digest_threads
         self._core: Any = _Connector(store, ranks, metrics, payload_size, raise_errors, lookup_batch,
-                                _log_store_failure if log else None, self.log_interval, verify_threads)
+                                _log_store_failure if log else None, self.log_interval, digest_threads)
         self.ranks: List[KeyNamespace] = ranks
         self._payload_size = payload_size
 
@@ -290,7 +291,7 @@ class Connector:
         return Connector(self.store, [r.with_epoch(epoch) for r in self.ranks], metrics=self.metrics,
                          payload_size=self._payload_size, raise_errors=self.raise_errors,
                          lookup_batch=self.lookup_batch, log=self.log, log_interval=self.log_interval,
-                         verify_threads=self.verify_threads)
+                         digest_threads=self.digest_threads)
 
     def _rank(self, rank: int) -> int:
         return _non_negative(rank, "rank", f"must lie in [0, {len(self.ranks)})")

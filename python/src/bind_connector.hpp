@@ -604,7 +604,7 @@ class PyConnector {
 
   PyConnector(const py::object& store, const py::object& ranks, const py::object& metrics,
               const py::object& payload_size, bool raise_errors, std::size_t lookup_batch, const py::object& log,
-              double log_interval, unsigned verify_threads)
+              double log_interval, unsigned digest_threads)
       : store_(std::make_shared<PyStore>(store)),
         recorder_(std::make_shared<PyOwner>(metrics.ptr())),
         log_(std::make_shared<PyOwner>(log.ptr())) {
@@ -620,7 +620,7 @@ class PyConnector {
     if (!payload_size.is_none()) opt.payload_size = to_uint<std::uint64_t>(payload_size, "payload_size");
     opt.raise_errors = raise_errors;
     opt.lookup_batch = lookup_batch;
-    opt.verify_threads = verify_threads;
+    opt.digest_threads = digest_threads;
     if (py::isinstance<kvkey::Metrics>(metrics)) {
       opt.metrics = &metrics.cast<kvkey::Metrics&>();  // recorded without the GIL; recorder_ keeps it alive
     } else if (!metrics.is_none()) {
@@ -830,7 +830,7 @@ void bind_connector(py::module_& m) {
       .def(py::init<const py::object&, const py::object&, const py::object&, const py::object&, bool, std::size_t,
                     const py::object&, double, unsigned>(),
            py::arg("store"), py::arg("ranks"), py::arg("metrics"), py::arg("payload_size"), py::arg("raise_errors"),
-           py::arg("lookup_batch"), py::arg("log"), py::arg("log_interval"), py::arg("verify_threads") = 1)
+           py::arg("lookup_batch"), py::arg("log"), py::arg("log_interval"), py::arg("digest_threads") = 1)
       .def("save", &C::save)
       .def("save_staged", &C::save_staged)
       .def("lookup", &C::lookup)

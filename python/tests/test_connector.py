@@ -508,7 +508,7 @@ def test_staging_slots_gather_and_scatter_the_rows_in_one_call(setup):
     ns, _, _, hashes = setup
     store = Registered()
     metrics = kvkey.Metrics()
-    conn = kvkey.Connector(store, ns, payload_size=512, metrics=metrics, verify_threads=2)
+    conn = kvkey.Connector(store, ns, payload_size=512, metrics=metrics, digest_threads=2)
     rows = [np.random.default_rng(7 + r).integers(0, 256, 4 * 128, dtype=np.uint8) for r in range(4)]
 
     def blocks(rs):
@@ -554,5 +554,5 @@ def test_staging_slots_gather_and_scatter_the_rows_in_one_call(setup):
             conn.load_into(hashes, blocks(out), staging=bytearray(4096))
         assert store.calls == calls
     for bad in (0, 257, 1.5, True):
-        with pytest.raises((kvkey.InputError, TypeError), match="verify_threads"):
-            kvkey.Connector(store, ns, verify_threads=bad)
+        with pytest.raises((kvkey.InputError, TypeError), match="digest_threads"):
+            kvkey.Connector(store, ns, digest_threads=bad)

@@ -365,7 +365,7 @@ def test_settings_travel_to_worker_processes(te, world):
 
 
 @pytest.mark.parametrize("case", ["no_tenant", "empty_tenant", "dtype", "quant_policy", "model_dir", "adapter",
-                                  "revision", "verify_threads"])
+                                  "revision", "digest_threads"])
 def test_bad_configuration_stops_at_start_naming_the_setting(te, world, case):
     m = integration()
     kw = dict(model_path=world["model"], tenant="t", revision="r1")
@@ -389,8 +389,8 @@ def test_bad_configuration_stops_at_start_naming_the_setting(te, world, case):
     elif case == "revision":
         kw.pop("revision")  # a plain directory has no revision kvkey can read
         want = "revision"
-    elif case == "verify_threads":
-        kw["verify_threads"] = 0
+    elif case == "digest_threads":
+        kw["digest_threads"] = 0
     with pytest.raises(m.ConfigError) as e:
         m.make_settings(**kw)
     assert e.value.setting == want, str(e.value)

@@ -119,15 +119,15 @@ TEST_CASE("A const KeyNamespace<HmacSha256> is shared safely by 8 threads", "[se
   check_shared_namespace(ns, writer.seal(writer.root(), payload));
 }
 
-TEST_CASE("A Connector with verify_threads is shared safely by 4 threads", "[concurrency]") {
+TEST_CASE("A Connector with digest_threads is shared safely by 4 threads", "[concurrency]") {
   kvkey::Identity id = kvkey_test::base_identity();
   id.kv = kvkey::Kv{kvkey::KvDtype::bf16, kvkey::Quant{}, 16, 2, 2, 128, "kvkey.test.v1", false};
   const kvkey::KeyNamespace<> ns(id);
-  const std::size_t size = 2 * 2 * 2 * 128 * 16 * 2;  // 32 KiB: a load of 16 is past parallel_verify_bytes
-  REQUIRE(16 * size >= kvkey::Connector<>::parallel_verify_bytes);
+  const std::size_t size = 2 * 2 * 2 * 128 * 16 * 2;  // 32 KiB: a load of 16 is past parallel_digest_bytes
+  REQUIRE(16 * size >= kvkey::Connector<>::parallel_digest_bytes);
   kvkey::MemoryStore store;
   kvkey::Connector<>::Options o;
-  o.verify_threads = 3;
+  o.digest_threads = 3;
   const kvkey::Connector<> c(store, {ns}, o);
   const std::vector<Digest> blocks = ns.block_hashes(kvkey_test::tokens(16 * 16));
   std::vector<std::vector<std::uint8_t>> ps;

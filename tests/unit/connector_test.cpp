@@ -619,14 +619,14 @@ TEST_CASE("Connector through staging slots: gathered into them, verified there, 
   CHECK(store.writes == before_writes);
 }
 
-TEST_CASE("Connector verify_threads: the same verdicts, bytes and counts as one thread", "[connector]") {
-  // 128 KiB blocks: a load of twelve is past parallel_verify_bytes.
+TEST_CASE("Connector digest_threads: the same values, verdicts, bytes and counts as one thread", "[connector]") {
+  // 128 KiB blocks: a save or load of twelve is past parallel_digest_bytes.
   kvkey::Identity id = kvkey_test::base_identity();
   id.kv = kvkey::Kv{kvkey::KvDtype::bf16, kvkey::Quant{}, 16, 4, 4, 128, "kvkey.test.v1", false};
   const kvkey::KeyNamespace<> ns(id);
   const std::size_t size = 2 * 4 * 4 * 128 * 16 * 2;
   REQUIRE(ns.payload_size() == size);
-  REQUIRE(12 * size >= kvkey::Connector<>::parallel_verify_bytes);
+  REQUIRE(12 * size >= kvkey::Connector<>::parallel_digest_bytes);
   RegisteringStore store;
   const std::vector<kvkey::Digest> blocks = ns.block_hashes(kvkey_test::tokens(12 * 16));
   std::vector<Bytes> ps;
@@ -644,12 +644,13 @@ TEST_CASE("Connector verify_threads: the same verdicts, bytes and counts as one 
     std::vector<kvkey::LoadResult> slots, staged, plain;
     std::vector<Bytes> staged_out, plain_out;
     kvkey::MetricsSnapshot metrics;
+    std::vector<std::optional<Bytes>> saved_staged, saved_from;  // what each save path stored
   };
   const auto run = [&](unsigned threads) {
     kvkey::Metrics m;
     kvkey::Connector<>::Options o;
     o.metrics = &m;
-    o.verify_threads = threads;
+    o.digest_threads = threads;
     const kvkey::Connector<> c(store, {ns}, o);
     Run out;
     kvkey::Slots slots(store, 12, size);
@@ -664,6 +665,20 @@ TEST_CASE("Connector verify_threads: the same verdicts, bytes and counts as one 
     out.staged = c.load_into(blocks, a, slots);
     out.plain = c.load_into(blocks, b);
     out.metrics = m.snapshot();
+    RegisteringStore written;
+    const kvkey::Connector<> w(written, {ns}, o);
+    kvkey::Slots staging(written, 12, size);
+    std::vector<std::vector<kvkey::ConstBuffer>> halves;
+    for (const Bytes& p : ps) halves.push_back({{p.data(), size / 2}, {p.data() + size / 2, size / 2}});
+    std::vector<kvkey::Payload> parts;
+    for (const auto& h : halves) parts.emplace_back(h.data(), h.size());
+    REQUIRE(w.save(blocks, parts, staging) == 12);
+    for (const kvkey::Digest& h : blocks) out.saved_staged.push_back(written.get(ns.store_key(h)));
+    for (std::size_t n = 0; n < 12; ++n) std::memcpy(staging.payload(11 - n).data, ps[n].data(), size);
+    std::vector<std::size_t> reversed;
+    for (std::size_t n = 0; n < 12; ++n) reversed.push_back(11 - n);
+    REQUIRE(w.save_from(blocks, staging, reversed) == 12);
+    for (const kvkey::Digest& h : blocks) out.saved_from.push_back(written.get(ns.store_key(h)));
     return out;
   };
   const Run one = run(1);
@@ -680,6 +695,8 @@ TEST_CASE("Connector verify_threads: the same verdicts, bytes and counts as one 
         CHECK(x[n].nbytes == y[n].nbytes);
       }
     }
+    CHECK(many.saved_staged == one.saved_staged);
+    CHECK(many.saved_from == one.saved_from);
     CHECK(many.staged_out == one.staged_out);
     CHECK(many.plain_out == one.plain_out);
     CHECK(many.metrics.load_loaded == one.metrics.load_loaded);
@@ -692,9 +709,13 @@ TEST_CASE("Connector verify_threads: the same verdicts, bytes and counts as one 
   CHECK(one.staged_out[3] == Bytes(size, 0xEE));
   CHECK(one.staged_out[4] == ps[4]);
   CHECK(one.plain_out[11] == ps[11]);
+  for (std::size_t n = 0; n < 12; ++n) {
+    CHECK(one.saved_staged[n] == ns.seal_value(blocks[n], kvkey::Payload(ps[n].data(), size)));
+    CHECK(one.saved_from[n] == one.saved_staged[n]);
+  }
   kvkey::Connector<>::Options zero;
-  zero.verify_threads = 0;
-  CHECK_THROWS_WITH(kvkey::Connector<>(store, {ns}, zero), Catch::Contains("verify_threads"));
+  zero.digest_threads = 0;
+  CHECK_THROWS_WITH(kvkey::Connector<>(store, {ns}, zero), Catch::Contains("digest_threads"));
 }
 
 TEST_CASE("Connector zero-copy path over a store without registered memory", "[connector]") {

@@ -47,7 +47,7 @@ lookup RPC with ``lookup_async``, save leases, is lmdeploy's code):
   (``Connector.save`` with ``staging``);
 - a load reads the value into staging memory, verifies header and bytes
   (``Connector.load_into`` with ``staging``) and only then copies the bytes into the
-  block's rows (host rows in C++, on ``verify_threads`` threads; device rows with torch); a block
+  block's rows (host rows in C++, on ``digest_threads`` threads; device rows with torch); a block
   that does not verify is reported as failed, through ``get_finished().invalid_block_ids``,
   which lmdeploy's scheduler turns into a failed load and recomputes;
 - every lookup, load, save and rejection is counted in ``metrics()``.
@@ -136,7 +136,7 @@ class Settings:
     single_tenant: bool = False
     staging_blocks: int = 32
     overrides: Optional[Tuple[Tuple[str, Any], ...]] = None
-    verify_threads: int = 2
+    digest_threads: int = 2
 
     def __reduce__(self) -> Any:
         return (_restore, (dataclasses.asdict(self),))
@@ -187,14 +187,15 @@ def make_settings(*, model_path: Any, tenant: Optional[str] = None, quant_policy
                   adapters: Optional[Mapping[str, Any]] = None, revision: Optional[str] = None,
                   model_name: Optional[str] = None, weights_epoch: int = 0, single_tenant: bool = False,
                   staging_blocks: int = 32, overrides: Optional[Mapping[str, Any]] = None,
-                  trust_remote_code: bool = False, model_config: Any = None, verify_threads: int = 2) -> Settings:
+                  trust_remote_code: bool = False, model_config: Any = None, digest_threads: int = 2) -> Settings:
     """Resolves the settings from lmdeploy's own configuration; every refusal is a
     ``ConfigError`` naming the setting (``tenant``, ``model_path``, ``dtype``,
     ``quant_policy``, ``kv_dtype``, ``adapters``, ``weights_epoch``, ``staging_blocks``,
-    ``verify_threads``).
+    ``digest_threads``).
 
-    ``verify_threads``: threads per worker that verify a load's blocks (and copy them
-    into the KV cache) after its read (``kvkey.Connector``'s option of that name).
+    ``digest_threads``: threads per worker that verify a load's blocks (and copy them
+    into the KV cache) after its read, and gather and seal a save's before its write
+    (``kvkey.Connector``'s option of that name).
 
     ``model_config``: lmdeploy's ``ModelConfig`` when the caller has it; else it is made
     with ``ModelConfig.from_pretrained(model_path, dtype=dtype, hf_overrides=overrides)``,
@@ -214,8 +215,8 @@ def make_settings(*, model_path: Any, tenant: Optional[str] = None, quant_policy
         raise ConfigError("weights_epoch", f"{weights_epoch!r} must be a non-negative int")
     if isinstance(staging_blocks, bool) or not isinstance(staging_blocks, int) or staging_blocks < 1:
         raise ConfigError("staging_blocks", f"{staging_blocks!r} must be an int of at least 1")
-    if isinstance(verify_threads, bool) or not isinstance(verify_threads, int) or not 1 <= verify_threads <= 256:
-        raise ConfigError("verify_threads", f"{verify_threads!r} must be an int in [1, 256]")
+    if isinstance(digest_threads, bool) or not isinstance(digest_threads, int) or not 1 <= digest_threads <= 256:
+        raise ConfigError("digest_threads", f"{digest_threads!r} must be an int in [1, 256]")
     kv_format(quant_policy, "float16", "float16", 1)  # refuses an unknown quant_policy before reading anything
     if model_config is None:
         try:
@@ -247,7 +248,7 @@ def make_settings(*, model_path: Any, tenant: Optional[str] = None, quant_policy
                  quant_policy=int(quant_policy), quant_scheme=scheme, quant_group_size=group, quant_zero_point=zero,
                  mla=mla_dtype is not None, revision=revision, model_name=model_name, adapters=tuple(pairs),
                  weights_epoch=weights_epoch, single_tenant=single_tenant, staging_blocks=staging_blocks,
-                 overrides=tuple(sorted(overrides.items())) if overrides else None, verify_threads=verify_threads)
+                 overrides=tuple(sorted(overrides.items())) if overrides else None, digest_threads=digest_threads)
     # Build the identity once here, so that an unreadable model directory or adapter, a
     # missing revision or an invalid field stops the caller now, naming it.
     _Identities(s, block_size=64, tp_size=1).namespace(None, 0, 0)
@@ -502,7 +503,7 @@ class _WorkerKvkey:
             else:
                 ranks = [self.ids.namespace(adapter, self.tp_rank, epoch)]
             c = kvkey.Connector(self.store, ranks, metrics=_metrics, payload_size=self.payload_size,
-                                verify_threads=self.s.verify_threads if kind == "rank" else 1)
+                                digest_threads=self.s.digest_threads if kind == "rank" else 1)
             with self._lock:
                 self._conns[k] = c
         return c
