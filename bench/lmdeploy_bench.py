@@ -15,7 +15,7 @@ where it goes (legacy: one ``batch_is_exist``; kvkey: one ``batch_get_session_st
 ranged header reads, and verifying each header).
 
   eval "$(scripts/mooncake.sh start)"
-  PYTHONPATH=build/python/python "$(scripts/venv.sh python)" bench/lmdeploy_bench.py [--json out.json]
+  PYTHONPATH=build/py/python "$(scripts/venv.sh python)" bench/lmdeploy_bench.py [--json out.json]
 """
 
 from __future__ import annotations
