@@ -249,9 +249,11 @@ class Connector:
             raise
         return result  # type: ignore[return-value]  # None only for a cancelled call
 
-    async def save(self, block_hashes: Sequence[bytes], payloads: Sequence[Any], *, rank: int = 0) -> int:
-        """``kvkey.Connector.save``: payloads are buffers or lists of buffers (per layer)."""
-        return await self._run(self._sync.save, block_hashes, payloads, rank=rank)
+    async def save(self, block_hashes: Sequence[bytes], payloads: Sequence[Any], *, rank: int = 0,
+                   staging: Optional[Slots] = None, indices: Optional[Sequence[int]] = None) -> int:
+        """``kvkey.Connector.save``: payloads are buffers or lists of buffers (per layer);
+        with ``staging``, gathered into those ``kvkey.Slots`` and written from there."""
+        return await self._run(self._sync.save, block_hashes, payloads, rank=rank, staging=staging, indices=indices)
 
     async def lookup(self, block_hashes: Sequence[bytes], *, max_tokens: Optional[int] = None) -> int:
         """``kvkey.Connector.lookup``: leading blocks whose header verifies on every rank."""
@@ -265,21 +267,24 @@ class Connector:
         return await self._run(self._sync.load, block_hashes, rank=rank)
 
     async def load_into(self, block_hashes: Sequence[bytes], buffers: Union[Sequence[Any], Slots], *,
-                        rank: int = 0, indices: Optional[Sequence[int]] = None) -> List[BlockResult]:
+                        rank: int = 0, indices: Optional[Sequence[int]] = None,
+                        staging: Optional[Slots] = None) -> List[BlockResult]:
         """``kvkey.Connector.load_into``: verified, then written into the destinations
-        (or, with ``kvkey.Slots``, read into the slots and verified there). Cancelled, the
+        (through the ``staging`` slots when given; or, with ``kvkey.Slots`` as buffers,
+        read into the slots and verified there). Cancelled, the
         call leaves the destinations as they were: a cancel that lands while verified bytes
         are being written waits for the write and puts the bytes back before
         ``CancelledError`` (the worker keeps a copy of the destinations for this). Slots
         of a cancelled call are as slots whose block is not loaded: never use them."""
         if isinstance(buffers, Slots):
-            return await self._run(self._sync.load_into, block_hashes, buffers, rank=rank, indices=indices)
+            return await self._run(self._sync.load_into, block_hashes, buffers, rank=rank, indices=indices,
+                                   staging=staging)
         sync, dest = self._sync, buffers
 
         def load() -> Tuple[Optional[_Saved], List[BlockResult]]:
             saved = _saved(dest)
             try:
-                return saved, sync.load_into(block_hashes, dest, rank=rank, indices=indices)
+                return saved, sync.load_into(block_hashes, dest, rank=rank, indices=indices, staging=staging)
             except BaseException:
                 if saved is not None:
                     saved.clear()  # the copies hold the destinations' exports: not past the call

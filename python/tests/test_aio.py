@@ -678,3 +678,33 @@ def test_aio_one_tasks_timeout_never_closes_another_tasks_connection_on_a_fake_n
         asyncio.run(run())
     finally:
         node.stop()
+
+
+def test_aio_save_and_load_into_through_staging_slots():
+    """staging= and digest_threads= reach the sync connector: the rows' slices are gathered
+    into the slots and scattered back, verified, as kvkey.Connector does."""
+    ns = kvkey.KeyNamespace(make_identity())
+    hashes = ns.block_hashes(range(256))
+    half = ns.payload_size // 2
+    rows = [bytearray(secrets.token_bytes(half * len(hashes))) for _ in range(2)]
+
+    def parts(rs):
+        return [[memoryview(r)[b * half:(b + 1) * half] for r in rs] for b in range(len(hashes))]
+
+    async def run():
+        store = MemoryStore()
+        conn = kvkey.aio.Connector(store, ns, digest_threads=2)
+        slots = kvkey.Slots(store, len(hashes), ns.payload_size)
+        assert await conn.save(hashes, parts(rows), staging=slots, indices=[3, 2, 1, 0]) == 4
+        v = bytearray(store.values[ns.store_key(hashes[1])])
+        v[-1] ^= 1
+        store.values[ns.store_key(hashes[1])] = bytes(v)
+        out = [bytearray(len(r)) for r in rows]
+        res = await conn.load_into(hashes, parts(out), staging=slots)
+        return [r.status for r in res], out
+
+    statuses, out = asyncio.run(run())
+    assert statuses == ["loaded", "rejected", "loaded", "loaded"]
+    for r, o in zip(rows, out):
+        assert o[:half] == r[:half] and o[2 * half:] == r[2 * half:]
+        assert o[half:2 * half] == bytes(half)  # the rejected block's slices untouched
