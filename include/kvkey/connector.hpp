@@ -364,27 +364,14 @@ class Connector {
       }
       outside(staging, payloads[i].begin(), payloads[i].end(), "payloads", "save", i);
     }
-    const std::vector<std::string> keys = keys_of(ns, blocks);
-    return put(keys, [&] {
-      auto one = [&](std::size_t i) {
-        const MutableBuffer v = staging.value(idx[i]);
-        auto* at = static_cast<std::uint8_t*>(v.data) + envelope_size;
-        for (const ConstBuffer& part : payloads[i]) {
-          if (part.size != 0) std::memcpy(at, part.data, part.size);
-          at += part.size;
-        }
-        const MutableBuffer p = staging.payload(idx[i]);
-        seal(ns, blocks[i], Payload(p.data, p.size), static_cast<std::uint8_t*>(v.data), v.size);
-      };
-      each(blocks.size(), blocks.size() * staging.payload_size(), one);
-      std::vector<ConstBuffer> values;
-      values.reserve(blocks.size());
-      for (std::size_t i = 0; i < blocks.size(); ++i) {
-        const MutableBuffer v = staging.value(idx[i]);
-        values.push_back({v.data, v.size});
+    auto gather = [&](std::size_t i) {
+      auto* at = static_cast<std::uint8_t*>(staging.payload(idx[i]).data);
+      for (const ConstBuffer& part : payloads[i]) {
+        if (part.size != 0) std::memcpy(at, part.data, part.size);
+        at += part.size;
       }
-      return store_->write_from(keys, values);
-    });
+    };
+    return seal_and_write(ns, blocks, staging, idx, gather);
   }
 
   /// The zero-copy save: block n's payload is in slots.payload(indices[n])
@@ -397,22 +384,8 @@ class Connector {
                         const std::vector<std::size_t>& indices = {}, std::size_t rank = 0) const {
     const Namespace& ns = at(rank);
     const std::vector<std::size_t> idx = slot_indices(blocks.size(), slots, indices, rank, "save_from");
-    const std::vector<std::string> keys = keys_of(ns, blocks);
-    return put(keys, [&] {
-      auto one = [&](std::size_t i) {
-        const MutableBuffer v = slots.value(idx[i]);
-        const MutableBuffer p = slots.payload(idx[i]);
-        seal(ns, blocks[i], Payload(p.data, p.size), static_cast<std::uint8_t*>(v.data), v.size);
-      };
-      each(blocks.size(), blocks.size() * slots.payload_size(), one);
-      std::vector<ConstBuffer> values;
-      values.reserve(blocks.size());
-      for (std::size_t i = 0; i < blocks.size(); ++i) {
-        const MutableBuffer v = slots.value(idx[i]);
-        values.push_back({v.data, v.size});
-      }
-      return store_->write_from(keys, values);
-    });
+    auto in_place = [](std::size_t) {};
+    return seal_and_write(ns, blocks, slots, idx, in_place);
   }
 
   // ---- lookup -------------------------------------------------------------------
@@ -813,6 +786,31 @@ class Connector {
       out[i].result = {LoadResult::Status::loaded, std::move(o.verdict), o.payload.size};
     };
     each(present.size(), bytes, one);
+  }
+
+  // Block n's payload put in slots.payload(idx[n]) by fill(n), then sealed
+  // there, on the digest threads; the slots' values written with one
+  // write_from, counted as one save.
+  template <class Fill>
+  std::size_t seal_and_write(const Namespace& ns, const std::vector<Digest>& blocks, const Slots& slots,
+                             const std::vector<std::size_t>& idx, Fill& fill) const {
+    const std::vector<std::string> keys = keys_of(ns, blocks);
+    return put(keys, [&] {
+      auto one = [&](std::size_t i) {
+        fill(i);
+        const MutableBuffer v = slots.value(idx[i]);
+        const MutableBuffer p = slots.payload(idx[i]);
+        seal(ns, blocks[i], Payload(p.data, p.size), static_cast<std::uint8_t*>(v.data), v.size);
+      };
+      each(blocks.size(), blocks.size() * slots.payload_size(), one);
+      std::vector<ConstBuffer> values;
+      values.reserve(blocks.size());
+      for (std::size_t i = 0; i < blocks.size(); ++i) {
+        const MutableBuffer v = slots.value(idx[i]);
+        values.push_back({v.data, v.size});
+      }
+      return store_->write_from(keys, values);
+    });
   }
 
   // f(0 .. n-1), on the digest threads when there are some and the n items
