@@ -231,6 +231,48 @@ def test_damaged_value_goes_back_through_lmdeploys_invalid_block_path(te, world)
         prod.close()
 
 
+def test_rows_on_a_device_go_through_torch_and_only_verified_blocks_reach_them(te, world):
+    """Rows lmdeploy keeps on a GPU cannot be copied by the connector's C++: the
+    integration gathers and scatters them with torch around save_from / load_into with
+    slots. Forced here on host rows (the same code, device copies aside): the load equals
+    the recompute, and a damaged block's rows are never written."""
+    p = prompt(12)
+    prod = engine(te, world, "kv_producer", kvkey=kvkey_opts())
+    cons = engine(te, world, "kv_consumer", kvkey=kvkey_opts())
+    try:
+        for e in (prod, cons):
+            k = e.worker.connector_worker.kvkey
+            assert k.destinations([0]) is not None  # host rows: the C++ path, unless forced
+            k._row_views = None
+            assert k.destinations([0]) is None
+        assert prod.produce(p) == 4
+        got = cons.generate(p, 8)
+        ref = cons.generate(p, 8, use_store=False)
+        assert got["loaded"] == 64 and got["tokens"] == ref["tokens"]
+        import torch
+
+        assert all(torch.equal(a, b) for a, b in zip(got["logits"], ref["logits"]))
+        from kvkey.stores.mooncake import MooncakeStore
+
+        key = cons.keys(p)[2]
+        store = MooncakeStore(cons.client)
+        (value,) = store.get([key])
+        damaged = bytearray(value)
+        damaged[-1] ^= 0x01
+        assert store.put([key], [bytes(damaged)]) == [True]
+        store.close()
+        k = cons.worker.connector_worker.kvkey
+        scattered = []
+        scatter = k.scatter
+        k.scatter = lambda block_id, slots, n: (scattered.append(block_id), scatter(block_id, slots, n))
+        got = cons.generate(p, 8)
+        assert got["loaded"] == 0 and got["tokens"] == ref["tokens"]
+        assert len(scattered) == 3  # the three blocks that verified, not the damaged one
+    finally:
+        cons.close()
+        prod.close()
+
+
 def test_weight_update_moves_the_epoch_through_lmdeploys_update_params(te, world):
     p = prompt(5)
     prod = engine(te, world, "kv_producer", kvkey=kvkey_opts())
