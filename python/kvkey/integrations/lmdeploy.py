@@ -559,16 +559,30 @@ class _WorkerKvkey:
                 raise ValueError(f"block id {block_id} is outside the KV cache ({row.numel() // size} blocks)")
 
     def _copy(self, block_id: int, slots: kvkey.Slots, n: int, into_rows: bool) -> None:
+        """Rows through torch (rows on a device): one transfer of the block's payload
+        between the slot and the rows' device, the row slices cut there."""
+        import torch
+
         self._check_block(block_id)
         payload = _payload(_slot_tensor(slots), slots, n)
+        device = self.rows[0].device
+        if any(r.device != device for r in self.rows):
+            on_device = None  # rows on several devices: slice by slice
+        elif into_rows:
+            on_device = payload.to(device)  # the slot itself where the rows are in host memory
+        else:
+            on_device = payload if device.type == "cpu" else torch.empty_like(payload, device=device)
         at = 0
         for row, size in zip(self.rows, self.row_sizes):
             block = row[block_id * size:(block_id + 1) * size]
+            part = (payload if on_device is None else on_device)[at:at + size]
             if into_rows:
-                block.copy_(payload[at:at + size])
+                block.copy_(part)
             else:
-                payload[at:at + size].copy_(block)
+                part.copy_(block)
             at += size
+        if not into_rows and on_device is not None and on_device is not payload:
+            payload.copy_(on_device)
 
 
 _FRAGMENT = 256 << 10
